@@ -1,0 +1,61 @@
+// swift-tools-version:6.1
+// DocDrive: a FUSE drive over app containers and storage providers.
+import PackageDescription
+
+let package = Package(
+    name: "DocDrive",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "docdrive", targets: ["docdrive"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
+        .package(url: "https://github.com/jpsim/Yams", from: "5.0.0"),
+    ],
+    targets: [
+        // libfuse3 through pkg-config, plus static inline wrappers for its macros.
+        .systemLibrary(
+            name: "CFuse",
+            pkgConfig: "fuse3",
+            providers: [.apt(["libfuse3-dev"])]
+        ),
+        // Linux syscalls and constants that Glibc's Swift overlay does not expose.
+        .target(name: "CDocDriveSys"),
+        .target(
+            name: "DocDriveCore",
+            dependencies: [
+                "CDocDriveSys",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Yams", package: "Yams"),
+            ]
+        ),
+        .target(
+            name: "DocDriveFUSE",
+            dependencies: [
+                "CFuse",
+                "DocDriveCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .executableTarget(
+            name: "docdrive",
+            dependencies: [
+                "DocDriveCore",
+                "DocDriveFUSE",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .testTarget(
+            name: "DocDriveCoreTests",
+            dependencies: ["DocDriveCore"]
+        ),
+    ]
+)

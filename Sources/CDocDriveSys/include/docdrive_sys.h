@@ -1,0 +1,54 @@
+// CDocDriveSys: Linux calls and constants the Glibc Swift overlay lacks.
+#ifndef DOCDRIVE_SYS_H
+#define DOCDRIVE_SYS_H
+
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <stdint.h>
+#include <sys/statvfs.h>
+
+extern const int dd_O_PATH;
+extern const int dd_O_NOFOLLOW;
+extern const int dd_O_DIRECTORY;
+extern const int dd_O_DIRECT;
+extern const int dd_O_CLOEXEC;
+extern const int dd_O_NOATIME;
+extern const int dd_AT_EMPTY_PATH;
+extern const int dd_AT_SYMLINK_NOFOLLOW;
+extern const int dd_AT_REMOVEDIR;
+extern const int dd_AT_SYMLINK_FOLLOW;
+extern const int dd_RENAME_NOREPLACE;
+extern const int dd_RENAME_EXCHANGE;
+extern const int dd_RENAME_WHITEOUT;
+extern const int dd_XATTR_CREATE;
+extern const int dd_XATTR_REPLACE;
+extern const long dd_UTIME_NOW;
+extern const long dd_UTIME_OMIT;
+int dd_statvfs(const char *path, struct statvfs *sv);
+
+int dd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+ssize_t dd_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned int flags);
+int dd_fallocate(int fd, int mode, off_t offset, off_t len);
+/* Sets the thread's (not the process's) filesystem uid/gid. Returns the previous value. */
+int dd_setfsuid(uid_t uid);
+int dd_setfsgid(gid_t gid);
+/* Opens an O_PATH descriptor through /proc/self/fd for ops that refuse O_PATH. */
+int dd_reopen(int pathfd, int flags);
+int dd_proc_path(int pathfd, char *buf, size_t len);
+int dd_set_nofile_limit_max(uint64_t *result);
+int dd_utimensat_fd(int pathfd, const struct timespec times[2], int is_symlink);
+int dd_fchmod_path(int pathfd, mode_t mode);
+int dd_truncate_path(int pathfd, off_t size);
+ssize_t dd_getxattr_path(int pathfd, const char *name, void *value, size_t size);
+int dd_setxattr_path(int pathfd, const char *name, const void *value, size_t size, int flags);
+ssize_t dd_listxattr_path(int pathfd, char *list, size_t size);
+int dd_removexattr_path(int pathfd, const char *name);
+int dd_linkat_path(int pathfd, int newdirfd, const char *newname);
+int dd_stat(const char *path, struct stat *st);
+int dd_errno(void);
+void dd_set_errno(int e);
+/* Linux's spawn: start a detached daemon with extra descriptors. */
+int dd_spawn_daemon(const char *path, char *const argv[], int ready_fd_child, int ready_fd_parent, const char *log_path, pid_t *pid);
+long dd_gettid(void);
+
+#endif

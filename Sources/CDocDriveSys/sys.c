@@ -1,0 +1,143 @@
+// CDocDriveSys: thin C wrappers for Linux calls Swift cannot reach directly.
+#define _GNU_SOURCE
+#include "docdrive_sys.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <spawn.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/fsuid.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <linux/fs.h>
+
+const int dd_O_PATH = O_PATH;
+const int dd_O_NOFOLLOW = O_NOFOLLOW;
+const int dd_O_DIRECTORY = O_DIRECTORY;
+const int dd_O_DIRECT = O_DIRECT;
+const int dd_O_CLOEXEC = O_CLOEXEC;
+const int dd_O_NOATIME = O_NOATIME;
+const int dd_AT_EMPTY_PATH = AT_EMPTY_PATH;
+const int dd_AT_SYMLINK_NOFOLLOW = AT_SYMLINK_NOFOLLOW;
+const int dd_AT_REMOVEDIR = AT_REMOVEDIR;
+const int dd_AT_SYMLINK_FOLLOW = AT_SYMLINK_FOLLOW;
+const int dd_RENAME_NOREPLACE = RENAME_NOREPLACE;
+const int dd_RENAME_EXCHANGE = RENAME_EXCHANGE;
+const int dd_RENAME_WHITEOUT = RENAME_WHITEOUT;
+const int dd_XATTR_CREATE = XATTR_CREATE;
+const int dd_XATTR_REPLACE = XATTR_REPLACE;
+
+int dd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
+    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+ssize_t dd_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned int flags) {
+    return copy_file_range(fd_in, off_in, fd_out, off_out, len, flags);
+}
+
+int dd_fallocate(int fd, int mode, off_t offset, off_t len) { return fallocate(fd, mode, offset, len); }
+
+int dd_setfsuid(uid_t uid) { return (int)syscall(SYS_setfsuid, uid); }
+int dd_setfsgid(gid_t gid) { return (int)syscall(SYS_setfsgid, gid); }
+
+static void proc_name(int fd, char *buf, size_t len) { snprintf(buf, len, "/proc/self/fd/%d", fd); }
+
+int dd_proc_path(int pathfd, char *buf, size_t len) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    ssize_t n = readlink(p, buf, len - 1);
+    if (n < 0) return -1;
+    buf[n] = 0;
+    return (int)n;
+}
+
+int dd_reopen(int pathfd, int flags) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return open(p, (flags & ~O_NOFOLLOW) | O_CLOEXEC);
+}
+
+int dd_set_nofile_limit_max(uint64_t *result) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+    *result = rl.rlim_cur;
+    return 0;
+}
+
+int dd_utimensat_fd(int pathfd, const struct timespec times[2], int is_symlink) {
+    if (is_symlink) return utimensat(pathfd, "", times, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return utimensat(AT_FDCWD, p, times, 0);
+}
+
+int dd_fchmod_path(int pathfd, mode_t mode) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return chmod(p, mode);
+}
+
+int dd_truncate_path(int pathfd, off_t size) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return truncate(p, size);
+}
+
+ssize_t dd_getxattr_path(int pathfd, const char *name, void *value, size_t size) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return getxattr(p, name, value, size);
+}
+int dd_setxattr_path(int pathfd, const char *name, const void *value, size_t size, int flags) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return setxattr(p, name, value, size, flags);
+}
+ssize_t dd_listxattr_path(int pathfd, char *list, size_t size) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return listxattr(p, list, size);
+}
+int dd_removexattr_path(int pathfd, const char *name) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return removexattr(p, name);
+}
+int dd_linkat_path(int pathfd, int newdirfd, const char *newname) {
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return linkat(AT_FDCWD, p, newdirfd, newname, AT_SYMLINK_FOLLOW);
+}
+
+int dd_errno(void) { return errno; }
+void dd_set_errno(int e) { errno = e; }
+long dd_gettid(void) { return syscall(SYS_gettid); }
+
+int dd_spawn_daemon(const char *path, char *const argv[], int ready_fd_child, int ready_fd_parent, const char *log_path, pid_t *pid) {
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    int rc;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    /* Close the parent's end first: it may be descriptor 3 itself. */
+    if (ready_fd_parent >= 0) posix_spawn_file_actions_addclose(&fa, ready_fd_parent);
+    posix_spawn_file_actions_adddup2(&fa, ready_fd_child, 3);
+    extern char **environ;
+    rc = posix_spawn(pid, path, &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    return rc;
+}
+
+int dd_stat(const char *path, struct stat *st) { return stat(path, st); }
+const long dd_UTIME_NOW = UTIME_NOW;
+const long dd_UTIME_OMIT = UTIME_OMIT;
+int dd_statvfs(const char *path, struct statvfs *sv) { return statvfs(path, sv); }

@@ -1,0 +1,262 @@
+// Config: the drive's one human-editable file (config.yaml), read with line-precise errors.
+import Foundation
+import Yams
+
+/// An application container: Documents/ is public when `isPublic`, Data/ never is.
+public struct AppConfig: Equatable, Sendable {
+    public var id: String
+    public var name: String
+    public var isPublic: Bool
+
+    public init(id: String, name: String, isPublic: Bool) {
+        self.id = id
+        self.name = name
+        self.isPublic = isPublic
+    }
+}
+
+/// Where a store's content is kept in the end: the truth other devices share.
+public enum RemoteConfig: Equatable, Sendable {
+    case folder(path: String)
+
+    public var kind: String {
+        switch self { case .folder: return "folder" }
+    }
+    public var summary: String {
+        switch self { case .folder(let path): return "folder \(path)" }
+    }
+}
+
+/// A provider store: a local cache under the drive home plus a remote.
+public struct StoreConfig: Equatable, Sendable {
+    public var name: String
+    public var displayName: String
+    public var remote: RemoteConfig
+
+    public init(name: String, displayName: String, remote: RemoteConfig) {
+        self.name = name
+        self.displayName = displayName
+        self.remote = remote
+    }
+}
+
+/// Everything in config.yaml.
+public struct DriveConfig: Equatable, Sendable {
+    public var apps: [AppConfig] = []
+    public var stores: [StoreConfig] = []
+
+    public init(apps: [AppConfig] = [], stores: [StoreConfig] = []) {
+        self.apps = apps
+        self.stores = stores
+    }
+
+    /// Display names shown at the mount's top level, in listing order.
+    public var topLevelNames: [String] {
+        apps.filter(\.isPublic).map(\.name) + stores.map(\.displayName)
+    }
+
+    /// Checks the rules that span entries: unique ids and unique top-level names.
+    public func validate(file: String = "config") throws(DriveError) {
+        var ids = Set<String>(), storeNames = Set<String>(), shown = [String: String]()
+        for app in apps {
+            if let p = Names.problem(withAppID: app.id) {
+                throw DriveError(.invalidName, "\(file): app id \"\(app.id)\" is not valid: \(p).")
+            }
+            if let p = Names.problem(withDisplayName: app.name) {
+                throw DriveError(.invalidName, "\(file): the name \"\(app.name)\" of app \(app.id) is not valid: \(p).")
+            }
+            guard ids.insert(app.id).inserted else {
+                throw DriveError(.invalidConfig, "\(file): app \(app.id) is listed twice.")
+            }
+            if app.isPublic {
+                if let other = shown.updateValue("app \(app.id)", forKey: app.name) {
+                    throw DriveError(.invalidConfig, "\(file): app \(app.id) and \(other) both show as \"\(app.name)\"; give one another name.")
+                }
+            }
+        }
+        for store in stores {
+            if let p = Names.problem(withStoreName: store.name) {
+                throw DriveError(.invalidName, "\(file): store name \"\(store.name)\" is not valid: \(p).")
+            }
+            if let p = Names.problem(withDisplayName: store.displayName) {
+                throw DriveError(.invalidName, "\(file): the name \"\(store.displayName)\" of store \(store.name) is not valid: \(p).")
+            }
+            guard storeNames.insert(store.name).inserted else {
+                throw DriveError(.invalidConfig, "\(file): store \(store.name) is listed twice.")
+            }
+            if let other = shown.updateValue("store \(store.name)", forKey: store.displayName) {
+                throw DriveError(.invalidConfig, "\(file): store \(store.name) and \(other) both show as \"\(store.displayName)\"; give one another name.")
+            }
+            switch store.remote {
+            case .folder(let path):
+                if !path.hasPrefix("/") {
+                    throw DriveError(.invalidConfig, "\(file): the folder remote of store \(store.name) must be an absolute path, not \"\(path)\".")
+                }
+            }
+        }
+    }
+}
+
+// MARK: - Reading
+
+extension DriveConfig {
+    /// Parses YAML text; errors name the file, the line and what is wrong.
+    public static func parse(_ text: String, file: String) throws(DriveError) -> DriveConfig {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: text)
+        } catch let error as YamlError {
+            throw DriveError(.invalidConfig, "\(file): \(Self.describe(error))", underlying: error)
+        } catch {
+            throw DriveError(.invalidConfig, "\(file): \(error)", underlying: error)
+        }
+        var config = DriveConfig()
+        guard let root else { return config }  // an empty file is an empty drive
+        let reader = NodeReader(file: file)
+        let top = try reader.mapping(root, "the top level", allowed: ["apps", "stores"])
+        if let apps = top["apps"] {
+            for node in try reader.sequence(apps, "apps") {
+                let m = try reader.mapping(node, "an app", allowed: ["id", "name", "public"])
+                let id = try reader.string(m, "id", in: node, what: "an app")
+                config.apps.append(AppConfig(
+                    id: id,
+                    name: try reader.optionalString(m, "name") ?? id,
+                    isPublic: try reader.optionalBool(m, "public") ?? false))
+            }
+        }
+        if let stores = top["stores"] {
+            for node in try reader.sequence(stores, "stores") {
+                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote"])
+                let name = try reader.string(m, "name", in: node, what: "a store")
+                guard let remoteNode = m["remote"] else {
+                    throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
+                }
+                let r = try reader.mapping(remoteNode, "the remote of store \(name)", allowed: ["type", "path"])
+                let type = try reader.string(r, "type", in: remoteNode, what: "the remote of store \(name)")
+                let remote: RemoteConfig
+                switch type {
+                case "folder":
+                    remote = .folder(path: try reader.string(r, "path", in: remoteNode, what: "the folder remote of store \(name)"))
+                default:
+                    throw reader.error(r["type"] ?? remoteNode, "store \(name) has remote type \"\(type)\"; the supported type is \"folder\"")
+                }
+                config.stores.append(StoreConfig(
+                    name: name, displayName: try reader.optionalString(m, "display") ?? name, remote: remote))
+            }
+        }
+        try config.validate(file: file)
+        return config
+    }
+
+    static func describe(_ error: YamlError) -> String {
+        switch error {
+        case .scanner(_, let problem, let mark, _), .parser(_, let problem, let mark, _), .composer(_, let problem, let mark, _):
+            return "line \(mark.line), column \(mark.column): \(problem)."
+        case .reader(let problem, _, _, _):
+            return "\(problem)."
+        default:
+            return "\(error)"
+        }
+    }
+}
+
+/// Walks a composed YAML tree, turning every mismatch into "FILE: line N: what".
+private struct NodeReader {
+    let file: String
+
+    func error(_ node: Node, _ message: String) -> DriveError {
+        if let mark = node.mark {
+            return DriveError(.invalidConfig, "\(file): line \(mark.line): \(message).")
+        }
+        return DriveError(.invalidConfig, "\(file): \(message).")
+    }
+
+    func mapping(_ node: Node, _ what: String, allowed: Set<String>) throws(DriveError) -> [String: Node] {
+        guard let mapping = node.mapping else { throw error(node, "\(what) must be a mapping of keys to values") }
+        var result = [String: Node]()
+        for (key, value) in mapping {
+            guard let k = key.string else { throw error(key, "a key in \(what) is not text") }
+            guard allowed.contains(k) else {
+                throw error(key, "unknown key \"\(k)\" in \(what) (known: \(allowed.sorted().joined(separator: ", ")))")
+            }
+            result[k] = value
+        }
+        return result
+    }
+
+    func sequence(_ node: Node, _ what: String) throws(DriveError) -> [Node] {
+        if case .scalar(let s) = node, s.string.isEmpty || s.string == "~" || s.string == "null" { return [] }
+        guard let seq = node.sequence else { throw error(node, "\(what) must be a list (lines starting with \"- \")") }
+        return Array(seq)
+    }
+
+    func string(_ m: [String: Node], _ key: String, in node: Node, what: String) throws(DriveError) -> String {
+        guard let value = try optionalString(m, key) else { throw error(node, "\(what) has no \"\(key)\"") }
+        return value
+    }
+
+    func optionalString(_ m: [String: Node], _ key: String) throws(DriveError) -> String? {
+        guard let node = m[key] else { return nil }
+        guard case .scalar(let s) = node else { throw error(node, "\"\(key)\" must be text") }
+        return s.string
+    }
+
+    func optionalBool(_ m: [String: Node], _ key: String) throws(DriveError) -> Bool? {
+        guard let node = m[key] else { return nil }
+        guard let b = node.bool else { throw error(node, "\"\(key)\" must be true or false") }
+        return b
+    }
+}
+
+// MARK: - Writing
+
+extension DriveConfig {
+    /// YAML text for the file, with a header that says how to edit it.
+    public func yaml() -> String {
+        var out = """
+        # DocDrive configuration. Edit by hand or with `docdrive app ...` and
+        # `docdrive store ...`; a running mount picks changes up within a second.
+        #
+        # apps:    application containers. `public: true` shows Documents/ at the top
+        #          of the mount under `name`; Data/ is always private.
+        # stores:  provider stores, shown under `display`; each keeps a local copy
+        #          under the drive home and has a remote (type: folder, path: ...).
+
+        """
+        out += "apps:\n"
+        if apps.isEmpty { out += "  []\n" }
+        for app in apps {
+            out += "  - id: \(Self.quote(app.id))\n    name: \(Self.quote(app.name))\n    public: \(app.isPublic)\n"
+        }
+        out += "stores:\n"
+        if stores.isEmpty { out += "  []\n" }
+        for store in stores {
+            out += "  - name: \(Self.quote(store.name))\n    display: \(Self.quote(store.displayName))\n"
+            switch store.remote {
+            case .folder(let path):
+                out += "    remote:\n      type: folder\n      path: \(Self.quote(path))\n"
+            }
+        }
+        return out
+    }
+
+    /// A YAML double-quoted scalar (JSON string escaping is valid YAML).
+    static func quote(_ s: String) -> String {
+        var r = "\""
+        for u in s.unicodeScalars {
+            switch u {
+            case "\"": r += "\\\""
+            case "\\": r += "\\\\"
+            case "\n": r += "\\n"
+            case "\t": r += "\\t"
+            default:
+                if u.value < 0x20 || u.value == 0x7f {
+                    r += String(format: "\\x%02X", u.value)
+                } else {
+                    r.unicodeScalars.append(u)
+                }
+            }
+        }
+        return r + "\""
+    }
+}

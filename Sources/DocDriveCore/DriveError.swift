@@ -1,0 +1,56 @@
+// DriveError: the one error type of the core's set-up layer (config, home, index, daemon control).
+import SystemPackage
+
+/// An error a user can read: one sentence, a code scripts can test, and the cause underneath.
+public struct DriveError: Error, CustomStringConvertible, Sendable {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Raw: String, Sendable {
+            case invalidConfig, invalidName, notFound, alreadyExists, notInitialized
+            case alreadyMounted, notMounted, busy, io, index, mount, unsupported
+        }
+        private let raw: Raw
+        private init(_ raw: Raw) { self.raw = raw }
+        public var description: String { raw.rawValue }
+
+        public static let invalidConfig = Code(.invalidConfig)
+        public static let invalidName = Code(.invalidName)
+        public static let notFound = Code(.notFound)
+        public static let alreadyExists = Code(.alreadyExists)
+        public static let notInitialized = Code(.notInitialized)
+        public static let alreadyMounted = Code(.alreadyMounted)
+        public static let notMounted = Code(.notMounted)
+        public static let busy = Code(.busy)
+        public static let io = Code(.io)
+        public static let index = Code(.index)
+        public static let mount = Code(.mount)
+        public static let unsupported = Code(.unsupported)
+    }
+
+    public let code: Code
+    public let message: String
+    public let underlying: (any Error)?
+
+    public init(_ code: Code, _ message: String, underlying: (any Error)? = nil) {
+        self.code = code
+        self.message = message
+        self.underlying = underlying
+    }
+
+    public var description: String { message }
+
+    /// A system call failed on a path: "cannot create /x: Permission denied."
+    public static func io(_ what: String, _ errno: Errno) -> DriveError {
+        DriveError(.io, "\(what): \(errno.readableDescription).", underlying: errno)
+    }
+}
+
+extension Errno {
+    /// strerror's text, without swift-system's decoration.
+    public var readableDescription: String {
+        String(cString: strerror(rawValue))
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif

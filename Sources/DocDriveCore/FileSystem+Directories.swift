@@ -1,0 +1,177 @@
+// FileSystem+Directories: opendir/readdir(plus)/releasedir over backing and virtual folders.
+import CDocDriveSys
+import SystemPackage
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An open folder. Backing folders stream from the backing DIR*; virtual ones list a snapshot.
+public final class DirectoryStream: Sendable {
+    struct Pending {
+        var name: [CChar]
+        var ino: UInt64
+        var type: UInt8
+        var nextOffset: Int64
+    }
+
+    /// DIR* is only touched under the stream's lock.
+    struct State: ~Copyable, @unchecked Sendable {
+        var dir: OpaquePointer?
+        /// Offset the backing DIR* is positioned at (the last entry's d_off).
+        var offset: Int64 = 0
+        /// An entry read but not yet handed out (the reply buffer was full).
+        var pending: Pending?
+    }
+
+    public let inode: Inode
+    /// For virtual folders: the names and what they are.
+    let virtualEntries: [(name: String, node: UInt64)]?
+    /// Lock: the kernel serialises readdir per open file, but a lock costs nothing uncontended.
+    let state: Mutex<State>
+
+    init(inode: Inode, dir: OpaquePointer?, virtualEntries: [(name: String, node: UInt64)]?) {
+        self.inode = inode
+        self.virtualEntries = virtualEntries
+        self.state = Mutex(State(dir: dir))
+    }
+}
+
+/// What readdir hands the adapter for each entry.
+public struct DirectoryItem {
+    /// For readdirplus: the entry looked up (its lookup counted); nil for "." and "..".
+    public var entry: NodeEntry?
+    /// Inode number and type bits, for plain readdir.
+    public var ino: UInt64
+    public var mode: mode_t
+}
+
+extension DriveFileSystem {
+    public func opendir(_ id: UInt64) throws(Errno) -> DirectoryStream {
+        let n = try node(id)
+        switch n.kind {
+        case .backing:
+            let fd = try Sys.check { dd_reopen(n.fd, O_RDONLY | Sys.O_DIRECTORY) }
+            guard let dir = fdopendir(fd) else {
+                let e = Sys.lastErrno
+                Sys.close(fd)
+                throw e
+            }
+            return DirectoryStream(inode: n, dir: dir, virtualEntries: nil)
+        case .root:
+            let l = namespace.current()
+            var list: [(String, UInt64)] = [(".", n.nodeID), ("..", n.nodeID)]
+            list += l.topLevelOrder.map { ($0, 0) }
+            list.append((Self.byAppName, Self.byAppID))
+            return DirectoryStream(inode: n, dir: nil, virtualEntries: list)
+        case .byApp:
+            let l = namespace.current()
+            var list: [(String, UInt64)] = [(".", n.nodeID), ("..", Self.rootID)]
+            list += l.config.apps.map { ($0.id, 0) }
+            return DirectoryStream(inode: n, dir: nil, virtualEntries: list)
+        case .appView:
+            var list: [(String, UInt64)] = [(".", n.nodeID), ("..", Self.byAppID)]
+            list += Namespace.appFolderNames.map { ($0, 0) }
+            return DirectoryStream(inode: n, dir: nil, virtualEntries: list)
+        }
+    }
+
+    public func releasedir(_ d: DirectoryStream) {
+        d.state.withLock { s in
+            if let dir = s.dir { closedir(dir) }
+            s.dir = nil
+        }
+    }
+
+    public func fsyncdir(_ d: DirectoryStream, dataOnly: Bool) throws(Errno) {
+        let fd: Int32 = d.state.withLock { s in s.dir.map { dirfd($0) } ?? -1 }
+        guard fd >= 0 else { return }
+        _ = try Sys.check { dataOnly ? fdatasync(fd) : Glibc.fsync(fd) }
+    }
+
+    /// Hands entries from `offset` on to `emit` until it returns false (its buffer is full).
+    /// With `plus`, each entry is looked up first; an entry that did not fit is un-looked-up
+    /// and handed out again by the next call.
+    public func readdir(_ d: DirectoryStream, offset: Int64, plus: Bool,
+                        emit: (UnsafePointer<CChar>, DirectoryItem, Int64) -> Bool) throws(Errno) {
+        if let entries = d.virtualEntries {
+            try readVirtual(d, entries, offset: offset, plus: plus, emit: emit)
+            return
+        }
+        try d.state.withLock { (s: inout DirectoryStream.State) throws(Errno) in
+            guard let dir = s.dir else { throw .badFileDescriptor }
+            if offset != s.offset || (offset == 0 && s.pending == nil) {
+                if offset == 0 { rewinddir(dir) } else { seekdir(dir, Int(offset)) }
+                s.offset = offset
+                s.pending = nil
+            }
+            while true {
+                var item: DirectoryStream.Pending
+                if let p = s.pending {
+                    item = p
+                } else {
+                    Glibc.errno = 0
+                    guard let ent = Glibc.readdir(dir) else {
+                        if Glibc.errno != 0 { throw Sys.lastErrno }
+                        return
+                    }
+                    let name = withUnsafeBytes(of: ent.pointee.d_name) { raw -> [CChar] in
+                        let p = raw.bindMemory(to: CChar.self)
+                        return Array(p[0...strlen(p.baseAddress!)])
+                    }
+                    item = .init(name: name, ino: UInt64(ent.pointee.d_ino), type: ent.pointee.d_type,
+                                 nextOffset: Int64(ent.pointee.d_off))
+                }
+                let fits: Bool = item.name.withUnsafeBufferPointer { nb in
+                    let name = nb.baseAddress!
+                    let isDot = strcmp(name, ".") == 0 || strcmp(name, "..") == 0
+                    var di = DirectoryItem(entry: nil, ino: item.ino, mode: mode_t(item.type) << 12)
+                    if plus && !isDot {
+                        guard let e = try? lookupBacking(parent: d.inode, name: name) else {
+                            return true  // gone since it was listed: skip it
+                        }
+                        di.entry = e
+                    }
+                    let ok = emit(name, di, item.nextOffset)
+                    if !ok, let e = di.entry { forget(e.inode.nodeID, 1) }
+                    return ok
+                }
+                if !fits {
+                    s.pending = item
+                    return
+                }
+                s.pending = nil
+                s.offset = item.nextOffset
+            }
+        }
+    }
+
+    private func readVirtual(_ d: DirectoryStream, _ entries: [(name: String, node: UInt64)], offset: Int64, plus: Bool,
+                             emit: (UnsafePointer<CChar>, DirectoryItem, Int64) -> Bool) throws(Errno) {
+        var i = Int(offset)
+        while i < entries.count {
+            let (name, _) = entries[i]
+            var di = DirectoryItem(entry: nil, ino: 0, mode: S_IFDIR)
+            let isDot = name == "." || name == ".."
+            if isDot {
+                di.ino = UInt64(virtualAttr(d.inode).st_ino)
+            } else if let e = try? name.withCString({ (c) throws(Errno) in try lookup(parent: d.inode.nodeID, name: c) }) {
+                di.ino = UInt64(e.attr.st_ino)
+                if plus {
+                    di.entry = e
+                } else if e.inode.kind == .backing {
+                    forget(e.inode.nodeID, 1)
+                }
+            } else {
+                i += 1
+                continue
+            }
+            let ok = name.withCString { emit($0, di, Int64(i + 1)) }
+            if !ok {
+                if let e = di.entry, e.inode.kind == .backing { forget(e.inode.nodeID, 1) }
+                return
+            }
+            i += 1
+        }
+    }
+}

@@ -1,0 +1,99 @@
+// FileSystem+Xattrs: extended attributes, passed through, plus the drive's own user.docdrive.* ones.
+import CDocDriveSys
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension DriveFileSystem {
+    /// Attributes the drive computes; they are read-only and not stored on the backing file.
+    static let ownPrefix = "user.docdrive."
+
+    /// The value of the drive's own attribute `name`, or nil if it is not one of ours.
+    func ownAttribute(_ n: Inode, _ name: String) throws(Errno) -> [UInt8]? {
+        guard name.hasPrefix(Self.ownPrefix) else { return nil }
+        switch name {
+        case "user.docdrive.id":
+            guard n.kind == .backing, let root = n.root else { throw .noData }
+            return Array(try itemID(n, root: root).utf8)
+        case "user.docdrive.external":
+            return Array("0".utf8)
+        default:
+            throw .noData
+        }
+    }
+
+    /// The stable id of a node's item, assigned on first request.
+    public func itemID(_ n: Inode, root: BackingRoot) throws(Errno) -> String {
+        // Name and parent are hints: identity is (root, inode number).
+        var name = "", parentIno: Int64 = 0
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let len = dd_proc_path(n.fd, &buf, buf.count)
+        if len > 0 {
+            let path = String(cString: buf)
+            if path.hasPrefix(root.path) {
+                let rel = path.dropFirst(root.path.count)
+                name = String(rel.split(separator: "/").last ?? "")
+                let parentPath = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+                var st = stat()
+                if !rel.isEmpty, dd_stat(parentPath, &st) == 0 { parentIno = Int64(st.st_ino) }
+            }
+        }
+        let kind: ItemKind = n.isDirectory ? .directory : n.isSymlink ? .symlink : n.fileType == S_IFREG ? .file : .other
+        do {
+            return try index.itemID(root: root.key, ino: Int64(n.ino), parentIno: parentIno, name: name, kind: kind)
+        } catch {
+            logger.error("\(error.message)")
+            throw .ioError
+        }
+    }
+
+    public func getxattr(_ id: UInt64, name: UnsafePointer<CChar>, size: Int) throws(Errno) -> [UInt8] {
+        let n = try node(id)
+        let s = String(cString: name)
+        if let own = try ownAttribute(n, s) {
+            if size > 0 && own.count > size { throw .outOfRange }
+            return own
+        }
+        guard n.kind == .backing, !n.isSymlink else { throw .noData }
+        if size == 0 {
+            let len = try Sys.check { dd_getxattr_path(n.fd, name, nil, 0) }
+            return [UInt8](repeating: 0, count: len)  // the caller only wants the size
+        }
+        var buf = [UInt8](repeating: 0, count: size)
+        let len = try Sys.check { buf.withUnsafeMutableBytes { dd_getxattr_path(n.fd, name, $0.baseAddress, size) } }
+        return Array(buf[0..<len])
+    }
+
+    public func listxattr(_ id: UInt64, size: Int) throws(Errno) -> [UInt8] {
+        let n = try node(id)
+        guard n.kind == .backing, !n.isSymlink else { return [] }
+        let needed = try Sys.check { dd_listxattr_path(n.fd, nil, 0) }
+        var buf = [UInt8](repeating: 0, count: max(needed, 1))
+        let len = try Sys.check { buf.withUnsafeMutableBytes { dd_listxattr_path(n.fd, $0.baseAddress, needed) } }
+        // Hide anything stored under our own prefix: those names are the drive's to answer.
+        var out = [UInt8]()
+        out.reserveCapacity(len)
+        for part in buf[0..<len].split(separator: 0) {
+            if part.starts(with: Self.ownPrefix.utf8) { continue }
+            out.append(contentsOf: part)
+            out.append(0)
+        }
+        if size > 0 && out.count > size { throw .outOfRange }
+        return out
+    }
+
+    public func setxattr(_ id: UInt64, name: UnsafePointer<CChar>, value: UnsafeRawPointer?, size: Int, flags: Int32) throws(Errno) {
+        let n = try backing(id)
+        if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
+        if n.isSymlink { throw .notPermitted }
+        _ = try Sys.check { dd_setxattr_path(n.fd, name, value, size, flags) }
+    }
+
+    public func removexattr(_ id: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
+        let n = try backing(id)
+        if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
+        if n.isSymlink { throw .notPermitted }
+        _ = try Sys.check { dd_removexattr_path(n.fd, name) }
+    }
+}

@@ -1,0 +1,449 @@
+// FileSystem: the drive's POSIX operations over backing folders, by descriptor; no FUSE in here.
+import CDocDriveSys
+import Foundation
+import Logging
+import Synchronization
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Who is asking: the kernel's view of the calling process.
+public struct Caller: Sendable {
+    public var uid: uid_t
+    public var gid: gid_t
+    public var pid: pid_t
+    public init(uid: uid_t, gid: gid_t, pid: pid_t) {
+        self.uid = uid
+        self.gid = gid
+        self.pid = pid
+    }
+}
+
+/// A node and its attributes, as returned by lookup and the create operations.
+public struct NodeEntry {
+    public let inode: Inode
+    public var attr: stat
+}
+
+/// Which attributes a setattr changes.
+public struct AttributeChanges: Sendable {
+    public enum Time: Sendable {
+        case now
+        case at(timespec)
+    }
+    public var mode: mode_t?
+    public var uid: uid_t?
+    public var gid: gid_t?
+    public var size: Int64?
+    public var atime: Time?
+    public var mtime: Time?
+    public init() {}
+}
+
+/// An open backing file; the adapter keeps it in the FUSE file handle.
+public final class OpenFile: Sendable {
+    public let fd: Int32
+    public let inode: Inode
+    /// Bypass the page cache (the caller asked for O_DIRECT).
+    public let directIO: Bool
+    /// The page cache still holds this content: the kernel need not drop it at open.
+    public let keepCache: Bool
+
+    init(fd: Int32, inode: Inode, directIO: Bool, keepCache: Bool) {
+        self.fd = fd
+        self.inode = inode
+        self.directIO = directIO
+        self.keepCache = keepCache
+    }
+}
+
+/// Tunables that the adapter passes on to the kernel.
+public struct FileSystemOptions: Sendable {
+    public var entryTimeout: Double = 1.0
+    public var attrTimeout: Double = 1.0
+    /// The kernel caches writes; it may read a write-only file and handles O_APPEND itself.
+    public var writebackCache: Bool = true
+    public init() {}
+}
+
+/// The drive as a file system. Thread-safe: FUSE calls arrive on many threads at once, and no
+/// lock is held across a system call (the inode table's lock covers dictionary work only).
+public final class DriveFileSystem: Sendable {
+    public let home: DriveHome
+    public let options: FileSystemOptions
+    let namespace: Namespace
+    let table = InodeTable()
+    public let index: ItemIndex
+    let logger: Logger
+    let daemonUID = geteuid()
+    let daemonGID = getegid()
+    let mountTime = timespec(tv_sec: time(nil), tv_nsec: 0)
+    /// Node ids of the permanent virtual nodes.
+    public static let rootID: UInt64 = 1
+    static let byAppID: UInt64 = 2
+    static let byAppName = ".by-app"
+    private let appViews = Mutex<[String: Inode]>([:])
+
+    public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(), logger: Logger) {
+        self.home = home
+        self.options = options
+        self.index = index
+        self.logger = logger
+        self.namespace = Namespace(home: home, config: config)
+        table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))
+        table.addPermanent(Inode(nodeID: Self.byAppID, kind: .byApp))
+    }
+
+    /// Closes every backing descriptor (after unmount).
+    public func shutdown() {
+        table.removeAll()
+        index.stop()
+    }
+
+    public var liveInodeCount: Int { table.count }
+
+    // MARK: nodes
+
+    @inline(__always)
+    func node(_ id: UInt64) throws(Errno) -> Inode {
+        guard let n = table.get(id) else { throw .staleNFSFileHandle }
+        return n
+    }
+
+    /// A node that must be a backing file or folder (the targets of file operations).
+    @inline(__always)
+    func backing(_ id: UInt64) throws(Errno) -> Inode {
+        let n = try node(id)
+        guard n.kind == .backing else { throw .permissionDenied }
+        return n
+    }
+
+    /// A folder in which entries may be created, removed or renamed.
+    @inline(__always)
+    func writableParent(_ id: UInt64) throws(Errno) -> Inode {
+        let n = try node(id)
+        guard n.kind == .backing else { throw .permissionDenied }  // the top levels are read-only
+        return n
+    }
+
+    func appView(_ appID: String) -> Inode {
+        appViews.withLock { v in
+            if let n = v[appID] { return n }
+            let n = Inode(nodeID: table.nextPermanentID() + UInt64(v.count) + 16, kind: .appView(appID))
+            table.addPermanent(n)
+            v[appID] = n
+            return n
+        }
+    }
+
+    // MARK: attributes of virtual nodes
+
+    func virtualAttr(_ n: Inode) -> stat {
+        var st = stat()
+        st.st_ino = __ino_t(0x7fff_ffff_0000_0000 | n.nodeID)
+        if n.nodeID == Self.rootID { st.st_ino = 1 }
+        st.st_mode = S_IFDIR | 0o555
+        st.st_nlink = 2
+        st.st_uid = daemonUID
+        st.st_gid = daemonGID
+        st.st_blksize = 4096
+        st.st_atim = mountTime
+        st.st_mtim = mountTime
+        st.st_ctim = mountTime
+        return st
+    }
+
+    // MARK: lookup / forget / getattr
+
+    public func lookup(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {
+        let p = try node(parent)
+        switch p.kind {
+        case .backing:
+            if strlen(name) > Names.maxNameBytes { throw .fileNameTooLong }
+            return try lookupBacking(parent: p, name: name)
+        case .root:
+            let s = String(cString: name)
+            if s == Self.byAppName {
+                let n = try node(Self.byAppID)
+                return NodeEntry(inode: n, attr: virtualAttr(n))
+            }
+            guard let root = namespace.current().topLevel[s] else { throw .noSuchFileOrDirectory }
+            return try lookupTop(root, view: .unified)
+        case .byApp:
+            let s = String(cString: name)
+            guard namespace.current().appFolders[s] != nil else { throw .noSuchFileOrDirectory }
+            let n = appView(s)
+            return NodeEntry(inode: n, attr: virtualAttr(n))
+        case .appView(let app):
+            let s = String(cString: name)
+            guard let root = namespace.current().appFolders[app]?[s] else { throw .noSuchFileOrDirectory }
+            return try lookupTop(root, view: .app(app))
+        }
+    }
+
+    private func lookupTop(_ root: BackingRoot, view: View) throws(Errno) -> NodeEntry {
+        let fd = try Sys.openPath(absolute: root.path)
+        let st: stat
+        do { st = try Sys.stat(fd: fd) } catch { Sys.close(fd); throw error }
+        let inode = table.insertOrFind(fd: fd, st: st, root: root, view: view, isTopLevel: true)
+        return NodeEntry(inode: inode, attr: st)
+    }
+
+    func lookupBacking(parent: Inode, name: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {
+        let fd = try Sys.openPath(parent.fd, name)
+        let st: stat
+        do { st = try Sys.stat(fd: fd) } catch { Sys.close(fd); throw error }
+        let inode = table.insertOrFind(fd: fd, st: st, root: parent.root!, view: parent.view, isTopLevel: false)
+        return NodeEntry(inode: inode, attr: st)
+    }
+
+    public func forget(_ id: UInt64, _ n: UInt64) {
+        table.forget(id, n)
+    }
+
+    public func getattr(_ id: UInt64) throws(Errno) -> stat {
+        let n = try node(id)
+        guard n.kind == .backing else { return virtualAttr(n) }
+        return try Sys.stat(fd: n.fd)
+    }
+
+    public func setattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?) throws(Errno) -> stat {
+        let n = try backing(id)
+        let fd = file?.fd
+        if let mode = c.mode {
+            if n.isSymlink { throw .notSupported }
+            if let fd { _ = try Sys.check { fchmod(fd, mode) } } else { _ = try Sys.check { dd_fchmod_path(n.fd, mode) } }
+        }
+        if c.uid != nil || c.gid != nil {
+            let uid = c.uid ?? uid_t.max, gid = c.gid ?? gid_t.max
+            _ = try Sys.check { fchownat(n.fd, "", uid, gid, Sys.AT_EMPTY_PATH | Sys.AT_SYMLINK_NOFOLLOW) }
+        }
+        if let size = c.size {
+            if n.isDirectory { throw .isDirectory }
+            if let fd { _ = try Sys.check { ftruncate(fd, off_t(size)) } } else { _ = try Sys.check { dd_truncate_path(n.fd, off_t(size)) } }
+        }
+        if c.atime != nil || c.mtime != nil {
+            func ts(_ t: AttributeChanges.Time?) -> timespec {
+                switch t {
+                case .none: return timespec(tv_sec: 0, tv_nsec: dd_UTIME_OMIT)
+                case .now: return timespec(tv_sec: 0, tv_nsec: dd_UTIME_NOW)
+                case .at(let v): return v
+                }
+            }
+            var times = [ts(c.atime), ts(c.mtime)]
+            if let fd {
+                _ = try Sys.check { futimens(fd, &times) }
+            } else {
+                _ = try Sys.check { dd_utimensat_fd(n.fd, &times, n.isSymlink ? 1 : 0) }
+            }
+        }
+        return try Sys.stat(fd: n.fd)
+    }
+
+    public func readlink(_ id: UInt64) throws(Errno) -> [UInt8] {
+        let n = try backing(id)
+        var buf = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+        let len = try Sys.check { buf.withUnsafeMutableBufferPointer { readlinkat(n.fd, "", $0.baseAddress!, $0.count) } }
+        return Array(buf[0..<len])
+    }
+
+    // MARK: creating
+
+    /// After creating as the daemon, hands the new item to the caller (only when the daemon is
+    /// root and the caller is someone else). A folder with setgid keeps its group for the child.
+    private func giveToCaller(parent: Inode, name: UnsafePointer<CChar>, _ caller: Caller) throws(Errno) {
+        guard daemonUID == 0, caller.uid != 0 || caller.gid != 0 else { return }
+        var gid = caller.gid
+        if let pst = try? Sys.stat(fd: parent.fd), pst.st_mode & S_ISGID != 0 { gid = gid_t.max }
+        _ = try Sys.check { fchownat(parent.fd, name, caller.uid, gid, Sys.AT_SYMLINK_NOFOLLOW) }
+    }
+
+    private func created(parent: Inode, name: UnsafePointer<CChar>, _ caller: Caller, kind: ItemKind) throws(Errno) -> NodeEntry {
+        do {
+            try giveToCaller(parent: parent, name: name, caller)
+        } catch {
+            _ = unlinkat(parent.fd, name, kind == .directory ? Sys.AT_REMOVEDIR : 0)
+            throw error
+        }
+        let e = try lookupBacking(parent: parent, name: name)
+        index.record(.created(root: parent.root!.key, ino: Int64(e.attr.st_ino), parentIno: Int64(parent.ino),
+                              name: String(cString: name), kind: kind))
+        return e
+    }
+
+    @inline(__always)
+    private func checkName(_ name: UnsafePointer<CChar>) throws(Errno) {
+        if strlen(name) > Names.maxNameBytes { throw .fileNameTooLong }
+    }
+
+    public func mknod(parent: UInt64, name: UnsafePointer<CChar>, mode: mode_t, rdev: dev_t, caller: Caller) throws(Errno) -> NodeEntry {
+        let p = try writableParent(parent)
+        try checkName(name)
+        _ = try Sys.check { mknodat(p.fd, name, mode, rdev) }
+        return try created(parent: p, name: name, caller, kind: (mode & S_IFMT) == S_IFREG ? .file : .other)
+    }
+
+    public func mkdir(parent: UInt64, name: UnsafePointer<CChar>, mode: mode_t, caller: Caller) throws(Errno) -> NodeEntry {
+        let p = try writableParent(parent)
+        try checkName(name)
+        _ = try Sys.check { mkdirat(p.fd, name, mode) }
+        return try created(parent: p, name: name, caller, kind: .directory)
+    }
+
+    public func symlink(target: UnsafePointer<CChar>, parent: UInt64, name: UnsafePointer<CChar>, caller: Caller) throws(Errno) -> NodeEntry {
+        let p = try writableParent(parent)
+        try checkName(name)
+        _ = try Sys.check { symlinkat(target, p.fd, name) }
+        return try created(parent: p, name: name, caller, kind: .symlink)
+    }
+
+    public func link(_ id: UInt64, newParent: UInt64, newName: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {
+        let n = try backing(id)
+        let p = try writableParent(newParent)
+        try checkName(newName)
+        if n.root !== p.root { throw .improperLink }
+        if n.isDirectory { throw .notPermitted }
+        _ = try Sys.check { dd_linkat_path(n.fd, p.fd, newName) }
+        return try lookupBacking(parent: p, name: newName)
+    }
+
+    public func create(parent: UInt64, name: UnsafePointer<CChar>, mode: mode_t, flags: Int32, caller: Caller) throws(Errno) -> (NodeEntry, OpenFile) {
+        let p = try writableParent(parent)
+        try checkName(name)
+        let (f, direct) = backingOpenFlags(flags)
+        let fd = try Sys.check { openat(p.fd, name, f | O_CREAT | Sys.O_NOFOLLOW | Sys.O_CLOEXEC, mode) }
+        do {
+            let e = try created(parent: p, name: name, caller, kind: .file)
+            e.inode.cachedVersion.withLock { $0 = FileVersion(e.attr) }
+            return (e, OpenFile(fd: fd, inode: e.inode, directIO: direct, keepCache: false))
+        } catch {
+            Sys.close(fd)
+            throw error
+        }
+    }
+
+    // MARK: removing and renaming
+
+    public func unlink(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
+        let p = try writableParent(parent)
+        let st = try Sys.stat(p.fd, name)
+        _ = try Sys.check { unlinkat(p.fd, name, 0) }
+        if st.st_nlink <= 1 {
+            index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
+        }
+    }
+
+    public func rmdir(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
+        let p = try writableParent(parent)
+        let st = try Sys.stat(p.fd, name)
+        _ = try Sys.check { unlinkat(p.fd, name, Sys.AT_REMOVEDIR) }
+        index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
+    }
+
+    public func rename(parent: UInt64, name: UnsafePointer<CChar>, newParent: UInt64, newName: UnsafePointer<CChar>, flags: UInt32) throws(Errno) {
+        let p = try writableParent(parent)
+        let np = try writableParent(newParent)
+        try checkName(newName)
+        // Two top-level folders are two stores or containers: `mv` copies when told EXDEV.
+        if p.root !== np.root { throw .improperLink }
+        let src = try Sys.stat(p.fd, name)
+        let exchange = flags & UInt32(dd_RENAME_EXCHANGE) != 0
+        let dst = try? Sys.stat(np.fd, newName)
+        if flags == 0 {
+            _ = try Sys.check { renameat(p.fd, name, np.fd, newName) }
+        } else {
+            _ = try Sys.check { dd_renameat2(p.fd, name, np.fd, newName, flags) }
+        }
+        let root = p.root!.key
+        index.record(.renamed(root: root, ino: Int64(src.st_ino), parentIno: Int64(np.ino), name: String(cString: newName)))
+        if let dst, dst.st_ino != src.st_ino {
+            if exchange {
+                index.record(.renamed(root: root, ino: Int64(dst.st_ino), parentIno: Int64(p.ino), name: String(cString: name)))
+            } else if dst.st_nlink <= 1 || (dst.st_mode & S_IFMT) == S_IFDIR {
+                index.record(.removed(root: root, ino: Int64(dst.st_ino)))
+            }
+        }
+    }
+
+    // MARK: open files
+
+    /// Flags for the backing open: the kernel's writeback cache may read a write-only file and
+    /// appends itself; O_DIRECT becomes direct_io on the handle (FUSE buffers are not aligned).
+    private func backingOpenFlags(_ flags: Int32) -> (Int32, Bool) {
+        var f = flags & ~(O_CREAT | O_EXCL | O_NOCTTY | Sys.O_NOFOLLOW)
+        let direct = f & Sys.O_DIRECT != 0
+        f &= ~Sys.O_DIRECT
+        if options.writebackCache {
+            if f & O_ACCMODE == O_WRONLY { f = (f & ~O_ACCMODE) | O_RDWR }
+            f &= ~O_APPEND
+        }
+        return (f, direct)
+    }
+
+    public func open(_ id: UInt64, flags: Int32) throws(Errno) -> OpenFile {
+        let n = try backing(id)
+        if n.isDirectory { throw .isDirectory }
+        let (f, direct) = backingOpenFlags(flags)
+        let fd = try Sys.check { dd_reopen(n.fd, f) }
+        var keep = false
+        if let st = try? Sys.stat(fd: fd) {
+            let v = FileVersion(st)
+            keep = n.cachedVersion.withLock { old in
+                defer { old = v }
+                return old == v
+            }
+        }
+        if flags & O_TRUNC != 0 { keep = false }
+        return OpenFile(fd: fd, inode: n, directIO: direct, keepCache: keep)
+    }
+
+    public func write(_ file: OpenFile, _ buf: UnsafeRawPointer, count: Int, offset: Int64) throws(Errno) -> Int {
+        try Sys.check { pwrite(file.fd, buf, count, off_t(offset)) }
+    }
+
+    public func read(_ file: OpenFile, into buf: UnsafeMutableRawPointer, count: Int, offset: Int64) throws(Errno) -> Int {
+        try Sys.check { pread(file.fd, buf, count, off_t(offset)) }
+    }
+
+    public func flush(_ file: OpenFile) throws(Errno) {}
+
+    public func release(_ file: OpenFile) {
+        // Remember the version the page cache now holds, so the next open can keep it.
+        if let st = try? Sys.stat(fd: file.fd) {
+            file.inode.cachedVersion.withLock { $0 = FileVersion(st) }
+        }
+        Sys.close(file.fd)
+    }
+
+    public func fsync(_ file: OpenFile, dataOnly: Bool) throws(Errno) {
+        _ = try Sys.check { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
+    }
+
+    public func fallocate(_ file: OpenFile, mode: Int32, offset: Int64, length: Int64) throws(Errno) {
+        _ = try Sys.check { dd_fallocate(file.fd, mode, off_t(offset), off_t(length)) }
+    }
+
+    public func lseek(_ file: OpenFile, offset: Int64, whence: Int32) throws(Errno) -> Int64 {
+        Int64(try Sys.check { Glibc.lseek(file.fd, off_t(offset), whence) })
+    }
+
+    public func copyFileRange(from: OpenFile, offsetIn: Int64, to: OpenFile, offsetOut: Int64, length: Int, flags: UInt32) throws(Errno) -> Int {
+        var oi = off_t(offsetIn), oo = off_t(offsetOut)
+        return try Sys.check { dd_copy_file_range(from.fd, &oi, to.fd, &oo, length, flags) }
+    }
+
+    // MARK: file system
+
+    public func statfs(_ id: UInt64) throws(Errno) -> statvfs {
+        let n = try node(id)
+        var sv = statvfs()
+        if n.kind == .backing {
+            _ = try Sys.check { fstatvfs(n.fd, &sv) }
+        } else {
+            _ = try Sys.check { dd_statvfs(home.path, &sv) }
+        }
+        sv.f_namemax = UInt(Names.maxNameBytes)
+        return sv
+    }
+}

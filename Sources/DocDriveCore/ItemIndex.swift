@@ -1,0 +1,198 @@
+// ItemIndex: the drive's SQLite index (GRDB): stable item ids, written in batches off the hot path.
+import Foundation
+import GRDB
+import Synchronization
+
+/// A change the file system reports; the index applies them in order, in batched transactions.
+public enum ItemEvent: Sendable {
+    /// A new item at (root, ino): it gets a fresh id, replacing whatever a reused inode number had.
+    case created(root: String, ino: Int64, parentIno: Int64, name: String, kind: ItemKind)
+    /// The item moved or was renamed inside its root; its id stays.
+    case renamed(root: String, ino: Int64, parentIno: Int64, name: String)
+    /// The item's last name is gone.
+    case removed(root: String, ino: Int64)
+}
+
+public enum ItemKind: String, Sendable {
+    case file, directory, symlink, other
+}
+
+/// One row of the index.
+public struct ItemRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equatable {
+    public static let databaseTableName = "item"
+    public var id: String
+    public var root: String
+    public var ino: Int64
+    public var parentIno: Int64
+    public var name: String
+    public var kind: String
+    public var created: Double
+}
+
+/// The index: one database per drive, one writer, batched transactions.
+///
+/// Locks: `pending` protects the queue of events not yet written; `writeLock` serialises
+/// batches so that events reach the database in the order they happened. `writeLock` is
+/// taken before `pending`, never the other way round.
+public final class ItemIndex: Sendable {
+    private let pool: DatabasePool
+    private let pending = Mutex<[ItemEvent]>([])
+    private let writeLock = Mutex<Void>(())
+    private let wake = DispatchSemaphore(value: 0)
+    private let stopped = Atomic<Bool>(false)
+    private let lastError = Mutex<String?>(nil)
+
+    /// Opens (creating if needed) the index at `path` and migrates it.
+    public init(path: String) throws(DriveError) {
+        do {
+            var config = Configuration()
+            config.prepareDatabase { db in
+                // WAL with NORMAL: a transaction is durable at the next checkpoint, never torn.
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            }
+            config.busyMode = .timeout(10)
+            pool = try DatabasePool(path: path, configuration: config)
+            try Self.migrator.migrate(pool)
+        } catch {
+            throw DriveError(.index, "The index \(path) cannot be opened: \(error).", underlying: error)
+        }
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1 items") { db in
+            try db.create(table: "item") { t in
+                t.column("id", .text).primaryKey()
+                t.column("root", .text).notNull()
+                t.column("ino", .integer).notNull()
+                t.column("parentIno", .integer).notNull()
+                t.column("name", .text).notNull()
+                t.column("kind", .text).notNull()
+                t.column("created", .double).notNull()
+                t.uniqueKey(["root", "ino"])
+            }
+            try db.create(index: "item_parent", on: "item", columns: ["root", "parentIno", "name"])
+        }
+        return m
+    }
+
+    // MARK: writing
+
+    /// Queues an event; the writer thread applies it within a few milliseconds.
+    public func record(_ event: ItemEvent) {
+        let n = pending.withLock { p -> Int in
+            p.append(event)
+            return p.count
+        }
+        if n == 1 { wake.signal() }
+    }
+
+    /// Starts the background writer (call once, from the daemon).
+    public func startWriter() {
+        let t = Thread { [self] in
+            while !stopped.load(ordering: .relaxed) {
+                _ = wake.wait(timeout: .now() + .milliseconds(200))
+                // Let a burst of operations gather into one transaction.
+                usleep(5_000)
+                flush()
+            }
+        }
+        t.name = "docdrive-index"
+        t.start()
+    }
+
+    /// Writes everything queued so far; returns once it is in the database.
+    public func flush() {
+        writeLock.withLock { _ in
+            let batch = pending.withLock { p -> [ItemEvent] in
+                let b = p
+                p.removeAll(keepingCapacity: true)
+                return b
+            }
+            guard !batch.isEmpty else { return }
+            do {
+                try pool.write { db in
+                    for e in batch { try Self.apply(e, db) }
+                }
+            } catch {
+                lastError.withLock { $0 = "\(error)" }
+            }
+        }
+    }
+
+    public func stop() {
+        stopped.store(true, ordering: .relaxed)
+        wake.signal()
+        flush()
+    }
+
+    /// The last write failure, for status reports.
+    public var writeError: String? { lastError.withLock { $0 } }
+
+    private static func apply(_ e: ItemEvent, _ db: Database) throws {
+        let now = Date().timeIntervalSince1970
+        switch e {
+        case let .created(root, ino, parentIno, name, kind):
+            try db.execute(sql: """
+                INSERT INTO item (id, root, ino, parentIno, name, kind, created) VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(root, ino) DO UPDATE SET id = excluded.id, parentIno = excluded.parentIno,
+                  name = excluded.name, kind = excluded.kind, created = excluded.created
+                """, arguments: [newID(), root, ino, parentIno, name, kind.rawValue, now])
+        case let .renamed(root, ino, parentIno, name):
+            try db.execute(sql: "UPDATE item SET parentIno = ?, name = ? WHERE root = ? AND ino = ?",
+                           arguments: [parentIno, name, root, ino])
+        case let .removed(root, ino):
+            try db.execute(sql: "DELETE FROM item WHERE root = ? AND ino = ?", arguments: [root, ino])
+        }
+    }
+
+    static func newID() -> String { UUID().uuidString.lowercased() }
+
+    // MARK: reading
+
+    /// The stable id of the item at (root, ino), assigning one if the item was never seen.
+    public func itemID(root: String, ino: Int64, parentIno: Int64, name: String, kind: ItemKind) throws(DriveError) -> String {
+        flush()
+        do {
+            return try writeLock.withLock { _ in
+                try pool.write { db -> String in
+                    if let row = try ItemRecord.fetchOne(db, sql: "SELECT * FROM item WHERE root = ? AND ino = ?", arguments: [root, ino]) {
+                        if row.parentIno != parentIno || row.name != name {
+                            try db.execute(sql: "UPDATE item SET parentIno = ?, name = ? WHERE id = ?", arguments: [parentIno, name, row.id])
+                        }
+                        return row.id
+                    }
+                    let rec = ItemRecord(id: Self.newID(), root: root, ino: ino, parentIno: parentIno, name: name,
+                                         kind: kind.rawValue, created: Date().timeIntervalSince1970)
+                    try rec.insert(db)
+                    return rec.id
+                }
+            }
+        } catch {
+            throw DriveError(.index, "The index could not give an id: \(error).", underlying: error)
+        }
+    }
+
+    /// Number of items known, per root.
+    public func counts() throws(DriveError) -> [String: Int] {
+        do {
+            return try pool.read { db in
+                var r = [String: Int]()
+                for row in try Row.fetchAll(db, sql: "SELECT root, COUNT(*) AS n FROM item GROUP BY root") {
+                    r[row["root"]] = row["n"]
+                }
+                return r
+            }
+        } catch {
+            throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
+        }
+    }
+
+    public func item(id: String) throws(DriveError) -> ItemRecord? {
+        do {
+            return try pool.read { db in try ItemRecord.fetchOne(db, key: id) }
+        } catch {
+            throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
+        }
+    }
+}

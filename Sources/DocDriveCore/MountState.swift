@@ -1,0 +1,104 @@
+// MountState: what a running daemon leaves in run/ (mount.json, the drive lock) and the kernel's mount table.
+import CDocDriveSys
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The record a running daemon keeps in `run/mount.json`.
+public struct MountRecord: Codable, Sendable, Equatable {
+    public var pid: Int32
+    public var mountpoint: String
+    public var started: Double
+    public var options: String
+
+    public init(pid: Int32, mountpoint: String, started: Double, options: String) {
+        self.pid = pid
+        self.mountpoint = mountpoint
+        self.started = started
+        self.options = options
+    }
+}
+
+extension DriveHome {
+    public func writeMountRecord(_ r: MountRecord) throws(DriveError) {
+        let data = (try? JSONEncoder().encode(r)) ?? Data()
+        try Self.writeAtomically(String(decoding: data, as: UTF8.self) + "\n", to: mountInfoPath, mode: 0o600)
+    }
+
+    /// The record of the daemon serving this drive, if one is alive.
+    public func liveMountRecord() -> MountRecord? {
+        guard let data = FileManager.default.contents(atPath: mountInfoPath),
+              let r = try? JSONDecoder().decode(MountRecord.self, from: data) else { return nil }
+        return processIsAlive(r.pid) ? r : nil
+    }
+
+    public func removeMountRecord() {
+        unlink(mountInfoPath)
+    }
+
+    /// Takes the drive's lock (held by the daemon for its whole life), or says who holds it.
+    public func acquireDriveLock() throws(DriveError) -> Int32 {
+        try Self.makeDirectory(runPath, mode: 0o700)
+        let fd = open(lockPath, O_RDWR | O_CREAT | dd_O_CLOEXEC, 0o600)
+        if fd < 0 { throw DriveError.io("cannot open \(lockPath)", Errno(rawValue: errno)) }
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            close(fd)
+            if let r = liveMountRecord() {
+                throw DriveError(.alreadyMounted, "This drive is already mounted at \(r.mountpoint) (daemon pid \(r.pid)).")
+            }
+            throw DriveError(.alreadyMounted, "This drive is already in use by another docdrive daemon.")
+        }
+        return fd
+    }
+}
+
+public func processIsAlive(_ pid: Int32) -> Bool {
+    pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)
+}
+
+/// One line of /proc/self/mountinfo.
+public struct MountEntry: Equatable, Sendable {
+    public var mountpoint: String
+    public var fsType: String
+    public var source: String
+}
+
+public enum MountTable {
+    /// Parses mountinfo text (fields: id parent major:minor root mountpoint options ... - fstype source superopts).
+    public static func parse(_ text: String) -> [MountEntry] {
+        text.split(separator: "\n").compactMap { line in
+            let parts = line.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count > 6, let dash = parts.firstIndex(of: "-"), dash + 2 < parts.count else { return nil }
+            return MountEntry(mountpoint: unescape(parts[4]), fsType: parts[dash + 1], source: unescape(parts[dash + 2]))
+        }
+    }
+
+    /// mountinfo writes space, tab, newline and backslash as \ooo octal.
+    static func unescape(_ s: String) -> String {
+        guard s.contains("\\") else { return s }
+        var out = [UInt8](), bytes = Array(s.utf8), i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "\\"), i + 4 <= bytes.count,
+               let v = UInt8(String(decoding: bytes[(i + 1)..<(i + 4)], as: UTF8.self), radix: 8) {
+                out.append(v)
+                i += 4
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func current() -> [MountEntry] {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
+        return parse(text)
+    }
+
+    /// The DocDrive mount at `path`, if there is one.
+    public static func docdriveMount(at path: String) -> MountEntry? {
+        current().last { $0.mountpoint == path && $0.fsType == "fuse.docdrive" }
+    }
+}

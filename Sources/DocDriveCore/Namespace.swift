@@ -1,0 +1,94 @@
+// Namespace: what the mount's top level and `.by-app` show, from the config, reloaded when it changes.
+import CDocDriveSys
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The drive's top level, derived from the config. Reloaded when config.yaml changes on disk,
+/// so `docdrive app add` shows in a running mount within the entry timeout.
+final class Namespace: Sendable {
+    struct Layout: Sendable {
+        var config: DriveConfig
+        /// Top-level display name -> backing root (public apps' Documents and stores).
+        var topLevel: [String: BackingRoot]
+        var topLevelOrder: [String]
+        /// App id -> its three folders.
+        var appFolders: [String: [String: BackingRoot]]
+        var configMTime: timespec
+    }
+
+    static let appFolderNames = ["Documents", "Data", "Inbox"]
+
+    let home: DriveHome
+    private let layout: Mutex<Layout>
+    /// BackingRoot objects by key, kept across reloads so live inodes keep theirs.
+    private let roots = Mutex<[String: BackingRoot]>([:])
+    private let lastCheck = Mutex<Double>(0)
+
+    init(home: DriveHome, config: DriveConfig) {
+        self.home = home
+        self.layout = Mutex(Layout(config: config, topLevel: [:], topLevelOrder: [], appFolders: [:], configMTime: timespec()))
+        let l = build(config, mtime: Self.mtime(home.configPath))
+        layout.withLock { $0 = l }
+    }
+
+    static func mtime(_ path: String) -> timespec {
+        var st = stat()
+        return dd_stat(path, &st) == 0 ? st.st_mtim : timespec()
+    }
+
+    private func root(_ key: String, _ path: String) -> BackingRoot {
+        roots.withLock { r in
+            if let existing = r[key], existing.path == path { return existing }
+            let b = BackingRoot(key: key, path: path)
+            r[key] = b
+            return b
+        }
+    }
+
+    private func build(_ config: DriveConfig, mtime: timespec) -> Layout {
+        var top = [String: BackingRoot](), order = [String](), apps = [String: [String: BackingRoot]]()
+        for app in config.apps {
+            var folders = [String: BackingRoot]()
+            for f in Self.appFolderNames {
+                folders[f] = root("app:\(app.id):\(f)", home.containerPath(app.id) + "/" + f)
+            }
+            apps[app.id] = folders
+            if app.isPublic {
+                top[app.name] = folders["Documents"]
+                order.append(app.name)
+            }
+        }
+        for store in config.stores {
+            top[store.displayName] = root("store:\(store.name)", home.cachePath(store.name))
+            order.append(store.displayName)
+        }
+        return Layout(config: config, topLevel: top, topLevelOrder: order, appFolders: apps, configMTime: mtime)
+    }
+
+    /// The current layout, re-reading config.yaml if it changed (checked at most every 0.5 s).
+    /// A config that no longer parses keeps the last good layout (and is logged by the caller).
+    func current() -> Layout {
+        let now = Date().timeIntervalSince1970
+        let due = lastCheck.withLock { last -> Bool in
+            if now - last < 0.5 { return false }
+            last = now
+            return true
+        }
+        if due {
+            let m = Self.mtime(home.configPath)
+            let old = layout.withLock { $0.configMTime }
+            if m.tv_sec != old.tv_sec || m.tv_nsec != old.tv_nsec {
+                if let config = try? home.loadConfig() {
+                    try? home.prepareFolders(for: config)
+                    let l = build(config, mtime: m)
+                    layout.withLock { $0 = l }
+                    return l
+                }
+            }
+        }
+        return layout.withLock { $0 }
+    }
+}

@@ -1,0 +1,56 @@
+// Sys: the raw system calls of the file system core, each returning its result or throwing Errno.
+import CDocDriveSys
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Every raw call of the core goes through here, so errno is read in one place and EINTR retried.
+enum Sys {
+    static let O_PATH = dd_O_PATH
+    static let O_NOFOLLOW = dd_O_NOFOLLOW
+    static let O_DIRECTORY = dd_O_DIRECTORY
+    static let O_DIRECT = dd_O_DIRECT
+    static let O_CLOEXEC = dd_O_CLOEXEC
+    static let AT_EMPTY_PATH = dd_AT_EMPTY_PATH
+    static let AT_SYMLINK_NOFOLLOW = dd_AT_SYMLINK_NOFOLLOW
+    static let AT_REMOVEDIR = dd_AT_REMOVEDIR
+
+    @inline(__always)
+    static var lastErrno: Errno { Errno(rawValue: dd_errno()) }
+
+    /// Runs a call that returns -1 on failure, retrying on EINTR.
+    @inline(__always)
+    static func check<T: FixedWidthInteger>(_ body: () -> T) throws(Errno) -> T {
+        while true {
+            let r = body()
+            if r != -1 { return r }
+            let e = dd_errno()
+            if e != EINTR { throw Errno(rawValue: e) }
+        }
+    }
+
+    static func openPath(_ dirfd: Int32, _ name: UnsafePointer<CChar>) throws(Errno) -> Int32 {
+        try check { openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+    }
+
+    static func openPath(absolute path: String) throws(Errno) -> Int32 {
+        try check { open(path, O_PATH | O_DIRECTORY | O_CLOEXEC) }
+    }
+
+    static func stat(fd: Int32) throws(Errno) -> stat {
+        var st = Glibc.stat()
+        _ = try check { fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }
+        return st
+    }
+
+    static func stat(_ dirfd: Int32, _ name: UnsafePointer<CChar>) throws(Errno) -> stat {
+        var st = Glibc.stat()
+        _ = try check { fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) }
+        return st
+    }
+
+    static func close(_ fd: Int32) {
+        _ = Glibc.close(fd)  // never retried: the descriptor is gone either way
+    }
+}

@@ -1,0 +1,129 @@
+// FileOps: FUSE callbacks for open files (open/create, read/write, flush/release, fsync, fallocate, lseek, copy_file_range).
+import CFuse
+import DocDriveCore
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@inline(__always)
+private func fillOpen(_ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile) {
+    fi.pointee.fh = handleValue(f)
+    cfuse_fi_set_open_flags(fi, f.directIO ? 1 : 0, f.keepCache ? 1 : 0)
+}
+
+func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        let f = try fs.open(ino, flags: fi!.pointee.flags)
+        fillOpen(fi!, f)
+        if fuse_reply_open(req, fi) != 0 {
+            fs.release(f)
+            Unmanaged.passUnretained(f).release()
+        }
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t,
+              _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: caller(req))
+        fillOpen(fi!, f)
+        var p = entryParam(e, fs)
+        if fuse_reply_create(req, &p, fi) != 0 {
+            fs.forget(e.inode.nodeID, 1)
+            fs.release(f)
+            Unmanaged.passUnretained(f).release()
+        }
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opRead(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ off: off_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
+    // libfuse preads (or splices) straight from the backing descriptor.
+    _ = cfuse_reply_data_fd(req, f.fd, size, off)
+}
+
+func opWrite(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ buf: UnsafePointer<CChar>?, _ size: Int, _ off: off_t,
+             _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
+    do throws(Errno) {
+        let n = try fs.write(f, UnsafeRawPointer(buf!), count: size, offset: Int64(off))
+        fuse_reply_write(req, n)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opFlush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
+    do throws(Errno) {
+        try fs.flush(f)
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opRelease(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    if let f = openFile(fi) {
+        fs.release(f)
+        Unmanaged.passUnretained(f).release()
+        fi!.pointee.fh = 0
+    }
+    fuse_reply_err(req, 0)
+}
+
+func opFsync(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ datasync: Int32, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
+    do throws(Errno) {
+        try fs.fsync(f, dataOnly: datasync != 0)
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opFallocate(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ mode: Int32, _ offset: off_t, _ length: off_t,
+                 _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
+    do throws(Errno) {
+        try fs.fallocate(f, mode: mode, offset: Int64(offset), length: Int64(length))
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opLseek(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ off: off_t, _ whence: Int32, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
+    do throws(Errno) {
+        fuse_reply_lseek(req, off_t(try fs.lseek(f, offset: Int64(off), whence: whence)))
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opCopyFileRange(_ req: fuse_req_t?, _ inoIn: fuse_ino_t, _ offIn: off_t, _ fiIn: UnsafeMutablePointer<fuse_file_info>?,
+                     _ inoOut: fuse_ino_t, _ offOut: off_t, _ fiOut: UnsafeMutablePointer<fuse_file_info>?,
+                     _ len: Int, _ flags: Int32) {
+    let fs = context(req).fs
+    guard let a = openFile(fiIn), let b = openFile(fiOut) else { return replyError(req, .badFileDescriptor) }
+    do throws(Errno) {
+        let n = try fs.copyFileRange(from: a, offsetIn: Int64(offIn), to: b, offsetOut: Int64(offOut), length: len, flags: UInt32(flags))
+        fuse_reply_write(req, n)
+    } catch {
+        replyError(req, error)
+    }
+}

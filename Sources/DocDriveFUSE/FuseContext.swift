@@ -1,0 +1,66 @@
+// FuseContext: what every FUSE callback reaches through the request's userdata.
+import CFuse
+import DocDriveCore
+import Logging
+
+/// Shared by all callbacks; immutable after the session starts.
+public final class FuseContext: Sendable {
+    let fs: DriveFileSystem
+    let logger: Logger
+    let onReady: @Sendable () -> Void
+
+    init(fs: DriveFileSystem, logger: Logger, onReady: @escaping @Sendable () -> Void) {
+        self.fs = fs
+        self.logger = logger
+        self.onReady = onReady
+    }
+}
+
+@inline(__always)
+func context(_ req: fuse_req_t?) -> FuseContext {
+    Unmanaged<FuseContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+}
+
+@inline(__always)
+func caller(_ req: fuse_req_t?) -> Caller {
+    let c = fuse_req_ctx(req)!.pointee
+    return Caller(uid: c.uid, gid: c.gid, pid: c.pid)
+}
+
+/// The open file a FUSE file handle stands for (a retained pointer, released in release()).
+@inline(__always)
+func openFile(_ fi: UnsafeMutablePointer<fuse_file_info>?) -> OpenFile? {
+    guard let fi, fi.pointee.fh != 0 else { return nil }
+    return Unmanaged<OpenFile>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(fi.pointee.fh))!).takeUnretainedValue()
+}
+
+@inline(__always)
+func directoryStream(_ fi: UnsafeMutablePointer<fuse_file_info>?) -> DirectoryStream? {
+    guard let fi, fi.pointee.fh != 0 else { return nil }
+    return Unmanaged<DirectoryStream>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(fi.pointee.fh))!).takeUnretainedValue()
+}
+
+@inline(__always)
+func handleValue(_ object: AnyObject) -> UInt64 {
+    UInt64(UInt(bitPattern: Unmanaged.passRetained(object).toOpaque()))
+}
+
+@inline(__always)
+func entryParam(_ e: NodeEntry, _ fs: DriveFileSystem) -> fuse_entry_param {
+    var p = fuse_entry_param()
+    p.ino = e.inode.nodeID
+    p.generation = 0
+    p.attr = e.attr
+    p.attr_timeout = fs.options.attrTimeout
+    p.entry_timeout = fs.options.entryTimeout
+    return p
+}
+
+@inline(__always)
+func replyEntry(_ req: fuse_req_t?, _ e: NodeEntry, _ fs: DriveFileSystem) {
+    var p = entryParam(e, fs)
+    if fuse_reply_entry(req, &p) != 0 {
+        // The kernel did not take the reference (the request was interrupted): undo the lookup.
+        fs.forget(e.inode.nodeID, 1)
+    }
+}

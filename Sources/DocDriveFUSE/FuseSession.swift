@@ -1,0 +1,74 @@
+// FuseSession: mounts the drive with libfuse, runs the multi-threaded loop, and unmounts on signal.
+import CFuse
+import DocDriveCore
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One mounted session. `run()` blocks until the mount goes away (unmount, or a signal).
+public final class FuseSession: Sendable {
+    public let mountpoint: String
+    private let context: FuseContext
+    private let mountOptions: String
+    private let logger: Logger
+    /// The libfuse session, set while mounted.
+    private let session = Mutex<SessionPointer>(SessionPointer(nil))
+
+    /// - Parameters:
+    ///   - options: comma-separated mount options, already checked by the caller.
+    ///   - onReady: called once the kernel has completed INIT (requests are being served).
+    public init(fs: DriveFileSystem, mountpoint: String, options: String, logger: Logger,
+                onReady: @escaping @Sendable () -> Void) {
+        self.mountpoint = mountpoint
+        self.mountOptions = options
+        self.logger = logger
+        self.context = FuseContext(fs: fs, logger: logger, onReady: onReady)
+    }
+
+    /// Mounts, serves requests until unmounted, then returns. Throws a sentence if mounting fails.
+    public func run(maxThreads: UInt32 = 16) throws(DriveError) {
+        var argStrings = ["docdrive", "-o", mountOptions]
+        var cargs = argStrings.map { strdup($0) }
+        defer { cargs.forEach { free($0) } }
+        var ops = makeOperations()
+        let se: OpaquePointer? = cargs.withUnsafeMutableBufferPointer { buf in
+            var args = cfuse_args_init(Int32(buf.count), buf.baseAddress)
+            defer { fuse_opt_free_args(&args) }
+            return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size,
+                                    Unmanaged.passUnretained(context).toOpaque())
+        }
+        argStrings.removeAll()
+        guard let se else {
+            throw DriveError(.mount, "libfuse refused the mount options \"\(mountOptions)\" (see the daemon log for the one it did not know).")
+        }
+        defer { fuse_session_destroy(se) }
+        if fuse_session_mount(se, mountpoint) != 0 {
+            throw DriveError(.mount, "Cannot mount on \(mountpoint): the kernel refused (is /dev/fuse available and fuse3 installed? the daemon log has libfuse's reason).")
+        }
+        session.withLock { $0 = SessionPointer(se) }
+        logger.info("mounted at \(mountpoint) with -o \(mountOptions)")
+        let rc = cfuse_session_loop_mt(se, 4, maxThreads)
+        session.withLock { $0 = SessionPointer(nil) }
+        fuse_session_unmount(se)
+        logger.info("session loop ended (\(rc)); unmounted \(mountpoint)")
+    }
+
+    /// Asks the session to end (from a signal): unmounting makes the kernel close the connection,
+    /// which ends the loop once the last request is answered.
+    public func requestExit() {
+        session.withLock { s in
+            guard let se = s.pointer else { return }
+            fuse_session_exit(se)
+            fuse_session_unmount(se)
+        }
+    }
+}
+
+/// libfuse's session pointer; used only under `FuseSession.session`'s lock.
+struct SessionPointer: @unchecked Sendable {
+    let pointer: OpaquePointer?
+    init(_ p: OpaquePointer?) { pointer = p }
+}

@@ -1,0 +1,149 @@
+// NodeOps: FUSE callbacks for names and attributes (lookup, forget, getattr/setattr, create, remove, rename).
+import CFuse
+import DocDriveCore
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+func opLookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        replyEntry(req, try fs.lookup(parent: parent, name: name!), fs)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opForget(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ n: UInt64) {
+    context(req).fs.forget(ino, n)
+    fuse_reply_none(req)
+}
+
+func opForgetMulti(_ req: fuse_req_t?, _ count: Int, _ forgets: UnsafeMutablePointer<fuse_forget_data>?) {
+    let fs = context(req).fs
+    for i in 0..<count {
+        let f = forgets![i]
+        fs.forget(f.ino, f.nlookup)
+    }
+    fuse_reply_none(req)
+}
+
+func opGetattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        var st = try fs.getattr(ino)
+        fuse_reply_attr(req, &st, fs.options.attrTimeout)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opSetattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ attr: UnsafeMutablePointer<stat>?, _ toSet: Int32,
+               _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    let fs = context(req).fs
+    let a = attr!.pointee
+    var c = AttributeChanges()
+    if toSet & FUSE_SET_ATTR_MODE != 0 { c.mode = a.st_mode }
+    if toSet & FUSE_SET_ATTR_UID != 0 { c.uid = a.st_uid }
+    if toSet & FUSE_SET_ATTR_GID != 0 { c.gid = a.st_gid }
+    if toSet & FUSE_SET_ATTR_SIZE != 0 { c.size = Int64(a.st_size) }
+    if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { c.atime = .now } else if toSet & FUSE_SET_ATTR_ATIME != 0 { c.atime = .at(a.st_atim) }
+    if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { c.mtime = .now } else if toSet & FUSE_SET_ATTR_MTIME != 0 { c.mtime = .at(a.st_mtim) }
+    do throws(Errno) {
+        var st = try fs.setattr(ino, c, file: openFile(fi))
+        fuse_reply_attr(req, &st, fs.options.attrTimeout)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opReadlink(_ req: fuse_req_t?, _ ino: fuse_ino_t) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        var target = try fs.readlink(ino)
+        target.append(0)
+        target.withUnsafeBufferPointer { b in
+            b.withMemoryRebound(to: CChar.self) { _ = fuse_reply_readlink(req, $0.baseAddress) }
+        }
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opMknod(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t, _ rdev: dev_t) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        replyEntry(req, try fs.mknod(parent: parent, name: name!, mode: mode, rdev: rdev, caller: caller(req)), fs)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opMkdir(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        replyEntry(req, try fs.mkdir(parent: parent, name: name!, mode: mode, caller: caller(req)), fs)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opSymlink(_ req: fuse_req_t?, _ link: UnsafePointer<CChar>?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        replyEntry(req, try fs.symlink(target: link!, parent: parent, name: name!, caller: caller(req)), fs)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opLink(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        replyEntry(req, try fs.link(ino, newParent: newParent, newName: newName!), fs)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opUnlink(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        try fs.unlink(parent: parent, name: name!)
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opRmdir(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        try fs.rmdir(parent: parent, name: name!)
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opRename(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ newParent: fuse_ino_t,
+              _ newName: UnsafePointer<CChar>?, _ flags: UInt32) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        try fs.rename(parent: parent, name: name!, newParent: newParent, newName: newName!, flags: flags)
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opStatfs(_ req: fuse_req_t?, _ ino: fuse_ino_t) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        var sv = try fs.statfs(ino)
+        fuse_reply_statfs(req, &sv)
+    } catch {
+        replyError(req, error)
+    }
+}

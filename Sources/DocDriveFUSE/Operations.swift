@@ -1,0 +1,59 @@
+// Operations: the one function that fills libfuse's low-level operation table.
+import CFuse
+
+/// Called on libfuse's thread once the kernel has sent INIT: choose capabilities.
+func opInit(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<fuse_conn_info>?) {
+    let ctx = Unmanaged<FuseContext>.fromOpaque(userdata!).takeUnretainedValue()
+    let conn = conn!
+    if ctx.fs.options.writebackCache { cfuse_conn_enable(conn, UInt32(FUSE_CAP_WRITEBACK_CACHE)) }
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_PARALLEL_DIROPS))
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_ASYNC_READ))
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_AUTO_INVAL_DATA))
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_READDIRPLUS))
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_READDIRPLUS_AUTO))
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_ASYNC_DIO))
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_ATOMIC_O_TRUNC))
+    // The kernel clears setuid/setgid on writes and chown by others: we run as root and would not.
+    cfuse_conn_disable(conn, UInt32(FUSE_CAP_HANDLE_KILLPRIV))
+    ctx.logger.info("kernel connection ready: protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), max_write \(conn.pointee.max_write)")
+    ctx.onReady()
+}
+
+func makeOperations() -> fuse_lowlevel_ops {
+    var ops = fuse_lowlevel_ops()
+    ops.`init` = opInit
+    ops.lookup = opLookup
+    ops.forget = opForget
+    ops.forget_multi = opForgetMulti
+    ops.getattr = opGetattr
+    ops.setattr = opSetattr
+    ops.readlink = opReadlink
+    ops.mknod = opMknod
+    ops.mkdir = opMkdir
+    ops.symlink = opSymlink
+    ops.link = opLink
+    ops.unlink = opUnlink
+    ops.rmdir = opRmdir
+    ops.rename = opRename
+    ops.open = opOpen
+    ops.create = opCreate
+    ops.read = opRead
+    ops.write = opWrite
+    ops.flush = opFlush
+    ops.release = opRelease
+    ops.fsync = opFsync
+    ops.fallocate = opFallocate
+    ops.lseek = opLseek
+    ops.copy_file_range = opCopyFileRange
+    ops.opendir = opOpendir
+    ops.readdir = opReaddir
+    ops.readdirplus = opReaddirplus
+    ops.releasedir = opReleasedir
+    ops.fsyncdir = opFsyncdir
+    ops.statfs = opStatfs
+    ops.getxattr = opGetxattr
+    ops.listxattr = opListxattr
+    ops.setxattr = opSetxattr
+    ops.removexattr = opRemovexattr
+    return ops
+}

@@ -1,0 +1,51 @@
+// XattrOps: FUSE callbacks for extended attributes.
+import CFuse
+import DocDriveCore
+import SystemPackage
+
+private func replyXattr(_ req: fuse_req_t?, _ value: [UInt8], size: Int) {
+    if size == 0 {
+        fuse_reply_xattr(req, value.count)
+    } else {
+        value.withUnsafeBytes { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), value.count) }
+    }
+}
+
+func opGetxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ size: Int) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        replyXattr(req, try fs.getxattr(ino, name: name!, size: size), size: size)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opListxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        replyXattr(req, try fs.listxattr(ino, size: size), size: size)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opSetxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ value: UnsafePointer<CChar>?,
+                _ size: Int, _ flags: Int32) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        try fs.setxattr(ino, name: name!, value: UnsafeRawPointer(value), size: size, flags: flags)
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}
+
+func opRemovexattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+    let fs = context(req).fs
+    do throws(Errno) {
+        try fs.removexattr(ino, name: name!)
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}

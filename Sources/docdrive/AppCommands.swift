@@ -1,0 +1,82 @@
+// AppCommands: `docdrive app add|list|remove`: application containers.
+import ArgumentParser
+import DocDriveCore
+import Foundation
+
+struct App: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage application containers.",
+        subcommands: [Add.self, List.self, Remove.self])
+
+    struct Add: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add an app container (Documents, Data, Inbox).")
+        @OptionGroup var drive: DriveOptions
+        @Argument(help: "The app's id, reverse-DNS style (org.example.notes).") var id: String
+        @Option(help: "The name its public Documents folder shows under.") var name: String?
+        @Flag(help: "Show the app's Documents at the top of the mount.") var `public` = false
+
+        func run() throws {
+            try guarded {
+                let home = drive.driveHome
+                var config = try home.loadConfig()
+                if let p = Names.problem(withAppID: id) {
+                    throw DriveError(.invalidName, "The app id \"\(id)\" is not valid: \(p).")
+                }
+                if config.apps.contains(where: { $0.id == id }) {
+                    throw DriveError(.alreadyExists, "The app \(id) already exists.")
+                }
+                config.apps.append(AppConfig(id: id, name: name ?? id, isPublic: self.public))
+                try config.validate(file: "the new config")
+                try home.prepareFolders(for: config)
+                try home.saveConfig(config)
+                print("Added app \(id)" + (self.public ? ", shown as \"\(name ?? id)\"." : " (private: only in .by-app/\(id))."))
+            }
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the app containers.")
+        @OptionGroup var drive: DriveOptions
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() throws {
+            try guarded {
+                let home = drive.driveHome
+                let config = try home.loadConfig()
+                if json {
+                    printJSON(config.apps.map { ["id": $0.id, "name": $0.name, "public": $0.isPublic, "path": home.containerPath($0.id)] as [String: Any] })
+                    return
+                }
+                if config.apps.isEmpty { print("No apps. Add one with `docdrive app add ID --name NAME --public`."); return }
+                for app in config.apps {
+                    print("\(app.id)\t\(app.name)\t\(app.isPublic ? "public" : "private")")
+                }
+            }
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove an app container from the drive (its files stay on disk unless --delete-files).")
+        @OptionGroup var drive: DriveOptions
+        @Argument var id: String
+        @Flag(help: "Also delete the container's files.") var deleteFiles = false
+
+        func run() throws {
+            try guarded {
+                let home = drive.driveHome
+                var config = try home.loadConfig()
+                guard let i = config.apps.firstIndex(where: { $0.id == id }) else {
+                    throw DriveError(.notFound, "There is no app \(id) (see `docdrive app list`).")
+                }
+                config.apps.remove(at: i)
+                try home.saveConfig(config)
+                if deleteFiles {
+                    try? FileManager.default.removeItem(atPath: home.containerPath(id))
+                    print("Removed app \(id) and deleted its files.")
+                } else {
+                    print("Removed app \(id); its files stay in \(home.containerPath(id)).")
+                }
+            }
+        }
+    }
+}

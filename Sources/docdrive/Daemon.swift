@@ -1,0 +1,83 @@
+// Daemon: the mounted drive's process: lock, index, FUSE session, signals, clean exit.
+import CDocDriveSys
+import DocDriveCore
+import DocDriveFUSE
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct Daemon {
+    let home: DriveHome
+    let config: DriveConfig
+    let mountpoint: String
+    let options: String
+    let readyFD: Int32?
+
+    /// Tells the waiting `docdrive mount` how it went (once), through the ready pipe.
+    static func tell(_ fd: Int32?, _ message: String) {
+        guard let fd, fd >= 0 else { return }
+        let line = message + "\n"
+        _ = line.withCString { write(fd, $0, strlen($0)) }
+        close(fd)
+    }
+
+    func run() throws {
+        LoggingSystem.bootstrap { label in
+            var h = StreamLogHandler.standardError(label: label)
+            h.logLevel = ProcessInfo.processInfo.environment["DOCDRIVE_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+            return h
+        }
+        let logger = Logger(label: "docdrive")
+        do {
+            try serve(logger: logger)
+        } catch let e as DriveError {
+            logger.error("\(e.message)")
+            Self.tell(readyFD, "error " + e.message)
+            throw e
+        }
+    }
+
+    private func serve(logger: Logger) throws(DriveError) {
+        var limit: UInt64 = 0
+        if dd_set_nofile_limit_max(&limit) == 0 { logger.info("open file limit \(limit)") }
+        let lock = try home.acquireDriveLock()
+        defer { close(lock) }
+        let index = try ItemIndex(path: home.indexPath)
+        index.startWriter()
+        let fs = DriveFileSystem(home: home, config: config, index: index, logger: logger)
+        let ready = Mutex<Int32?>(readyFD)
+        let record = MountRecord(pid: getpid(), mountpoint: mountpoint, started: Date().timeIntervalSince1970, options: options)
+        let session = FuseSession(fs: fs, mountpoint: mountpoint, options: options, logger: logger) { [home] in
+            try? home.writeMountRecord(record)
+            ready.withLock { fd in
+                Daemon.tell(fd, "ready")
+                fd = nil
+            }
+        }
+        let signals = Self.watchSignals(logger: logger) { session.requestExit() }
+        defer { signals.forEach { $0.cancel() } }
+        defer {
+            fs.shutdown()
+            home.removeMountRecord()
+        }
+        try session.run()
+        logger.info("daemon done")
+    }
+
+    /// SIGTERM, SIGINT and SIGHUP end the session cleanly (they unmount).
+    static func watchSignals(logger: Logger, _ handler: @escaping @Sendable () -> Void) -> [DispatchSourceSignal] {
+        [SIGTERM, SIGINT, SIGHUP].map { sig in
+            signal(sig, SIG_IGN)
+            let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            s.setEventHandler {
+                logger.info("signal \(sig): unmounting")
+                handler()
+            }
+            s.resume()
+            return s
+        }
+    }
+}

@@ -1,0 +1,151 @@
+// MountCommand: `docdrive mount`: start the daemon (or run it in the foreground) and wait until the mount is ready.
+import ArgumentParser
+import CDocDriveSys
+import DocDriveCore
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct Mount: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Mount the drive on a folder; returns once the mount is ready.")
+
+    @OptionGroup var drive: DriveOptions
+
+    @Argument(help: "The folder to mount on (created if missing).")
+    var mountpoint: String
+
+    @Flag(help: "Stay in the foreground and log to stderr (for systemd and debugging).")
+    var foreground = false
+
+    @Option(name: .short, help: ArgumentHelp("Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, noatime, noexec, nosuid, nodev.", valueName: "options"))
+    var options: [String] = []
+
+    @Option(help: ArgumentHelp("Seconds to wait for the mount to be ready.", valueName: "seconds"))
+    var timeout: Double = 60
+
+    @Option(help: .hidden) var readyFD: Int32?
+
+    static let allowedOptions: Set<String> = [
+        "allow_other", "allow_root", "default_permissions", "ro", "rw", "noatime", "atime", "relatime", "nodiratime",
+        "noexec", "exec", "nosuid", "suid", "nodev", "dev", "sync", "async", "dirsync",
+        "fsname=docdrive", "subtype=docdrive",
+    ]
+
+    /// The options given, checked, with the ones DocDrive always wants added.
+    func mountOptions() throws -> String {
+        var list = ["fsname=docdrive", "subtype=docdrive"]
+        for o in options.flatMap({ $0.split(separator: ",").map(String.init) }) where !o.isEmpty {
+            guard Self.allowedOptions.contains(o) else {
+                throw DriveError(.invalidConfig, "Unknown mount option \"\(o)\" (known: \(Self.allowedOptions.sorted().joined(separator: ", "))).")
+            }
+            if !list.contains(o) { list.append(o) }
+        }
+        // The kernel checks permissions from the attributes we report; without it a root
+        // daemon would let anyone do anything.
+        if !list.contains("default_permissions") { list.append("default_permissions") }
+        return list.joined(separator: ",")
+    }
+
+    func run() throws {
+        try guarded {
+            let home = drive.driveHome
+            let config = try home.loadConfig()
+            try home.prepareFolders(for: config)
+            let opts = try mountOptions()
+            let mp = try Self.prepareMountpoint(mountpoint)
+            if foreground || readyFD != nil {
+                try Daemon(home: home, config: config, mountpoint: mp, options: opts, readyFD: readyFD).run()
+            } else {
+                try startDaemon(home: home, mountpoint: mp, options: opts)
+            }
+        }
+    }
+
+    /// Resolves, creates if needed and checks the folder; refuses a folder that is already a mount of ours.
+    static func prepareMountpoint(_ raw: String) throws(DriveError) -> String {
+        let abs = DriveHome.absolute(raw)
+        var st = stat()
+        if dd_stat(abs, &st) != 0 {
+            let e = errno
+            if e == ENOTCONN {
+                throw DriveError(.busy, "\(abs) is a dead mount (its daemon is gone); run `docdrive unmount \(abs)` first.")
+            }
+            if e != ENOENT { throw DriveError(.io, "Cannot use \(abs) as a mount point: \(String(cString: strerror(e))).") }
+            do {
+                try FileManager.default.createDirectory(atPath: abs, withIntermediateDirectories: true)
+            } catch {
+                throw DriveError(.io, "Cannot create the mount point \(abs): \((error as NSError).localizedDescription).")
+            }
+        } else if st.st_mode & S_IFMT != S_IFDIR {
+            throw DriveError(.invalidConfig, "The mount point \(abs) is not a folder.")
+        }
+        guard let real = realpath(abs, nil) else { throw DriveError(.io, "Cannot resolve \(abs).") }
+        defer { free(real) }
+        let path = String(cString: real)
+        if MountTable.docdriveMount(at: path) != nil {
+            throw DriveError(.alreadyMounted, "A DocDrive is already mounted at \(path).")
+        }
+        return path
+    }
+
+    /// Starts `docdrive mount --ready-fd 3` detached, and waits for its word through a pipe.
+    func startDaemon(home: DriveHome, mountpoint mp: String, options opts: String) throws {
+        if let r = home.liveMountRecord() {
+            throw DriveError(.alreadyMounted, "This drive is already mounted at \(r.mountpoint) (daemon pid \(r.pid)).")
+        }
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw DriveError(.io, "Cannot create a pipe: \(String(cString: strerror(errno))).") }
+        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let args = [exe, "mount", mp, "--home", home.path, "-o", opts, "--ready-fd", "3"]
+        var cargs: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
+        defer { cargs.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = dd_spawn_daemon(exe, &cargs, fds[1], fds[0], home.logPath, &pid)
+        close(fds[1])
+        if rc != 0 {
+            close(fds[0])
+            throw DriveError(.mount, "Cannot start the daemon \(exe): \(String(cString: strerror(rc))).")
+        }
+        let reply = Self.readReply(fds[0], timeout: timeout)
+        close(fds[0])
+        if reply == "ready" {
+            print("Mounted the drive at \(mp) (daemon pid \(pid), log \(home.logPath)).")
+            return
+        }
+        if reply.hasPrefix("error ") {
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            throw DriveError(.mount, String(reply.dropFirst(6)))
+        }
+        if reply == "timeout" {
+            kill(pid, SIGTERM)
+            throw DriveError(.mount, "The mount was not ready after \(Int(timeout)) s; the daemon was stopped (log: \(home.logPath)).")
+        }
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        throw DriveError(.mount, "The daemon exited before the mount was ready; its log is \(home.logPath).")
+    }
+
+    static func readReply(_ fd: Int32, timeout: Double) -> String {
+        var data = [UInt8]()
+        let deadline = Date().addingTimeInterval(timeout)
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let left = deadline.timeIntervalSinceNow
+            if left <= 0 { return "timeout" }
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let r = poll(&p, 1, Int32(min(left, 1) * 1000))
+            if r < 0 && errno == EINTR { continue }
+            if r == 0 { continue }
+            let n = read(fd, &buf, buf.count)
+            if n <= 0 { break }
+            data += buf[0..<n]
+            if data.contains(UInt8(ascii: "\n")) { break }
+        }
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}

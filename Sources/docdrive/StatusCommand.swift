@@ -1,0 +1,45 @@
+// StatusCommand: `docdrive status`: the drive, its mount, apps, stores and index.
+import ArgumentParser
+import DocDriveCore
+import Foundation
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the drive: where it is, whether it is mounted, apps, stores, items.")
+
+    @OptionGroup var drive: DriveOptions
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() throws {
+        try guarded {
+            let home = drive.driveHome
+            let config = try home.loadConfig()
+            let record = home.liveMountRecord()
+            var counts = [String: Int]()
+            if FileManager.default.fileExists(atPath: home.indexPath) {
+                counts = (try? ItemIndex(path: home.indexPath).counts()) ?? [:]
+            }
+            let items = counts.values.reduce(0, +)
+            if json {
+                var out: [String: Any] = [
+                    "home": home.path, "config": home.configPath, "mounted": record != nil, "items": items,
+                    "apps": config.apps.map { ["id": $0.id, "name": $0.name, "public": $0.isPublic] as [String: Any] },
+                    "stores": config.stores.map { ["name": $0.name, "display": $0.displayName, "remote": $0.remote.summary] },
+                ]
+                if let r = record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started] }
+                printJSON(out)
+                return
+            }
+            print("Drive:   \(home.path)")
+            if let r = record {
+                print("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options))")
+            } else {
+                print("Mounted: no")
+            }
+            print("Apps:    \(config.apps.isEmpty ? "none" : "")")
+            for a in config.apps { print("  \(a.id)  \"\(a.name)\"  \(a.isPublic ? "public" : "private")") }
+            print("Stores:  \(config.stores.isEmpty ? "none" : "")")
+            for s in config.stores { print("  \(s.name)  \"\(s.displayName)\"  \(s.remote.summary)") }
+            print("Items:   \(items) with a stable id in the index")
+        }
+    }
+}

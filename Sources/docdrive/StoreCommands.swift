@@ -1,0 +1,97 @@
+// StoreCommands: `docdrive store add|list|remove`: provider stores.
+import ArgumentParser
+import DocDriveCore
+import Foundation
+
+struct Store: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage provider stores.",
+        subcommands: [Add.self, List.self, Remove.self])
+
+    struct Add: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add a store: a local copy under the drive home plus a remote.")
+        @OptionGroup var drive: DriveOptions
+        @Argument(help: "The store's short name (lowercase letters, digits, - and _).") var name: String
+        @Option(name: .customLong("name"), help: "The name it shows under at the top of the mount.") var display: String?
+        @Option(help: "The folder remote: a directory elsewhere (a NAS mount, a USB disk).") var folder: String
+
+        func run() throws {
+            try guarded {
+                let home = drive.driveHome
+                var config = try home.loadConfig()
+                if let p = Names.problem(withStoreName: name) {
+                    throw DriveError(.invalidName, "The store name \"\(name)\" is not valid: \(p).")
+                }
+                if config.stores.contains(where: { $0.name == name }) {
+                    throw DriveError(.alreadyExists, "The store \(name) already exists.")
+                }
+                let path = DriveHome.absolute(folder)
+                var isDir: ObjCBool = false
+                if !FileManager.default.fileExists(atPath: path, isDirectory: &isDir) {
+                    do {
+                        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                    } catch {
+                        throw DriveError(.io, "The remote folder \(path) does not exist and cannot be created: \((error as NSError).localizedDescription).")
+                    }
+                } else if !isDir.boolValue {
+                    throw DriveError(.invalidConfig, "The remote \(path) is not a folder.")
+                }
+                config.stores.append(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: path)))
+                try config.validate(file: "the new config")
+                try home.prepareFolders(for: config)
+                try home.saveConfig(config)
+                print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(path).")
+            }
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the stores.")
+        @OptionGroup var drive: DriveOptions
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() throws {
+            try guarded {
+                let home = drive.driveHome
+                let config = try home.loadConfig()
+                if json {
+                    printJSON(config.stores.map { s -> [String: Any] in
+                        var r: [String: Any] = ["name": s.name, "display": s.displayName, "cache": home.cachePath(s.name), "remoteType": s.remote.kind]
+                        if case .folder(let p) = s.remote { r["remotePath"] = p }
+                        return r
+                    })
+                    return
+                }
+                if config.stores.isEmpty { print("No stores. Add one with `docdrive store add NAME --name DISPLAY --folder PATH`."); return }
+                for s in config.stores {
+                    print("\(s.name)\t\(s.displayName)\t\(s.remote.summary)")
+                }
+            }
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove a store from the drive (its local copy stays unless --delete-cache; the remote is never touched).")
+        @OptionGroup var drive: DriveOptions
+        @Argument var name: String
+        @Flag(help: "Also delete the local copy under the drive home.") var deleteCache = false
+
+        func run() throws {
+            try guarded {
+                let home = drive.driveHome
+                var config = try home.loadConfig()
+                guard let i = config.stores.firstIndex(where: { $0.name == name }) else {
+                    throw DriveError(.notFound, "There is no store \(name) (see `docdrive store list`).")
+                }
+                config.stores.remove(at: i)
+                try home.saveConfig(config)
+                if deleteCache {
+                    try? FileManager.default.removeItem(atPath: home.storePath(name))
+                    print("Removed store \(name) and deleted its local copy; its remote is untouched.")
+                } else {
+                    print("Removed store \(name); its local copy stays in \(home.cachePath(name)) and its remote is untouched.")
+                }
+            }
+        }
+    }
+}

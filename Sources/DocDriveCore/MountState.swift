@@ -63,6 +63,12 @@ public struct MountEntry: Equatable, Sendable {
     public var mountpoint: String
     public var fsType: String
     public var source: String
+
+    public init(mountpoint: String, fsType: String, source: String) {
+        self.mountpoint = mountpoint
+        self.fsType = fsType
+        self.source = source
+    }
 }
 
 public enum MountTable {

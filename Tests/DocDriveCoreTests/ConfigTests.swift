@@ -1,0 +1,96 @@
+// ConfigTests: reading, validating and writing config.yaml.
+import DocDriveCore
+import XCTest
+
+final class ConfigTests: XCTestCase {
+    func testParsesAppsAndStores() throws {
+        // Given a config with one public app, one private app and one folder store
+        let text = """
+        apps:
+          - id: org.example.notes
+            name: Notes
+            public: true
+          - id: org.example.secret
+        stores:
+          - name: work
+            display: Work
+            remote: {type: folder, path: /srv/work}
+        """
+        // When it is parsed
+        let c = try DriveConfig.parse(text, file: "config.yaml")
+        // Then every field is read, with defaults for what is missing
+        XCTAssertEqual(c.apps, [AppConfig(id: "org.example.notes", name: "Notes", isPublic: true),
+                                AppConfig(id: "org.example.secret", name: "org.example.secret", isPublic: false)])
+        XCTAssertEqual(c.stores, [StoreConfig(name: "work", displayName: "Work", remote: .folder(path: "/srv/work"))])
+        XCTAssertEqual(c.topLevelNames, ["Notes", "Work"])
+    }
+
+    func testSyntaxErrorNamesFileAndLine() {
+        let text = "apps:\n  - id: a\n    name: [unclosed\n"
+        XCTAssertThrowsError(try DriveConfig.parse(text, file: "/h/config.yaml")) { e in
+            let msg = (e as! DriveError).message
+            XCTAssertTrue(msg.hasPrefix("/h/config.yaml: line "), msg)
+        }
+    }
+
+    func testUnknownKeyNamesLine() {
+        let text = "apps:\n  - id: a\n    nmae: Notes\n"
+        XCTAssertThrowsError(try DriveConfig.parse(text, file: "c.yaml")) { e in
+            let msg = (e as! DriveError).message
+            XCTAssertTrue(msg.contains("line 3"), msg)
+            XCTAssertTrue(msg.contains("nmae"), msg)
+        }
+    }
+
+    func testWrongTypeIsExplained() {
+        XCTAssertThrowsError(try DriveConfig.parse("apps:\n  - id: a\n    public: maybe\n", file: "c")) { e in
+            XCTAssertTrue((e as! DriveError).message.contains("true or false"))
+        }
+        XCTAssertThrowsError(try DriveConfig.parse("stores:\n  - name: s\n    remote: {type: ftp, path: /x}\n", file: "c")) { e in
+            XCTAssertTrue((e as! DriveError).message.contains("\"ftp\""))
+        }
+        XCTAssertThrowsError(try DriveConfig.parse("stores:\n  - name: s\n", file: "c")) { e in
+            XCTAssertTrue((e as! DriveError).message.contains("has no remote"))
+        }
+    }
+
+    func testTopLevelNamesMustBeUnique() {
+        let c = DriveConfig(apps: [AppConfig(id: "a.b", name: "Work", isPublic: true)],
+                            stores: [StoreConfig(name: "work", displayName: "Work", remote: .folder(path: "/x"))])
+        XCTAssertThrowsError(try c.validate()) { e in
+            XCTAssertTrue((e as! DriveError).message.contains("both show as \"Work\""))
+        }
+        // A private app does not show at the top, so it may share the name.
+        let ok = DriveConfig(apps: [AppConfig(id: "a.b", name: "Work", isPublic: false)], stores: c.stores)
+        XCTAssertNoThrow(try ok.validate())
+    }
+
+    func testBadNamesAreRefused() {
+        for name in ["", ".hidden", "a/b", "..", String(repeating: "x", count: 256)] {
+            let c = DriveConfig(apps: [AppConfig(id: "a.b", name: name, isPublic: true)])
+            XCTAssertThrowsError(try c.validate(), "name \(name.debugDescription)")
+        }
+        for id in ["", "../x", "a b", "-x", "a/b"] {
+            XCTAssertThrowsError(try DriveConfig(apps: [AppConfig(id: id, name: "N", isPublic: false)]).validate(), id)
+        }
+        XCTAssertThrowsError(try DriveConfig(stores: [StoreConfig(name: "Work", displayName: "W", remote: .folder(path: "/x"))]).validate())
+        XCTAssertThrowsError(try DriveConfig(stores: [StoreConfig(name: "w", displayName: "W", remote: .folder(path: "rel"))]).validate())
+    }
+
+    func testWrittenConfigReadsBackTheSame() throws {
+        // Given names that need quoting in YAML
+        let c = DriveConfig(apps: [AppConfig(id: "org.x", name: "My \"Notes\": 2\\3 #no", isPublic: true),
+                                   AppConfig(id: "org.y", name: "yes", isPublic: false)],
+                            stores: [StoreConfig(name: "s3-x", displayName: "Ärchiv – alt", remote: .folder(path: "/mnt/nas: a"))])
+        // When written and read again
+        let back = try DriveConfig.parse(c.yaml(), file: "c")
+        // Then nothing changed
+        XCTAssertEqual(back, c)
+        XCTAssertEqual(try DriveConfig.parse(DriveConfig().yaml(), file: "c"), DriveConfig())
+    }
+
+    func testEmptyFileIsAnEmptyDrive() throws {
+        XCTAssertEqual(try DriveConfig.parse("", file: "c"), DriveConfig())
+        XCTAssertEqual(try DriveConfig.parse("# only a comment\n", file: "c"), DriveConfig())
+    }
+}

@@ -1,0 +1,117 @@
+// FileSystemTests: the core file system without a kernel: top level, errors, create/read/rename.
+import DocDriveCore
+import Foundation
+import Logging
+import SystemPackage
+import XCTest
+
+final class FileSystemTests: XCTestCase {
+    var home: DriveHome!
+    var fs: DriveFileSystem!
+    let me = Caller(uid: getuid(), gid: getgid(), pid: getpid())
+
+    override func setUpWithError() throws {
+        home = DriveHome(path: NSTemporaryDirectory() + "dd-fs-\(UUID().uuidString)")
+        let config = DriveConfig(
+            apps: [AppConfig(id: "org.n", name: "Notes", isPublic: true), AppConfig(id: "org.p", name: "Private", isPublic: false)],
+            stores: [StoreConfig(name: "work", displayName: "Work", remote: .folder(path: home.path + "/remote"))])
+        try home.initialize(with: config)
+        fs = DriveFileSystem(home: home, config: config, index: try ItemIndex(path: home.indexPath), logger: Logger(label: "test"))
+    }
+
+    override func tearDown() {
+        fs.shutdown()
+        try? FileManager.default.removeItem(atPath: home.path)
+    }
+
+    func names(_ node: UInt64) throws -> [String] {
+        let d = try fs.opendir(node)
+        defer { fs.releasedir(d) }
+        var out = [String]()
+        try fs.readdir(d, offset: 0, plus: false) { name, _, _ in
+            out.append(String(cString: name))
+            return true
+        }
+        return out.sorted()
+    }
+
+    func lookup(_ parent: UInt64, _ name: String) throws -> NodeEntry {
+        try name.withCString { (c) throws in try fs.lookup(parent: parent, name: c) }
+    }
+
+    func expectErrno(_ expected: Errno, _ body: () throws -> Void, line: UInt = #line) {
+        do {
+            try body()
+            XCTFail("expected \(expected)", line: line)
+        } catch {
+            XCTAssertEqual(error as? Errno, expected, line: line)
+        }
+    }
+
+    func testRootShowsPublicAppsStoresAndByApp() throws {
+        XCTAssertEqual(try names(DriveFileSystem.rootID), [".", "..", ".by-app", "Notes", "Work"])
+        let byApp = try lookup(DriveFileSystem.rootID, ".by-app")
+        XCTAssertEqual(try names(byApp.inode.nodeID), [".", "..", "org.n", "org.p"])
+        let view = try lookup(byApp.inode.nodeID, "org.p")
+        XCTAssertEqual(try names(view.inode.nodeID), [".", "..", "Data", "Documents", "Inbox"])
+        expectErrno(.noSuchFileOrDirectory) { _ = try lookup(DriveFileSystem.rootID, "Private") }
+    }
+
+    func testTopLevelIsReadOnly() {
+        expectErrno(.permissionDenied) {
+            _ = try "x".withCString { (c) throws in try fs.mkdir(parent: DriveFileSystem.rootID, name: c, mode: 0o755, caller: me) }
+        }
+    }
+
+    func testCreateWriteReadAndRenameWithinAStore() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        let (e, f) = try "a.txt".withCString { (c) throws in
+            try fs.create(parent: work, name: c, mode: 0o644, flags: O_RDWR, caller: me)
+        }
+        let data = Array("hello".utf8)
+        XCTAssertEqual(try fs.write(f, data, count: data.count, offset: 0), 5)
+        var buf = [UInt8](repeating: 0, count: 16)
+        XCTAssertEqual(try fs.read(f, into: &buf, count: 16, offset: 0), 5)
+        XCTAssertEqual(Array(buf[0..<5]), data)
+        fs.release(f)
+        try "a.txt".withCString { a throws in
+            try "b.txt".withCString { b throws in try fs.rename(parent: work, name: a, newParent: work, newName: b, flags: 0) }
+        }
+        let after = try lookup(work, "b.txt")
+        XCTAssertTrue(after.inode === e.inode, "a rename keeps the inode")
+        XCTAssertEqual(try String(contentsOfFile: home.cachePath("work") + "/b.txt", encoding: .utf8), "hello")
+    }
+
+    func testRenameAcrossTopLevelFoldersIsEXDEV() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        let notes = try lookup(DriveFileSystem.rootID, "Notes").inode.nodeID
+        FileManager.default.createFile(atPath: home.cachePath("work") + "/x", contents: Data("1".utf8))
+        expectErrno(.improperLink) {
+            try "x".withCString { a throws in
+                try "x".withCString { b throws in try fs.rename(parent: work, name: a, newParent: notes, newName: b, flags: 0) }
+            }
+        }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: home.cachePath("work") + "/x"), "nothing half-moved")
+    }
+
+    func testLongNamesAreRefused() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        let long = String(repeating: "n", count: 256)
+        expectErrno(.fileNameTooLong) {
+            _ = try long.withCString { (c) throws in try fs.mkdir(parent: work, name: c, mode: 0o755, caller: me) }
+        }
+        expectErrno(.fileNameTooLong) { _ = try lookup(work, long) }
+    }
+
+    func testSymlinkInBackingFolderIsNotFollowed() throws {
+        // Given a symlink in the backing folder that points outside it
+        let outside = home.path + "/outside.txt"
+        FileManager.default.createFile(atPath: outside, contents: Data("secret".utf8))
+        try FileManager.default.createSymbolicLink(atPath: home.cachePath("work") + "/link", withDestinationPath: outside)
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        // When it is looked up, then it is a symlink node, and opening it does not reach the target
+        let e = try lookup(work, "link")
+        XCTAssertEqual(e.attr.st_mode & S_IFMT, S_IFLNK)
+        XCTAssertThrowsError(try fs.open(e.inode.nodeID, flags: O_RDONLY))
+    }
+}

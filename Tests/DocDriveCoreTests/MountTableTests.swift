@@ -1,0 +1,20 @@
+// MountTableTests: reading /proc/self/mountinfo lines.
+import DocDriveCore
+import XCTest
+
+final class MountTableTests: XCTestCase {
+    func testParsesFuseMountWithEscapedSpaces() {
+        let text = """
+        22 1 0:21 / /proc rw,nosuid - proc proc rw
+        95 22 0:45 / /home/u/My\\040Drive rw,nosuid,nodev,relatime shared:1 - fuse.docdrive docdrive rw,user_id=0
+        """
+        let e = MountTable.parse(text)
+        XCTAssertEqual(e.count, 2)
+        XCTAssertEqual(e[1], MountEntry(mountpoint: "/home/u/My Drive", fsType: "fuse.docdrive", source: "docdrive"))
+        XCTAssertEqual(e[0].fsType, "proc")
+    }
+
+    func testIgnoresMalformedLines() {
+        XCTAssertEqual(MountTable.parse("garbage\n\n1 2 3\n"), [])
+    }
+}

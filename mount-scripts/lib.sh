@@ -1,0 +1,42 @@
+# lib.sh: shared by the mount-scripts: find the repo, install what is missing, build.
+# Sourced, not run.
+
+DOCDRIVE_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+say() { printf '%s\n' "$*" >&2; }
+
+# Runs a command as root: directly, through sudo, or explains what to run.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+    else say "docdrive: this needs root to run: $*"; return 1
+    fi
+}
+
+# apt_install PKG...: installs the Debian packages that are not installed yet.
+apt_install() {
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    say "Installing ${missing[*]} ..."
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || { say "docdrive: apt-get update failed."; return 1; }
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+        || { say "docdrive: could not install ${missing[*]} with apt-get."; return 1; }
+}
+
+# What building and mounting need.
+install_runtime_deps() {
+    apt_install libfuse3-dev fuse3 pkg-config libsqlite3-dev psmisc
+    if ! command -v swift >/dev/null 2>&1; then
+        say "docdrive: the Swift toolchain (6.1 or later) is not on PATH; install it from swift.org first."
+        return 1
+    fi
+}
+
+# build_release: builds docdrive in release mode, prints the binary's path.
+build_release() {
+    (cd "$DOCDRIVE_REPO" && swift build -c release >&2) || { say "docdrive: the release build failed."; return 1; }
+    echo "$DOCDRIVE_REPO/.build/release/docdrive"
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# mount.sh [MOUNTPOINT]: install what is missing, build, create the default drive if there is none, mount.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+mountpoint=${1:-$HOME/Drive}
+install_runtime_deps
+bin=$(build_release)
+"$bin" init --default --if-missing
+"$bin" mount "$mountpoint"
+say "Unmount with: $(dirname "$0")/unmount.sh $mountpoint"

@@ -29,9 +29,14 @@ extension DriveHome {
 
     /// The record of the daemon serving this drive, if one is alive.
     public func liveMountRecord() -> MountRecord? {
-        guard let data = FileManager.default.contents(atPath: mountInfoPath),
-              let r = try? JSONDecoder().decode(MountRecord.self, from: data) else { return nil }
+        guard let r = lastMountRecord() else { return nil }
         return processIsAlive(r.pid) ? r : nil
+    }
+
+    /// The record the last daemon left, alive or not (a killed daemon cannot remove it).
+    public func lastMountRecord() -> MountRecord? {
+        guard let data = FileManager.default.contents(atPath: mountInfoPath) else { return nil }
+        return try? JSONDecoder().decode(MountRecord.self, from: data)
     }
 
     public func removeMountRecord() {
@@ -54,8 +59,13 @@ extension DriveHome {
     }
 }
 
+/// True while the process runs; a zombie (exited, not yet reaped by its new parent) is not alive.
 public func processIsAlive(_ pid: Int32) -> Bool {
-    pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)
+    guard pid > 0, kill(pid, 0) == 0 || errno == EPERM else { return false }
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return true }
+    let state = stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first
+    return state != "Z" && state != "X"
 }
 
 /// One line of /proc/self/mountinfo.

@@ -70,7 +70,11 @@ struct Mount: ParsableCommand {
         if dd_stat(abs, &st) != 0 {
             let e = errno
             if e == ENOTCONN {
-                throw DriveError(.busy, "\(abs) is a dead mount (its daemon is gone); run `docdrive unmount \(abs)` first.")
+                // A DocDrive whose daemon died (killed, crashed): clear the dead mount and go on.
+                guard MountTable.docdriveMount(at: abs) != nil, Unmount.fusermount(abs, lazy: true).0 else {
+                    throw DriveError(.busy, "\(abs) is a dead mount (its daemon is gone); run `fusermount3 -uz \(abs)` first.")
+                }
+                return try prepareMountpoint(raw)
             }
             if e != ENOENT { throw DriveError(.io, "Cannot use \(abs) as a mount point: \(String(cString: strerror(e))).") }
             do {

@@ -32,6 +32,8 @@ struct Status: ParsableCommand {
             print("Drive:   \(home.path)")
             if let r = record {
                 print("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options))")
+            } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
+                print("Mounted: dead mount at \(dead.mountpoint) (daemon pid \(dead.pid) is gone; `docdrive mount` or `docdrive unmount` clears it)")
             } else {
                 print("Mounted: no")
             }

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "docdrive_sys.h"
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <spawn.h>
@@ -62,6 +63,17 @@ int dd_reopen(int pathfd, int flags) {
 int dd_set_nofile_limit_max(uint64_t *result) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+    /* Every inode the kernel holds costs one O_PATH descriptor: a root daemon raises the hard
+       limit to the system's nr_open (a folder of 100,000 entries listed with ls -l needs it). */
+    FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+    if (f) {
+        unsigned long long nr = 0;
+        if (fscanf(f, "%llu", &nr) == 1 && nr > rl.rlim_max) {
+            struct rlimit want = { (rlim_t)nr, (rlim_t)nr };
+            if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
+        }
+        fclose(f);
+    }
     rl.rlim_cur = rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
     *result = rl.rlim_cur;
@@ -111,6 +123,44 @@ int dd_linkat_path(int pathfd, int newdirfd, const char *newname) {
     char p[64];
     proc_name(pathfd, p, sizeof p);
     return linkat(AT_FDCWD, p, newdirfd, newname, AT_SYMLINK_FOLLOW);
+}
+
+/* File handles, so that an idle node's descriptor can be closed and the node reopened later
+   (wherever it was renamed to). The buffer holds a struct file_handle; copied through an
+   aligned local because the caller's bytes need not be aligned. */
+union dd_handle_buf {
+    struct file_handle fh;
+    unsigned char raw[DD_HANDLE_MAX];
+};
+
+int dd_name_to_handle(int pathfd, unsigned char *buf, int len) {
+    union dd_handle_buf u;
+    int mount_id;
+    if (len < (int)sizeof u.fh) { errno = EINVAL; return -1; }
+    u.fh.handle_bytes = MAX_HANDLE_SZ;
+    if (name_to_handle_at(pathfd, "", &u.fh, &mount_id, AT_EMPTY_PATH) != 0) return -1;
+    int total = (int)(sizeof u.fh + u.fh.handle_bytes);
+    if (total > len) { errno = EOVERFLOW; return -1; }
+    memcpy(buf, u.raw, total);
+    return total;
+}
+
+int dd_open_by_handle(int mountfd, const unsigned char *buf, int len, int flags) {
+    union dd_handle_buf u;
+    if (len < (int)sizeof u.fh || len > (int)sizeof u.raw) { errno = EINVAL; return -1; }
+    memcpy(u.raw, buf, len);
+    return open_by_handle_at(mountfd, &u.fh, flags | O_CLOEXEC);
+}
+
+/* Sets the calling thread's umask. Threads share one umask (their fs context) until the first
+   call gives this thread its own. Returns the previous umask, or -1 if that is not possible. */
+int dd_thread_umask(mode_t mask) {
+    static __thread int own = 0;
+    if (!own) {
+        if (unshare(CLONE_FS) != 0) return -1;
+        own = 1;
+    }
+    return (int)umask(mask);
 }
 
 int dd_errno(void) { return errno; }

@@ -51,7 +51,9 @@ extension DriveFileSystem {
         let n = try node(id)
         switch n.kind {
         case .backing:
-            let fd = try Sys.check { dd_reopen(n.fd, O_RDONLY | Sys.O_DIRECTORY) }
+            let nfd = try n.acquire()
+            defer { n.release() }
+            let fd = try Sys.check { dd_reopen(nfd, O_RDONLY | Sys.O_DIRECTORY) }
             guard let dir = fdopendir(fd) else {
                 let e = Sys.lastErrno
                 Sys.close(fd)
@@ -127,10 +129,13 @@ extension DriveFileSystem {
                     let isDot = strcmp(name, ".") == 0 || strcmp(name, "..") == 0
                     var di = DirectoryItem(entry: nil, ino: item.ino, mode: mode_t(item.type) << 12)
                     if plus && !isDot {
-                        guard let e = try? lookupBacking(parent: d.inode, name: name) else {
-                            return true  // gone since it was listed: skip it
+                        do throws(Errno) {
+                            di.entry = try lookupBacking(parent: d.inode, name: name)
+                        } catch {
+                            // Gone since it was listed: skip it. Any other failure (EMFILE...)
+                            // still lists the name, without attributes (node id 0 in the reply).
+                            if error == .noSuchFileOrDirectory { return true }
                         }
-                        di.entry = e
                     }
                     let ok = emit(name, di, item.nextOffset)
                     if !ok, let e = di.entry { forget(e.inode.nodeID, 1) }

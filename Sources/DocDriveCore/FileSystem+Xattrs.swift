@@ -28,7 +28,9 @@ extension DriveFileSystem {
         // Name and parent are hints: identity is (root, inode number).
         var name = "", parentIno: Int64 = 0
         var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let len = dd_proc_path(n.fd, &buf, buf.count)
+        let nfd = try n.acquire()
+        let len = dd_proc_path(nfd, &buf, buf.count)
+        n.release()
         if len > 0 {
             let path = String(cString: buf)
             if path.hasPrefix(root.path) {
@@ -56,21 +58,25 @@ extension DriveFileSystem {
             return own
         }
         guard n.kind == .backing, !n.isSymlink else { throw .noData }
+        let nfd = try n.acquire()
+        defer { n.release() }
         if size == 0 {
-            let len = try Sys.check { dd_getxattr_path(n.fd, name, nil, 0) }
+            let len = try Sys.check { dd_getxattr_path(nfd, name, nil, 0) }
             return [UInt8](repeating: 0, count: len)  // the caller only wants the size
         }
         var buf = [UInt8](repeating: 0, count: size)
-        let len = try Sys.check { buf.withUnsafeMutableBytes { dd_getxattr_path(n.fd, name, $0.baseAddress, size) } }
+        let len = try Sys.check { buf.withUnsafeMutableBytes { dd_getxattr_path(nfd, name, $0.baseAddress, size) } }
         return Array(buf[0..<len])
     }
 
     public func listxattr(_ id: UInt64, size: Int) throws(Errno) -> [UInt8] {
         let n = try node(id)
         guard n.kind == .backing, !n.isSymlink else { return [] }
-        let needed = try Sys.check { dd_listxattr_path(n.fd, nil, 0) }
+        let nfd = try n.acquire()
+        defer { n.release() }
+        let needed = try Sys.check { dd_listxattr_path(nfd, nil, 0) }
         var buf = [UInt8](repeating: 0, count: max(needed, 1))
-        let len = try Sys.check { buf.withUnsafeMutableBytes { dd_listxattr_path(n.fd, $0.baseAddress, needed) } }
+        let len = try Sys.check { buf.withUnsafeMutableBytes { dd_listxattr_path(nfd, $0.baseAddress, needed) } }
         // Hide anything stored under our own prefix: those names are the drive's to answer.
         var out = [UInt8]()
         out.reserveCapacity(len)
@@ -87,13 +93,17 @@ extension DriveFileSystem {
         let n = try backing(id)
         if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
         if n.isSymlink { throw .notPermitted }
-        _ = try Sys.check { dd_setxattr_path(n.fd, name, value, size, flags) }
+        let nfd = try n.acquire()
+        defer { n.release() }
+        _ = try Sys.check { dd_setxattr_path(nfd, name, value, size, flags) }
     }
 
     public func removexattr(_ id: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
         let n = try backing(id)
         if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
         if n.isSymlink { throw .notPermitted }
-        _ = try Sys.check { dd_removexattr_path(n.fd, name) }
+        let nfd = try n.acquire()
+        defer { n.release() }
+        _ = try Sys.check { dd_removexattr_path(nfd, name) }
     }
 }

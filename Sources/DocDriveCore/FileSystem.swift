@@ -13,10 +13,15 @@ public struct Caller: Sendable {
     public var uid: uid_t
     public var gid: gid_t
     public var pid: pid_t
-    public init(uid: uid_t, gid: gid_t, pid: pid_t) {
+    /// The caller's umask, when the kernel leaves it to us (FUSE_CAP_DONT_MASK): applied by the
+    /// backing filesystem itself, so that a folder's default ACL overrides it as natively.
+    /// nil: the mode is used as given.
+    public var umask: mode_t?
+    public init(uid: uid_t, gid: gid_t, pid: pid_t, umask: mode_t? = nil) {
         self.uid = uid
         self.gid = gid
         self.pid = pid
+        self.umask = umask
     }
 }
 
@@ -45,7 +50,7 @@ public struct AttributeChanges: Sendable {
 public final class OpenFile: Sendable {
     public let fd: Int32
     public let inode: Inode
-    /// Bypass the page cache (the caller asked for O_DIRECT).
+    /// The caller asked for O_DIRECT (the kernel then sends this handle's I/O straight to us).
     public let directIO: Bool
     /// The page cache still holds this content: the kernel need not drop it at open.
     public let keepCache: Bool
@@ -63,7 +68,10 @@ public struct FileSystemOptions: Sendable {
     public var entryTimeout: Double = 1.0
     public var attrTimeout: Double = 1.0
     /// The kernel caches writes; it may read a write-only file and handles O_APPEND itself.
-    public var writebackCache: Bool = true
+    /// Off by default: with it the kernel trusts its own size and mtime of a cached file for
+    /// ever, so a change made in a backing folder (by a sync, another program) would never show
+    /// in the mount, and SEEK_DATA/SEEK_HOLE would miss data still in the page cache.
+    public var writebackCache: Bool = false
     public init() {}
 }
 
@@ -144,7 +152,13 @@ public final class DriveFileSystem: Sendable {
         st.st_ino = __ino_t(0x7fff_ffff_0000_0000 | n.nodeID)
         if n.nodeID == Self.rootID { st.st_ino = 1 }
         st.st_mode = S_IFDIR | 0o555
-        st.st_nlink = 2
+        // 2 + subfolders, as on a native filesystem (find's leaf optimisation relies on it).
+        switch n.kind {
+        case .root: st.st_nlink = __nlink_t(3 + namespace.current().topLevelOrder.count)
+        case .byApp: st.st_nlink = __nlink_t(2 + namespace.current().config.apps.count)
+        case .appView: st.st_nlink = __nlink_t(2 + Namespace.appFolderNames.count)
+        case .backing: st.st_nlink = 2
+        }
         st.st_uid = daemonUID
         st.st_gid = daemonGID
         st.st_blksize = 4096
@@ -158,9 +172,9 @@ public final class DriveFileSystem: Sendable {
 
     public func lookup(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {
         let p = try node(parent)
+        if strlen(name) > Names.maxNameBytes { throw .fileNameTooLong }
         switch p.kind {
         case .backing:
-            if strlen(name) > Names.maxNameBytes { throw .fileNameTooLong }
             return try lookupBacking(parent: p, name: name)
         case .root:
             let s = String(cString: name)
@@ -191,7 +205,9 @@ public final class DriveFileSystem: Sendable {
     }
 
     func lookupBacking(parent: Inode, name: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {
-        let fd = try Sys.openPath(parent.fd, name)
+        let pfd = try parent.acquire()
+        defer { parent.release() }
+        let fd = try Sys.openPath(pfd, name)
         let st: stat
         do { st = try Sys.stat(fd: fd) } catch { Sys.close(fd); throw error }
         let inode = table.insertOrFind(fd: fd, st: st, root: parent.root!, view: parent.view, isTopLevel: false)
@@ -205,23 +221,27 @@ public final class DriveFileSystem: Sendable {
     public func getattr(_ id: UInt64) throws(Errno) -> stat {
         let n = try node(id)
         guard n.kind == .backing else { return virtualAttr(n) }
-        return try Sys.stat(fd: n.fd)
+        let nfd = try n.acquire()
+        defer { n.release() }
+        return try Sys.stat(fd: nfd)
     }
 
     public func setattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?) throws(Errno) -> stat {
         let n = try backing(id)
+        let nfd = try n.acquire()
+        defer { n.release() }
         let fd = file?.fd
         if let mode = c.mode {
             if n.isSymlink { throw .notSupported }
-            if let fd { _ = try Sys.check { fchmod(fd, mode) } } else { _ = try Sys.check { dd_fchmod_path(n.fd, mode) } }
+            if let fd { _ = try Sys.check { fchmod(fd, mode) } } else { _ = try Sys.check { dd_fchmod_path(nfd, mode) } }
         }
         if c.uid != nil || c.gid != nil {
             let uid = c.uid ?? uid_t.max, gid = c.gid ?? gid_t.max
-            _ = try Sys.check { fchownat(n.fd, "", uid, gid, Sys.AT_EMPTY_PATH | Sys.AT_SYMLINK_NOFOLLOW) }
+            _ = try Sys.check { fchownat(nfd, "", uid, gid, Sys.AT_EMPTY_PATH | Sys.AT_SYMLINK_NOFOLLOW) }
         }
         if let size = c.size {
             if n.isDirectory { throw .isDirectory }
-            if let fd { _ = try Sys.check { ftruncate(fd, off_t(size)) } } else { _ = try Sys.check { dd_truncate_path(n.fd, off_t(size)) } }
+            if let fd { _ = try Sys.check { ftruncate(fd, off_t(size)) } } else { _ = try Sys.check { dd_truncate_path(nfd, off_t(size)) } }
         }
         if c.atime != nil || c.mtime != nil {
             func ts(_ t: AttributeChanges.Time?) -> timespec {
@@ -235,16 +255,18 @@ public final class DriveFileSystem: Sendable {
             if let fd {
                 _ = try Sys.check { futimens(fd, &times) }
             } else {
-                _ = try Sys.check { dd_utimensat_fd(n.fd, &times, n.isSymlink ? 1 : 0) }
+                _ = try Sys.check { dd_utimensat_fd(nfd, &times, n.isSymlink ? 1 : 0) }
             }
         }
-        return try Sys.stat(fd: n.fd)
+        return try Sys.stat(fd: nfd)
     }
 
     public func readlink(_ id: UInt64) throws(Errno) -> [UInt8] {
         let n = try backing(id)
+        let nfd = try n.acquire()
+        defer { n.release() }
         var buf = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
-        let len = try Sys.check { buf.withUnsafeMutableBufferPointer { readlinkat(n.fd, "", $0.baseAddress!, $0.count) } }
+        let len = try Sys.check { buf.withUnsafeMutableBufferPointer { readlinkat(nfd, "", $0.baseAddress!, $0.count) } }
         return Array(buf[0..<len])
     }
 
@@ -252,24 +274,53 @@ public final class DriveFileSystem: Sendable {
 
     /// After creating as the daemon, hands the new item to the caller (only when the daemon is
     /// root and the caller is someone else). A folder with setgid keeps its group for the child.
-    private func giveToCaller(parent: Inode, name: UnsafePointer<CChar>, _ caller: Caller) throws(Errno) {
-        guard daemonUID == 0, caller.uid != 0 || caller.gid != 0 else { return }
+    /// Returns true when it changed the owner.
+    private func giveToCaller(parent: Inode, name: UnsafePointer<CChar>, _ caller: Caller) throws(Errno) -> Bool {
+        guard daemonUID == 0, caller.uid != 0 || caller.gid != 0 else { return false }
+        let pfd = try parent.acquire()
+        defer { parent.release() }
         var gid = caller.gid
-        if let pst = try? Sys.stat(fd: parent.fd), pst.st_mode & S_ISGID != 0 { gid = gid_t.max }
-        _ = try Sys.check { fchownat(parent.fd, name, caller.uid, gid, Sys.AT_SYMLINK_NOFOLLOW) }
+        if let pst = try? Sys.stat(fd: pfd), pst.st_mode & S_ISGID != 0 { gid = gid_t.max }
+        _ = try Sys.check { fchownat(pfd, name, caller.uid, gid, Sys.AT_SYMLINK_NOFOLLOW) }
+        return true
     }
 
-    private func created(parent: Inode, name: UnsafePointer<CChar>, _ caller: Caller, kind: ItemKind) throws(Errno) -> NodeEntry {
+    /// `mode`: the mode the kernel asked for (umask and setgid rules already applied by it).
+    private func created(parent: Inode, name: UnsafePointer<CChar>, _ caller: Caller, kind: ItemKind,
+                         mode: mode_t = 0) throws(Errno) -> NodeEntry {
+        let chowned: Bool
         do {
-            try giveToCaller(parent: parent, name: name, caller)
+            chowned = try giveToCaller(parent: parent, name: name, caller)
         } catch {
-            _ = unlinkat(parent.fd, name, kind == .directory ? Sys.AT_REMOVEDIR : 0)
+            if let pfd = try? parent.acquire() {
+                _ = unlinkat(pfd, name, kind == .directory ? Sys.AT_REMOVEDIR : 0)
+                parent.release()
+            }
             throw error
         }
-        let e = try lookupBacking(parent: parent, name: name)
+        var e = try lookupBacking(parent: parent, name: name)
+        // chown cleared the setuid/setgid bits the caller asked for on its own new file (a
+        // native create by the caller keeps them): put them back, on the node, never by name.
+        let special = mode & (S_ISUID | S_ISGID)
+        if chowned, special != 0, kind != .directory, kind != .symlink, e.attr.st_mode & special != special {
+            let efd = try e.inode.acquire()
+            defer { e.inode.release() }
+            _ = try Sys.check { dd_fchmod_path(efd, (e.attr.st_mode & 0o1777) | special) }
+            e.attr = try Sys.stat(fd: efd)
+        }
         index.record(.created(root: parent.root!.key, ino: Int64(e.attr.st_ino), parentIno: Int64(parent.ino),
                               name: String(cString: name), kind: kind))
         return e
+    }
+
+    /// Runs a creating call under the caller's umask (this thread's own, see dd_thread_umask).
+    /// `body` gets the mode to pass: masked here only if the thread's umask cannot be set.
+    private func withCallerUmask<T>(_ caller: Caller, _ mode: mode_t, _ body: (mode_t) throws(Errno) -> T) throws(Errno) -> T {
+        guard let mask = caller.umask else { return try body(mode) }
+        let old = dd_thread_umask(mask)
+        guard old >= 0 else { return try body(mode & ~(mask & 0o777)) }
+        defer { _ = dd_thread_umask(mode_t(old)) }
+        return try body(mode)
     }
 
     @inline(__always)
@@ -280,21 +331,27 @@ public final class DriveFileSystem: Sendable {
     public func mknod(parent: UInt64, name: UnsafePointer<CChar>, mode: mode_t, rdev: dev_t, caller: Caller) throws(Errno) -> NodeEntry {
         let p = try writableParent(parent)
         try checkName(name)
-        _ = try Sys.check { mknodat(p.fd, name, mode, rdev) }
-        return try created(parent: p, name: name, caller, kind: (mode & S_IFMT) == S_IFREG ? .file : .other)
+        let pfd = try p.acquire()
+        defer { p.release() }
+        _ = try withCallerUmask(caller, mode) { (m) throws(Errno) in try Sys.check { mknodat(pfd, name, m, rdev) } }
+        return try created(parent: p, name: name, caller, kind: (mode & S_IFMT) == S_IFREG ? .file : .other, mode: mode)
     }
 
     public func mkdir(parent: UInt64, name: UnsafePointer<CChar>, mode: mode_t, caller: Caller) throws(Errno) -> NodeEntry {
         let p = try writableParent(parent)
         try checkName(name)
-        _ = try Sys.check { mkdirat(p.fd, name, mode) }
+        let pfd = try p.acquire()
+        defer { p.release() }
+        _ = try withCallerUmask(caller, mode) { (m) throws(Errno) in try Sys.check { mkdirat(pfd, name, m) } }
         return try created(parent: p, name: name, caller, kind: .directory)
     }
 
     public func symlink(target: UnsafePointer<CChar>, parent: UInt64, name: UnsafePointer<CChar>, caller: Caller) throws(Errno) -> NodeEntry {
         let p = try writableParent(parent)
         try checkName(name)
-        _ = try Sys.check { symlinkat(target, p.fd, name) }
+        let pfd = try p.acquire()
+        defer { p.release() }
+        _ = try Sys.check { symlinkat(target, pfd, name) }
         return try created(parent: p, name: name, caller, kind: .symlink)
     }
 
@@ -302,9 +359,15 @@ public final class DriveFileSystem: Sendable {
         let n = try backing(id)
         let p = try writableParent(newParent)
         try checkName(newName)
-        if n.root !== p.root { throw .improperLink }
+        // Another top-level folder, or the same one seen through another view (.by-app/ID/...):
+        // a folder must never get a second parent in the kernel.
+        if n.root !== p.root || n.view != p.view { throw .improperLink }
         if n.isDirectory { throw .notPermitted }
-        _ = try Sys.check { dd_linkat_path(n.fd, p.fd, newName) }
+        let nfd = try n.acquire()
+        defer { n.release() }
+        let pfd = try p.acquire()
+        defer { p.release() }
+        _ = try Sys.check { dd_linkat_path(nfd, pfd, newName) }
         return try lookupBacking(parent: p, name: newName)
     }
 
@@ -312,9 +375,29 @@ public final class DriveFileSystem: Sendable {
         let p = try writableParent(parent)
         try checkName(name)
         let (f, direct) = backingOpenFlags(flags)
-        let fd = try Sys.check { openat(p.fd, name, f | O_CREAT | Sys.O_NOFOLLOW | Sys.O_CLOEXEC, mode) }
+        let pfd = try p.acquire()
+        defer { p.release() }
+        // Always exclusive: only a file this call made is handed to the caller (chown). If one
+        // appeared since the kernel's lookup (made behind the mount's back) and the caller did
+        // not ask for O_EXCL, open it as it is, like a native open(O_CREAT) would.
+        let fd: Int32
+        do throws(Errno) {
+            fd = try withCallerUmask(caller, mode) { (m) throws(Errno) in
+                try Sys.check { openat(pfd, name, f | O_CREAT | O_EXCL | Sys.O_NOFOLLOW | Sys.O_CLOEXEC, m) }
+            }
+        } catch {
+            guard error == .fileExists, flags & O_EXCL == 0 else { throw error }
+            let existing = try Sys.check { openat(pfd, name, f | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) }
+            do throws(Errno) {
+                let e = try lookupBacking(parent: p, name: name)
+                return (e, OpenFile(fd: existing, inode: e.inode, directIO: direct, keepCache: false))
+            } catch {
+                Sys.close(existing)
+                throw error
+            }
+        }
         do {
-            let e = try created(parent: p, name: name, caller, kind: .file)
+            let e = try created(parent: p, name: name, caller, kind: .file, mode: mode)
             e.inode.cachedVersion.withLock { $0 = FileVersion(e.attr) }
             return (e, OpenFile(fd: fd, inode: e.inode, directIO: direct, keepCache: false))
         } catch {
@@ -327,8 +410,10 @@ public final class DriveFileSystem: Sendable {
 
     public func unlink(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
         let p = try writableParent(parent)
-        let st = try Sys.stat(p.fd, name)
-        _ = try Sys.check { unlinkat(p.fd, name, 0) }
+        let pfd = try p.acquire()
+        defer { p.release() }
+        let st = try Sys.stat(pfd, name)
+        _ = try Sys.check { unlinkat(pfd, name, 0) }
         if st.st_nlink <= 1 {
             index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
         }
@@ -336,8 +421,10 @@ public final class DriveFileSystem: Sendable {
 
     public func rmdir(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
         let p = try writableParent(parent)
-        let st = try Sys.stat(p.fd, name)
-        _ = try Sys.check { unlinkat(p.fd, name, Sys.AT_REMOVEDIR) }
+        let pfd = try p.acquire()
+        defer { p.release() }
+        let st = try Sys.stat(pfd, name)
+        _ = try Sys.check { unlinkat(pfd, name, Sys.AT_REMOVEDIR) }
         index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
     }
 
@@ -345,15 +432,20 @@ public final class DriveFileSystem: Sendable {
         let p = try writableParent(parent)
         let np = try writableParent(newParent)
         try checkName(newName)
-        // Two top-level folders are two stores or containers: `mv` copies when told EXDEV.
-        if p.root !== np.root { throw .improperLink }
-        let src = try Sys.stat(p.fd, name)
+        // Two top-level folders are two stores or containers: `mv` copies when told EXDEV. So are
+        // two views of one folder (Notes/ and .by-app/ID/Documents/): each view has its own nodes.
+        if p.root !== np.root || p.view != np.view { throw .improperLink }
+        let pfd = try p.acquire()
+        defer { p.release() }
+        let npfd = try np.acquire()
+        defer { np.release() }
+        let src = try Sys.stat(pfd, name)
         let exchange = flags & UInt32(dd_RENAME_EXCHANGE) != 0
-        let dst = try? Sys.stat(np.fd, newName)
+        let dst = try? Sys.stat(npfd, newName)
         if flags == 0 {
-            _ = try Sys.check { renameat(p.fd, name, np.fd, newName) }
+            _ = try Sys.check { renameat(pfd, name, npfd, newName) }
         } else {
-            _ = try Sys.check { dd_renameat2(p.fd, name, np.fd, newName, flags) }
+            _ = try Sys.check { dd_renameat2(pfd, name, npfd, newName, flags) }
         }
         let root = p.root!.key
         index.record(.renamed(root: root, ino: Int64(src.st_ino), parentIno: Int64(np.ino), name: String(cString: newName)))
@@ -369,7 +461,7 @@ public final class DriveFileSystem: Sendable {
     // MARK: open files
 
     /// Flags for the backing open: the kernel's writeback cache may read a write-only file and
-    /// appends itself; O_DIRECT becomes direct_io on the handle (FUSE buffers are not aligned).
+    /// appends itself; O_DIRECT is not passed on (FUSE's buffers are not aligned for it).
     private func backingOpenFlags(_ flags: Int32) -> (Int32, Bool) {
         var f = flags & ~(O_CREAT | O_EXCL | O_NOCTTY | Sys.O_NOFOLLOW)
         let direct = f & Sys.O_DIRECT != 0
@@ -381,11 +473,15 @@ public final class DriveFileSystem: Sendable {
         return (f, direct)
     }
 
-    public func open(_ id: UInt64, flags: Int32) throws(Errno) -> OpenFile {
+    /// `caller`: who opens (a truncating open by anyone but root drops setuid/setgid, as the
+    /// kernel does for a native open(O_TRUNC); with atomic O_TRUNC it leaves that to us).
+    public func open(_ id: UInt64, flags: Int32, caller: Caller? = nil) throws(Errno) -> OpenFile {
         let n = try backing(id)
         if n.isDirectory { throw .isDirectory }
         let (f, direct) = backingOpenFlags(flags)
-        let fd = try Sys.check { dd_reopen(n.fd, f) }
+        let nfd = try n.acquire()
+        defer { n.release() }
+        let fd = try Sys.check { dd_reopen(nfd, f) }
         var keep = false
         if let st = try? Sys.stat(fd: fd) {
             let v = FileVersion(st)
@@ -394,7 +490,14 @@ public final class DriveFileSystem: Sendable {
                 return old == v
             }
         }
-        if flags & O_TRUNC != 0 { keep = false }
+        if flags & O_TRUNC != 0 {
+            keep = false
+            if let caller, caller.uid != 0, let st = try? Sys.stat(fd: fd), st.st_mode & S_IFMT == S_IFREG {
+                let mode = st.st_mode & 0o7777
+                let kill = (mode & S_ISUID) | (mode & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP) ? S_ISGID : 0)
+                if kill != 0 { _ = fchmod(fd, mode & ~kill) }
+            }
+        }
         return OpenFile(fd: fd, inode: n, directIO: direct, keepCache: keep)
     }
 
@@ -439,7 +542,9 @@ public final class DriveFileSystem: Sendable {
         let n = try node(id)
         var sv = statvfs()
         if n.kind == .backing {
-            _ = try Sys.check { fstatvfs(n.fd, &sv) }
+            let nfd = try n.acquire()
+            defer { n.release() }
+            _ = try Sys.check { fstatvfs(nfd, &sv) }
         } else {
             _ = try Sys.check { dd_statvfs(home.path, &sv) }
         }

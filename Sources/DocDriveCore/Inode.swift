@@ -1,5 +1,7 @@
 // Inode: the nodes the kernel knows (virtual folders and backing files) and the table that owns them.
+import CDocDriveSys
 import Synchronization
+import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -33,11 +35,29 @@ public final class Inode: Sendable {
         case backing
     }
 
+    /// The node's O_PATH descriptor and who is using it. An idle node's descriptor may be closed
+    /// to stay within the open-file limit (the kernel can hold far more nodes than a process may
+    /// have descriptors); it is reopened from its file handle on next use.
+    struct Slot {
+        /// O_PATH descriptor of the backing file, or -1 while evicted (or for virtual nodes).
+        var fd: Int32
+        /// Operations currently using `fd` (between `acquire()` and `release()`).
+        var users = 0
+        /// Used since the last eviction sweep (a clock bit).
+        var referenced = true
+        /// Forgotten by the kernel: the descriptor closes when the last user lets go.
+        var dead = false
+        /// Cannot be reopened (no file handle on this filesystem, or deleted): never evicted.
+        var pinned = false
+        /// File handle and an open folder on the same filesystem, set at eviction.
+        var handle: [UInt8]? = nil
+        var anchor: Int32 = -1
+    }
+
     public let nodeID: UInt64
     public let kind: Kind
-    /// O_PATH descriptor of the backing file (-1 for virtual nodes). Follows renames; never
-    /// resolves symlinks, so no request can walk out of its backing folder.
-    let fd: Int32
+    /// Follows renames; never resolves symlinks, so no request can walk out of its backing folder.
+    private let slot: Mutex<Slot>
     let dev: UInt64
     let ino: UInt64
     /// S_IFMT bits of the backing file.
@@ -46,25 +66,257 @@ public final class Inode: Sendable {
     let view: View
     /// True for the backing folder shown at the top of a view (it cannot be renamed or removed).
     let isTopLevel: Bool
+    /// Counts the open node descriptors of the whole table (nil for virtual nodes).
+    let budget: DescriptorBudget?
 
     /// Content version (mtime, ctime, size) the kernel's page cache holds, to decide keep_cache.
     let cachedVersion = Mutex<FileVersion?>(nil)
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
-         fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false) {
+         fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,
+         budget: DescriptorBudget? = nil) {
         self.nodeID = nodeID
         self.kind = kind
-        self.fd = fd
+        self.slot = Mutex(Slot(fd: fd))
         self.dev = dev
         self.ino = ino
         self.fileType = fileType
         self.root = root
         self.view = view
         self.isTopLevel = isTopLevel
+        self.budget = budget
     }
 
     var isDirectory: Bool { fileType == S_IFDIR }
     var isSymlink: Bool { fileType == S_IFLNK }
+
+    /// The node's descriptor, held open until the matching `release()` (use `defer`).
+    /// Virtual nodes answer -1 and need no release (it is a no-op for them).
+    func acquire() throws(Errno) -> Int32 {
+        guard kind == .backing else { return -1 }
+        enum Next { case ready(Int32), reopen([UInt8], Int32), gone }
+        let next: Next = slot.withLock { s in
+            if s.fd >= 0 {
+                s.users += 1
+                s.referenced = true
+                return .ready(s.fd)
+            }
+            guard !s.dead, let h = s.handle else { return .gone }
+            return .reopen(h, s.anchor)
+        }
+        switch next {
+        case .ready(let fd):
+            return fd
+        case .gone:
+            throw .staleNFSFileHandle
+        case .reopen(let handle, let anchor):
+            let fresh = try Sys.check {
+                handle.withUnsafeBufferPointer { dd_open_by_handle(anchor, $0.baseAddress, Int32($0.count), Sys.O_PATH | Sys.O_NOFOLLOW) }
+            }
+            let (fd, spare): (Int32, Int32) = slot.withLock { s in
+                s.users += 1
+                s.referenced = true
+                if s.fd >= 0 { return (s.fd, fresh) }  // another thread reopened it first
+                s.fd = fresh
+                return (fresh, -1)
+            }
+            if spare >= 0 { Sys.close(spare) } else { budget?.opened() }
+            return fd
+        }
+    }
+
+    func release() {
+        guard kind == .backing else { return }
+        let toClose: Int32 = slot.withLock { s in
+            s.users -= 1
+            guard s.users == 0, s.dead, s.fd >= 0 else { return -1 }
+            defer { s.fd = -1 }
+            return s.fd
+        }
+        if toClose >= 0 {
+            Sys.close(toClose)
+            budget?.closed()
+        }
+    }
+
+    /// The kernel forgot the node: close its descriptor now, or when the last user releases it.
+    func retire() {
+        let toClose: Int32 = slot.withLock { s in
+            s.dead = true
+            guard s.users == 0, s.fd >= 0 else { return -1 }
+            defer { s.fd = -1 }
+            return s.fd
+        }
+        if toClose >= 0 {
+            Sys.close(toClose)
+            budget?.closed()
+        }
+    }
+
+    /// Adopts a freshly opened descriptor for an evicted node (saves a reopen); false if not needed.
+    func adopt(_ fd: Int32) -> Bool {
+        let taken: Bool = slot.withLock { s in
+            guard s.fd < 0, !s.dead else { return false }
+            s.fd = fd
+            s.referenced = true
+            return true
+        }
+        if taken { budget?.opened() }
+        return taken
+    }
+
+    /// Closes the descriptor of an idle node, keeping a file handle to reopen it. A node used
+    /// since the last sweep only loses its clock bit, unless `force`. True if it was closed.
+    func evict(force: Bool, anchors: AnchorTable) -> Bool {
+        guard kind == .backing else { return false }
+        let fd: Int32 = slot.withLock { s in
+            guard s.fd >= 0, s.users == 0, !s.dead, !s.pinned else { return -1 }
+            if s.referenced && !force {
+                s.referenced = false
+                return -1
+            }
+            s.users += 1  // hold it while the handle is made
+            return s.fd
+        }
+        guard fd >= 0 else { return false }
+        var handle: [UInt8]? = slot.withLock { $0.handle }
+        var anchor: Int32 = -1
+        var ok = false
+        if let st = try? Sys.stat(fd: fd), st.st_nlink > 0 {
+            if handle == nil {
+                var buf = [UInt8](repeating: 0, count: Int(DD_HANDLE_MAX))
+                let len = buf.withUnsafeMutableBufferPointer { dd_name_to_handle(fd, $0.baseAddress, Int32($0.count)) }
+                handle = len > 0 ? Array(buf[0..<Int(len)]) : nil
+            }
+            anchor = anchors.anchor(dev: dev, node: fd, isDirectory: isDirectory)
+            if let handle, anchor >= 0 {
+                ok = anchors.handlesWork(handle, anchor: anchor)
+                if !anchors.handlesUsable { slot.withLock { $0.pinned = true } }
+            }
+        }
+        let toClose: Int32 = slot.withLock { s in
+            s.users -= 1
+            if handle == nil { s.pinned = true }  // this filesystem has no file handles
+            s.handle = handle
+            if s.anchor < 0 { s.anchor = anchor }
+            guard s.users == 0, s.fd >= 0, ok || s.dead else { return -1 }
+            defer { s.fd = -1 }
+            return s.fd
+        }
+        guard toClose >= 0 else { return false }
+        Sys.close(toClose)
+        budget?.closed()
+        return true
+    }
+
+    /// Closes the descriptor whatever its state (at unmount).
+    func closeForShutdown() {
+        let fd: Int32 = slot.withLock { s in
+            s.dead = true
+            defer { s.fd = -1 }
+            return s.fd
+        }
+        if fd >= 0 { Sys.close(fd) }
+    }
+}
+
+/// How many node descriptors are open, against a budget taken from the open-file limit.
+final class DescriptorBudget: Sendable {
+    private let count = Atomic<Int>(0)
+    /// Above `high`, idle nodes are closed down to `low`.
+    let high: Int
+    let low: Int
+    let sweeping = Atomic<Bool>(false)
+
+    init(limit: Int) {
+        high = max(64, limit)
+        low = high * 3 / 4
+    }
+
+    /// Half the process's open-file limit: the rest is for open files, folders and the index.
+    /// DOCDRIVE_NODE_FD_BUDGET overrides it (tests use a tiny budget to exercise reopening).
+    static func fromResourceLimit() -> DescriptorBudget {
+        if let v = getenv("DOCDRIVE_NODE_FD_BUDGET"), let n = Int(String(cString: v)), n > 0 {
+            return DescriptorBudget(limit: n)
+        }
+        var rl = rlimit()
+        let cur = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &rl) == 0 ? Int(clamping: rl.rlim_cur) : 1024
+        return DescriptorBudget(limit: cur / 2)
+    }
+
+    /// After a sweep that could not reach `low`: the count at which to try again.
+    private let retryAt = Atomic<Int>(0)
+
+    func opened() { count.add(1, ordering: .relaxed) }
+    func closed() { count.subtract(1, ordering: .relaxed) }
+    var open: Int { count.load(ordering: .relaxed) }
+    var isOver: Bool {
+        let n = open
+        return n > high && n > retryAt.load(ordering: .relaxed)
+    }
+    func postpone() { retryAt.store(open + max(32, high / 8), ordering: .relaxed) }
+}
+
+/// One open folder per backing filesystem, which open_by_handle_at needs to find a node again.
+final class AnchorTable: Sendable {
+    private let anchors = Mutex<[UInt64: Int32]>([:])
+    /// The filesystem anchored last: lets `ensure` skip the lock in the common case.
+    private let lastDev = Atomic<UInt64>(UInt64.max)
+    /// Whether open_by_handle_at works here (it needs CAP_DAC_READ_SEARCH): 0 unknown, 1 yes, 2 no.
+    private let handles = Atomic<Int>(0)
+
+    var handlesUsable: Bool { handles.load(ordering: .relaxed) != 2 }
+
+    /// True if nodes can be reopened from handles; the first call tries it once with `handle`.
+    func handlesWork(_ handle: [UInt8], anchor: Int32) -> Bool {
+        switch handles.load(ordering: .relaxed) {
+        case 1: return true
+        case 2: return false
+        default:
+            let fd = handle.withUnsafeBufferPointer {
+                dd_open_by_handle(anchor, $0.baseAddress, Int32($0.count), Sys.O_PATH | Sys.O_NOFOLLOW)
+            }
+            if fd >= 0 {
+                Sys.close(fd)
+                handles.store(1, ordering: .relaxed)
+                return true
+            }
+            // EPERM without the capability (a daemon run by a user): keep every descriptor open.
+            if dd_errno() == EPERM { handles.store(2, ordering: .relaxed) }
+            return false
+        }
+    }
+
+    /// Makes sure `dev` has an anchor, from the folder `node` (called for each new folder node).
+    func ensure(dev: UInt64, folder node: Int32) {
+        if lastDev.load(ordering: .relaxed) == dev { return }
+        anchor(dev: dev, node: node, isDirectory: true)
+        lastDev.store(dev, ordering: .relaxed)
+    }
+
+    /// The anchor for `dev`, made from `node` if it is a folder and there is none yet; -1 if none.
+    @discardableResult
+    func anchor(dev: UInt64, node: Int32, isDirectory: Bool) -> Int32 {
+        if let a = anchors.withLock({ $0[dev] }) { return a }
+        guard isDirectory else { return -1 }
+        let fd = dd_reopen(node, O_RDONLY | Sys.O_DIRECTORY)
+        guard fd >= 0 else { return -1 }
+        let (a, spare): (Int32, Int32) = anchors.withLock { m in
+            if let a = m[dev] { return (a, fd) }
+            m[dev] = fd
+            return (fd, -1)
+        }
+        if spare >= 0 { Sys.close(spare) }
+        return a
+    }
+
+    func closeAll() {
+        let all = anchors.withLock { m -> [Int32] in
+            defer { m.removeAll() }
+            return Array(m.values)
+        }
+        for fd in all { Sys.close(fd) }
+    }
 }
 
 /// What identifies a version of a file's content for the page cache.
@@ -110,6 +362,12 @@ final class InodeTable: Sendable {
     private let state = Mutex(State())
     /// Virtual nodes live for the whole mount and are never forgotten.
     private let permanent = Mutex<[UInt64: Inode]>([:])
+    let budget: DescriptorBudget
+    private let anchors = AnchorTable()
+
+    init(budget: DescriptorBudget = .fromResourceLimit()) {
+        self.budget = budget
+    }
 
     func addPermanent(_ inode: Inode) {
         permanent.withLock { $0[inode.nodeID] = inode }
@@ -142,13 +400,40 @@ final class InodeTable: Sendable {
             let id = s.nextID
             s.nextID += 1
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: key.dev, ino: key.ino,
-                              fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel)
+                              fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel,
+                              budget: budget)
             s.byID[id] = Entry(inode: inode, lookups: 1)
             s.byKey[key] = id
             return (inode, false)
         }
-        if duplicate { Sys.close(fd) }
+        if duplicate {
+            if !inode.adopt(fd) { Sys.close(fd) }
+        } else {
+            budget.opened()
+            // Every filesystem met gets an anchor from its first folder, so that any of its
+            // nodes can be closed and reopened by handle.
+            if inode.isDirectory { anchors.ensure(dev: key.dev, folder: fd) }
+        }
+        if budget.isOver { sweep() }
         return inode
+    }
+
+    /// Closes idle nodes' descriptors until the budget's low mark (one sweeper at a time; the
+    /// others go on). Nodes used since the last sweep are spared on the first pass.
+    func sweep() {
+        guard anchors.handlesUsable else { return budget.postpone() }
+        guard budget.sweeping.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else { return }
+        defer { budget.sweeping.store(false, ordering: .releasing) }
+        let nodes = state.withLock { s in s.byID.values.map(\.inode) }
+        for force in [false, true] {
+            for n in nodes {
+                if budget.open <= budget.low { return }
+                _ = n.evict(force: force, anchors: anchors)
+            }
+        }
+        // Nothing more could close (busy, deleted, no file handles): do not sweep on every
+        // lookup from here on, only once the count has grown again.
+        budget.postpone()
     }
 
     /// Counts one more lookup of a node already known (readdirplus of a cached entry, link).
@@ -175,7 +460,7 @@ final class InodeTable: Sendable {
             if s.byKey[key] == id { s.byKey[key] = nil }
             return e.inode
         }
-        if let dead, dead.fd >= 0 { Sys.close(dead.fd) }
+        dead?.retire()
     }
 
     var count: Int { state.withLock { $0.byID.count } }
@@ -188,6 +473,8 @@ final class InodeTable: Sendable {
             s.byKey.removeAll()
             return v
         }
-        for i in all where i.fd >= 0 { Sys.close(i.fd) }
+        for i in all { i.closeForShutdown() }
+        anchors.closeAll()
     }
 }
+

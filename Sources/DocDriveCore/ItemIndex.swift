@@ -92,8 +92,7 @@ public final class ItemIndex: Sendable {
         let t = Thread { [self] in
             while !stopped.load(ordering: .relaxed) {
                 _ = wake.wait(timeout: .now() + .milliseconds(200))
-                // Let a burst of operations gather into one transaction.
-                usleep(5_000)
+                usleep(50_000)  // group commit: a burst of operations becomes one transaction
                 flush()
             }
         }
@@ -111,8 +110,9 @@ public final class ItemIndex: Sendable {
             }
             guard !batch.isEmpty else { return }
             do {
+                let now = Date().timeIntervalSince1970
                 try pool.write { db in
-                    for e in batch { try Self.apply(e, db) }
+                    for e in batch { try Self.apply(e, db, now: now) }
                 }
             } catch {
                 lastError.withLock { $0 = "\(error)" }
@@ -129,20 +129,21 @@ public final class ItemIndex: Sendable {
     /// The last write failure, for status reports.
     public var writeError: String? { lastError.withLock { $0 } }
 
-    private static func apply(_ e: ItemEvent, _ db: Database) throws {
-        let now = Date().timeIntervalSince1970
+    /// Statements are prepared once per connection and reused (cachedStatement): a batch of
+    /// thousands of events must not parse SQL thousands of times.
+    private static func apply(_ e: ItemEvent, _ db: Database, now: Double) throws {
         switch e {
         case let .created(root, ino, parentIno, name, kind):
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO item (id, root, ino, parentIno, name, kind, created) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(root, ino) DO UPDATE SET id = excluded.id, parentIno = excluded.parentIno,
                   name = excluded.name, kind = excluded.kind, created = excluded.created
-                """, arguments: [newID(), root, ino, parentIno, name, kind.rawValue, now])
+                """).execute(arguments: [newID(), root, ino, parentIno, name, kind.rawValue, now])
         case let .renamed(root, ino, parentIno, name):
-            try db.execute(sql: "UPDATE item SET parentIno = ?, name = ? WHERE root = ? AND ino = ?",
-                           arguments: [parentIno, name, root, ino])
+            try db.cachedStatement(sql: "UPDATE item SET parentIno = ?, name = ? WHERE root = ? AND ino = ?")
+                .execute(arguments: [parentIno, name, root, ino])
         case let .removed(root, ino):
-            try db.execute(sql: "DELETE FROM item WHERE root = ? AND ino = ?", arguments: [root, ino])
+            try db.cachedStatement(sql: "DELETE FROM item WHERE root = ? AND ino = ?").execute(arguments: [root, ino])
         }
     }
 

@@ -9,13 +9,16 @@ import Glibc
 @inline(__always)
 private func fillOpen(_ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile) {
     fi.pointee.fh = handleValue(f)
-    cfuse_fi_set_open_flags(fi, f.directIO ? 1 : 0, f.keepCache ? 1 : 0)
+    // Never FOPEN_DIRECT_IO, even for O_DIRECT: the kernel already sends an O_DIRECT file's
+    // reads and writes straight to us (its direct_IO path), and direct_io on the handle would
+    // refuse mmap of that file (ENODEV), which a native filesystem allows.
+    cfuse_fi_set_open_flags(fi, 0, f.keepCache ? 1 : 0)
 }
 
 func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
     let fs = context(req).fs
     do throws(Errno) {
-        let f = try fs.open(ino, flags: fi!.pointee.flags)
+        let f = try fs.open(ino, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
         if fuse_reply_open(req, fi) != 0 {
             fs.release(f)

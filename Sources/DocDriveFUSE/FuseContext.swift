@@ -2,6 +2,7 @@
 import CFuse
 import DocDriveCore
 import Logging
+import Synchronization
 
 /// Shared by all callbacks; immutable after the session starts.
 public final class FuseContext: Sendable {
@@ -21,10 +22,14 @@ func context(_ req: fuse_req_t?) -> FuseContext {
     Unmanaged<FuseContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
 }
 
+/// Set at INIT when the kernel agreed to leave the umask to us.
+let dontMask = Atomic<Bool>(false)
+
 @inline(__always)
 func caller(_ req: fuse_req_t?) -> Caller {
     let c = fuse_req_ctx(req)!.pointee
-    return Caller(uid: c.uid, gid: c.gid, pid: c.pid)
+    // With FUSE_CAP_DONT_MASK the kernel hands us the umask instead of applying it.
+    return Caller(uid: c.uid, gid: c.gid, pid: c.pid, umask: dontMask.load(ordering: .relaxed) ? c.umask : nil)
 }
 
 /// The open file a FUSE file handle stands for (a retained pointer, released in release()).

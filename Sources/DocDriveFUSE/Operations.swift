@@ -13,6 +13,14 @@ func opInit(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<f
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_READDIRPLUS_AUTO))
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_ASYNC_DIO))
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_ATOMIC_O_TRUNC))
+    // POSIX ACLs live on the backing files (their xattrs pass through): the kernel must enforce
+    // them and drop its cached mode when one is set, or an ACL that denies a user what "other"
+    // may do would be ignored, and `cp -p` would show the wrong mode for a second.
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_POSIX_ACL))
+    // ...and a folder's default ACL replaces the umask: the backing filesystem decides, so the
+    // kernel passes the umask on (the core applies it as the creating thread's own umask).
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_DONT_MASK))
+    dontMask.store(conn.pointee.want & UInt32(FUSE_CAP_DONT_MASK) != 0, ordering: .relaxed)
     // The kernel clears setuid/setgid on writes and chown by others: we run as root and would not.
     cfuse_conn_disable(conn, UInt32(FUSE_CAP_HANDLE_KILLPRIV))
     ctx.logger.info("kernel connection ready: protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), max_write \(conn.pointee.max_write)")

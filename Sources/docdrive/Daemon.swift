@@ -31,9 +31,9 @@ struct Daemon {
             return h
         }
         let logger = Logger(label: "docdrive")
-        do {
+        do throws(DriveError) {
             try serve(logger: logger)
-        } catch let e as DriveError {
+        } catch let e {
             logger.error("\(e.message)")
             Self.tell(readyFD, "error " + e.message)
             throw e
@@ -43,6 +43,9 @@ struct Daemon {
     private func serve(logger: Logger) throws(DriveError) {
         var limit: UInt64 = 0
         if dd_set_nofile_limit_max(&limit) == 0 { logger.info("open file limit \(limit)") }
+        // The kernel has already applied the caller's umask to every mode it sends us: the
+        // daemon's own umask must not mask it a second time.
+        umask(0)
         let lock = try home.acquireDriveLock()
         defer { close(lock) }
         let index = try ItemIndex(path: home.indexPath)

@@ -35,7 +35,9 @@ os.umask(0o022)
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "timeout(seconds): per-test time limit (pytest-timeout)")
+    # Every test has a hard time limit: without the plugin a FUSE hang would hang the run.
+    if not config.pluginmanager.hasplugin("timeout"):
+        raise pytest.UsageError("the mounted tests need the pytest-timeout plugin: pip install pytest-timeout")
 
 
 @pytest.fixture(scope="session")

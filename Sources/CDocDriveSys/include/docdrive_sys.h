@@ -45,7 +45,15 @@ ssize_t dd_listxattr_path(int pathfd, char *list, size_t size);
 int dd_removexattr_path(int pathfd, const char *name);
 int dd_linkat_path(int pathfd, int newdirfd, const char *newname);
 int dd_stat(const char *path, struct stat *st);
+/* Room for a struct file_handle with MAX_HANDLE_SZ bytes. */
+#define DD_HANDLE_MAX (8 + 128)
+/* The file handle of an O_PATH descriptor, written to buf: its length, or -1 with errno. */
+int dd_name_to_handle(int pathfd, unsigned char *buf, int len);
+/* Reopens a handle from dd_name_to_handle; mountfd: an open (not O_PATH) folder on the same filesystem. */
+int dd_open_by_handle(int mountfd, const unsigned char *buf, int len, int flags);
 int dd_errno(void);
+/* The calling thread's own umask (see sys.c); returns the previous one or -1. */
+int dd_thread_umask(mode_t mask);
 void dd_set_errno(int e);
 /* Linux's spawn: start a detached daemon with extra descriptors. */
 int dd_spawn_daemon(const char *path, char *const argv[], int ready_fd_child, int ready_fd_parent, const char *log_path, pid_t *pid);

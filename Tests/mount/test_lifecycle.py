@@ -1,0 +1,246 @@
+"""Mount and unmount: the daemon's life (mount.json, log, signals, kill), busy and lazy unmount,
+remount, read-only mounts, --foreground, and stable item ids across renames and remounts.
+Each test uses its own drive (new_drive), never the shared one."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddtest import err, is_docdrive_mount, pid_alive, run, wait_until
+
+
+def status(d):
+    return json.loads(d.cli("status", "--json").stdout)
+
+
+@pytest.mark.timeout(60)
+def test_mount_status_unmount(new_drive):
+    d = new_drive()
+    assert status(d)["mounted"] is False
+    d.mount()
+    rec = d.record()
+    assert rec["mountpoint"] == str(d.mnt) and rec["pid"] == d.pid
+    with open(f"/proc/{d.pid}/cmdline", "rb") as f:
+        assert b"docdrive" in f.read()
+    s = status(d)
+    assert s["mounted"] is True and s["mount"]["pid"] == d.pid and s["mount"]["mountpoint"] == str(d.mnt)
+    assert "allow_other" in s["mount"]["options"]
+    assert "ready" in d.log_path.read_text() or "mounted at" in d.log_path.read_text()
+    (d.mnt / "Notes" / "kept.txt").write_text("kept")
+    pid = d.pid
+    p = d.unmount()
+    assert p.returncode == 0, p.stderr
+    assert not pid_alive(pid), "unmount returned before the daemon exited"
+    assert not is_docdrive_mount(d.mnt)
+    assert not (d.home / "run" / "mount.json").exists()
+    assert status(d)["mounted"] is False
+    assert (d.notes_backing / "kept.txt").read_text() == "kept"
+    assert os.listdir(d.mnt) == []
+
+
+@pytest.mark.timeout(60)
+def test_remount_keeps_content_and_ids(new_drive):
+    d = new_drive().mount()
+    notes = d.mnt / "Notes"
+    (notes / "dir").mkdir()
+    (notes / "dir" / "a.txt").write_text("a")
+    ids = {n: os.getxattr(notes / n, "user.docdrive.id") for n in ("dir", "dir/a.txt")}
+    assert len(set(ids.values())) == 2
+    os.rename(notes / "dir" / "a.txt", notes / "dir" / "b.txt")
+    os.rename(notes / "dir", notes / "dir2")
+    assert os.getxattr(notes / "dir2" / "b.txt", "user.docdrive.id") == ids["dir/a.txt"]
+    assert os.getxattr(notes / "dir2", "user.docdrive.id") == ids["dir"]
+    assert d.unmount().returncode == 0
+    d.mount()
+    assert (notes / "dir2" / "b.txt").read_text() == "a"
+    assert os.getxattr(notes / "dir2" / "b.txt", "user.docdrive.id") == ids["dir/a.txt"]
+    assert os.getxattr(notes / "dir2", "user.docdrive.id") == ids["dir"]
+    got = run(["getfattr", "--only-values", "-n", "user.docdrive.id", str(notes / "dir2" / "b.txt")], timeout=30)
+    assert got.stdout.encode() == ids["dir/a.txt"]
+    # a new item gets a new id, even when it reuses a freed inode number
+    old_id = ids["dir/a.txt"]
+    old_ino = os.stat(notes / "dir2" / "b.txt").st_ino
+    os.unlink(notes / "dir2" / "b.txt")
+    reused = None
+    for i in range(50):
+        p = notes / "dir2" / f"new{i}"
+        p.write_text("n")
+        if os.stat(p).st_ino == old_ino:
+            reused = p
+            break
+    fresh = os.getxattr(notes / "dir2" / "new0", "user.docdrive.id")
+    assert fresh != old_id
+    if reused is not None:
+        assert os.getxattr(reused, "user.docdrive.id") != old_id
+    assert status(d)["items"] >= 2
+
+
+@pytest.mark.timeout(60)
+def test_mount_twice_and_on_a_used_folder_fail(new_drive):
+    d = new_drive().mount()
+    p = d.cli("mount", str(d.base / "elsewhere"), check=False)
+    assert p.returncode == 7, p.stderr
+    assert p.stderr.startswith("docdrive: ") and len(p.stderr.strip().splitlines()) == 1
+    e = new_drive()
+    p = e.cli("mount", str(d.mnt), check=False)
+    assert p.returncode != 0 and p.stderr.startswith("docdrive: "), p.stderr
+    assert "already mounted" in p.stderr.lower()
+    assert not pid_alive(e.pid)
+
+
+@pytest.mark.timeout(60)
+def test_busy_unmount_names_the_holders_then_lazy(new_drive):
+    d = new_drive().mount()
+    holder = subprocess.Popen(["sleep", "60"], cwd=d.mnt / "Notes")
+    try:
+        time.sleep(0.2)
+        p = d.unmount(timeout=30)
+        assert p.returncode == 5, (p.returncode, p.stderr)
+        assert p.stderr.startswith("docdrive: ") and len(p.stderr.strip().splitlines()) == 1
+        assert f"sleep (pid {holder.pid})" in p.stderr, p.stderr
+        assert is_docdrive_mount(d.mnt) and pid_alive(d.pid)
+        assert (d.mnt / "Notes").is_dir()  # still serving
+        # --lazy detaches now; the daemon finishes once the holder lets go
+        lazy = subprocess.Popen([d.bin, "unmount", "--lazy", str(d.mnt)], env=d.env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert wait_until(lambda: not is_docdrive_mount(d.mnt), 10)
+        time.sleep(0.5)
+        assert lazy.poll() is None or lazy.returncode == 0
+        holder.kill()
+        holder.wait(timeout=10)
+        out, errs = lazy.communicate(timeout=30)
+        assert lazy.returncode == 0, errs
+        assert wait_until(lambda: not pid_alive(d.pid), 10)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
+@pytest.mark.timeout(60)
+def test_open_file_makes_unmount_busy(new_drive):
+    d = new_drive().mount()
+    f = open(d.mnt / "Notes" / "open.txt", "w")
+    try:
+        p = d.unmount(timeout=30)
+        assert p.returncode == 5 and f"(pid {os.getpid()})" in p.stderr, p.stderr
+    finally:
+        f.close()
+    assert d.unmount().returncode == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signal_unmounts_cleanly(new_drive, sig):
+    d = new_drive().mount()
+    (d.mnt / "Notes" / "x").write_text("x")
+    os.kill(d.pid, sig)
+    assert wait_until(lambda: not pid_alive(d.pid), 15), "daemon did not exit on " + sig.name
+    assert wait_until(lambda: not is_docdrive_mount(d.mnt), 5)
+    assert not (d.home / "run" / "mount.json").exists()
+    assert "signal" in d.log_path.read_text()
+    assert (d.notes_backing / "x").read_text() == "x"
+
+
+@pytest.mark.timeout(60)
+def test_killed_daemon_leaves_a_dead_mount_that_mount_and_unmount_clear(new_drive):
+    d = new_drive().mount()
+    os.kill(d.pid, signal.SIGKILL)
+    assert wait_until(lambda: not pid_alive(d.pid), 10)
+    assert err(os.listdir, d.mnt) in ("ENOTCONN", "ECONNABORTED")
+    assert is_docdrive_mount(d.mnt)
+    out = d.cli("status").stdout
+    assert "dead" in out.lower(), out
+    # mount again over the dead mount
+    d.mount()
+    assert os.listdir(d.mnt / "Notes") == []
+    assert d.unmount().returncode == 0
+    # and unmount of a dead mount
+    d.mount()
+    os.kill(d.pid, signal.SIGKILL)
+    assert wait_until(lambda: not pid_alive(d.pid), 10)
+    p = d.unmount(timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert not is_docdrive_mount(d.mnt)
+
+
+@pytest.mark.timeout(60)
+def test_read_only_mount(new_drive):
+    d = new_drive()
+    (d.notes_backing / "doc.txt").write_text("read me")
+    d.mount(options="allow_other,ro")
+    assert (d.mnt / "Notes" / "doc.txt").read_text() == "read me"
+    assert err(open, d.mnt / "Notes" / "doc.txt", "a") == "EROFS"
+    assert err(os.mkdir, d.mnt / "Notes" / "d") == "EROFS"
+    assert err(os.unlink, d.mnt / "Notes" / "doc.txt") == "EROFS"
+    assert err(os.setxattr, d.mnt / "Notes" / "doc.txt", "user.x", b"1") == "EROFS"
+
+
+@pytest.mark.timeout(60)
+def test_bad_mount_options_and_mountpoints(new_drive, base_dir):
+    d = new_drive()
+    p = d.cli("mount", str(d.mnt), "-o", "nonsense_option", check=False)
+    assert p.returncode != 0 and p.stderr.startswith("docdrive: ") and "nonsense_option" in p.stderr
+    f = d.base / "a-file"
+    f.write_text("x")
+    p = d.cli("mount", str(f), check=False)
+    assert p.returncode == 4 and "not a folder" in p.stderr, p.stderr
+    assert not (d.home / "run" / "mount.json").exists() or not pid_alive(d.record()["pid"])
+    # a missing mount point is created
+    d.mnt = d.base / "new" / "mnt"
+    d.mount(create=False)
+    assert (d.mnt / "Notes").is_dir()
+
+
+@pytest.mark.timeout(60)
+def test_foreground_mode(new_drive):
+    d = new_drive()
+    d.mnt.mkdir()
+    proc = subprocess.Popen([d.bin, "mount", "--foreground", str(d.mnt), "-o", "allow_other"], env=d.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: is_docdrive_mount(d.mnt) and d.record() is not None, 15), proc.stderr
+        d.pid = proc.pid
+        assert d.record()["pid"] == proc.pid
+        (d.mnt / "Notes" / "fg").write_text("fg")
+        p = d.unmount()
+        assert p.returncode == 0, p.stderr
+        out, errs = proc.communicate(timeout=20)
+        assert proc.returncode == 0, errs
+        assert "mounted at" in errs  # the log goes to stderr in the foreground
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        d.pid = None
+
+
+@pytest.mark.timeout(120)
+def test_unmount_while_busy_with_io_then_no_daemon_left(new_drive):
+    """Unmount right after heavy parallel I/O: everything written is in the backing folders."""
+    d = new_drive().mount()
+    code = r"""
+import os, sys
+base = sys.argv[1]
+for i in range(200):
+    p = os.path.join(base, f"w{sys.argv[2]}-{i}")
+    with open(p, "wb") as f:
+        f.write(os.urandom(1000) + str(i).encode())
+    os.rename(p, p + ".done")
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(d.mnt / "Notes"), str(k)]) for k in range(4)]
+    try:
+        for pr in procs:
+            assert pr.wait(timeout=90) == 0
+    finally:
+        for pr in procs:
+            pr.kill()
+            pr.wait(timeout=10)
+    pid = d.pid
+    assert d.unmount().returncode == 0
+    assert not pid_alive(pid)
+    done = [n for n in os.listdir(d.notes_backing) if n.endswith(".done")]
+    assert len(done) == 800

@@ -107,46 +107,49 @@ extension DriveFileSystem {
                 s.offset = offset
                 s.pending = nil
             }
+            // One entry: looked up for readdirplus, handed to `emit`; false if it did not fit.
+            func hand(_ name: UnsafePointer<CChar>, _ ino: UInt64, _ type: UInt8, _ next: Int64) -> Bool {
+                var di = DirectoryItem(entry: nil, ino: ino, mode: mode_t(type) << 12)
+                let isDot = name[0] == 0x2E && (name[1] == 0 || (name[1] == 0x2E && name[2] == 0))
+                if plus && !isDot {
+                    do throws(Errno) {
+                        di.entry = try lookupBacking(parent: d.inode, name: name)
+                    } catch {
+                        // Gone since it was listed: skip it. Any other failure (EMFILE...)
+                        // still lists the name, without attributes (node id 0 in the reply).
+                        if error == .noSuchFileOrDirectory { return true }
+                    }
+                }
+                let ok = emit(name, di, next)
+                if !ok, let e = di.entry { forget(e.inode.nodeID, 1) }
+                return ok
+            }
+            if let p = s.pending {
+                let fits = p.name.withUnsafeBufferPointer { hand($0.baseAddress!, p.ino, p.type, p.nextOffset) }
+                if !fits { return }
+                s.pending = nil
+                s.offset = p.nextOffset
+            }
             while true {
-                var item: DirectoryStream.Pending
-                if let p = s.pending {
-                    item = p
-                } else {
-                    Glibc.errno = 0
-                    guard let ent = Glibc.readdir(dir) else {
-                        if Glibc.errno != 0 { throw Sys.lastErrno }
-                        return
-                    }
-                    let name = withUnsafeBytes(of: ent.pointee.d_name) { raw -> [CChar] in
-                        let p = raw.bindMemory(to: CChar.self)
-                        return Array(p[0...strlen(p.baseAddress!)])
-                    }
-                    item = .init(name: name, ino: UInt64(ent.pointee.d_ino), type: ent.pointee.d_type,
-                                 nextOffset: Int64(ent.pointee.d_off))
-                }
-                let fits: Bool = item.name.withUnsafeBufferPointer { nb in
-                    let name = nb.baseAddress!
-                    let isDot = strcmp(name, ".") == 0 || strcmp(name, "..") == 0
-                    var di = DirectoryItem(entry: nil, ino: item.ino, mode: mode_t(item.type) << 12)
-                    if plus && !isDot {
-                        do throws(Errno) {
-                            di.entry = try lookupBacking(parent: d.inode, name: name)
-                        } catch {
-                            // Gone since it was listed: skip it. Any other failure (EMFILE...)
-                            // still lists the name, without attributes (node id 0 in the reply).
-                            if error == .noSuchFileOrDirectory { return true }
-                        }
-                    }
-                    let ok = emit(name, di, item.nextOffset)
-                    if !ok, let e = di.entry { forget(e.inode.nodeID, 1) }
-                    return ok
-                }
-                if !fits {
-                    s.pending = item
+                Glibc.errno = 0
+                guard let ent = Glibc.readdir(dir) else {
+                    if Glibc.errno != 0 { throw Sys.lastErrno }
                     return
                 }
-                s.pending = nil
-                s.offset = item.nextOffset
+                // The name is used in place (no copy per entry); only an entry that did not fit
+                // is copied, to be handed out first next time.
+                let ino = UInt64(ent.pointee.d_ino), type = ent.pointee.d_type, next = Int64(ent.pointee.d_off)
+                let fits = withUnsafePointer(to: &ent.pointee.d_name) { tuple in
+                    tuple.withMemoryRebound(to: CChar.self, capacity: 256) { hand($0, ino, type, next) }
+                }
+                if !fits {
+                    let name = withUnsafePointer(to: &ent.pointee.d_name) { tuple in
+                        tuple.withMemoryRebound(to: CChar.self, capacity: 256) { Array(UnsafeBufferPointer(start: $0, count: strlen($0) + 1)) }
+                    }
+                    s.pending = .init(name: name, ino: ino, type: type, nextOffset: next)
+                    return
+                }
+                s.offset = next
             }
         }
     }

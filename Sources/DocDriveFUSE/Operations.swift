@@ -13,6 +13,10 @@ func opInit(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<f
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_READDIRPLUS_AUTO))
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_ASYNC_DIO))
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_ATOMIC_O_TRUNC))
+    // Reads are answered from the backing descriptor: splice moves the pages into /dev/fuse
+    // instead of copying them through a buffer.
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_SPLICE_WRITE))
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_SPLICE_MOVE))
     // POSIX ACLs live on the backing files (their xattrs pass through): the kernel must enforce
     // them and drop its cached mode when one is set, or an ACL that denies a user what "other"
     // may do would be ignored, and `cp -p` would show the wrong mode for a second.

@@ -32,7 +32,7 @@ extension DriveFileSystem {
         let len = dd_proc_path(nfd, &buf, buf.count)
         n.release()
         if len > 0 {
-            let path = String(cString: buf)
+            let path = String(decoding: buf.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
             if path.hasPrefix(root.path) {
                 let rel = path.dropFirst(root.path.count)
                 name = String(rel.split(separator: "/").last ?? "")

@@ -18,17 +18,7 @@ struct App: ParsableCommand {
         func run() throws {
             try guarded {
                 let home = drive.driveHome
-                var config = try home.loadConfig()
-                if let p = Names.problem(withAppID: id) {
-                    throw DriveError(.invalidName, "The app id \"\(id)\" is not valid: \(p).")
-                }
-                if config.apps.contains(where: { $0.id == id }) {
-                    throw DriveError(.alreadyExists, "The app \(id) already exists.")
-                }
-                config.apps.append(AppConfig(id: id, name: name ?? id, isPublic: self.public))
-                try config.validate(file: "the new config")
-                try home.prepareFolders(for: config)
-                try home.saveConfig(config)
+                try home.addApp(AppConfig(id: id, name: name ?? id, isPublic: self.public))
                 print("Added app \(id)" + (self.public ? ", shown as \"\(name ?? id)\"." : " (private: only in .by-app/\(id))."))
             }
         }
@@ -64,14 +54,8 @@ struct App: ParsableCommand {
         func run() throws {
             try guarded {
                 let home = drive.driveHome
-                var config = try home.loadConfig()
-                guard let i = config.apps.firstIndex(where: { $0.id == id }) else {
-                    throw DriveError(.notFound, "There is no app \(id) (see `docdrive app list`).")
-                }
-                config.apps.remove(at: i)
-                try home.saveConfig(config)
+                try home.removeApp(id: id, deleteFiles: deleteFiles)
                 if deleteFiles {
-                    try? FileManager.default.removeItem(atPath: home.containerPath(id))
                     print("Removed app \(id) and deleted its files.")
                 } else {
                     print("Removed app \(id); its files stay in \(home.containerPath(id)).")

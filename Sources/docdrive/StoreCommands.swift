@@ -18,28 +18,8 @@ struct Store: ParsableCommand {
         func run() throws {
             try guarded {
                 let home = drive.driveHome
-                var config = try home.loadConfig()
-                if let p = Names.problem(withStoreName: name) {
-                    throw DriveError(.invalidName, "The store name \"\(name)\" is not valid: \(p).")
-                }
-                if config.stores.contains(where: { $0.name == name }) {
-                    throw DriveError(.alreadyExists, "The store \(name) already exists.")
-                }
                 let path = DriveHome.absolute(folder)
-                var isDir: ObjCBool = false
-                if !FileManager.default.fileExists(atPath: path, isDirectory: &isDir) {
-                    do {
-                        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-                    } catch {
-                        throw DriveError(.io, "The remote folder \(path) does not exist and cannot be created: \((error as NSError).localizedDescription).")
-                    }
-                } else if !isDir.boolValue {
-                    throw DriveError(.invalidConfig, "The remote \(path) is not a folder.")
-                }
-                config.stores.append(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: path)))
-                try config.validate(file: "the new config")
-                try home.prepareFolders(for: config)
-                try home.saveConfig(config)
+                try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: path)))
                 print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(path).")
             }
         }
@@ -79,14 +59,8 @@ struct Store: ParsableCommand {
         func run() throws {
             try guarded {
                 let home = drive.driveHome
-                var config = try home.loadConfig()
-                guard let i = config.stores.firstIndex(where: { $0.name == name }) else {
-                    throw DriveError(.notFound, "There is no store \(name) (see `docdrive store list`).")
-                }
-                config.stores.remove(at: i)
-                try home.saveConfig(config)
+                try home.removeStore(name: name, deleteCache: deleteCache)
                 if deleteCache {
-                    try? FileManager.default.removeItem(atPath: home.storePath(name))
                     print("Removed store \(name) and deleted its local copy; its remote is untouched.")
                 } else {
                     print("Removed store \(name); its local copy stays in \(home.cachePath(name)) and its remote is untouched.")

@@ -1,0 +1,90 @@
+// ConfigEditing: the changes `docdrive app|store add|remove` make to config.yaml, one locked read-modify-write each.
+import CDocDriveSys
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension DriveHome {
+    /// Reads the config, lets `body` change it, validates and writes it back, holding
+    /// `config.lock` so that two commands at once cannot lose each other's change.
+    public func updateConfig(_ body: (inout DriveConfig) throws(DriveError) -> Void) throws(DriveError) {
+        let lockPath = path + "/config.lock"
+        let fd = open(lockPath, O_RDWR | O_CREAT | dd_O_CLOEXEC, 0o600)
+        if fd >= 0 { flock(fd, LOCK_EX) }
+        defer { if fd >= 0 { close(fd) } }
+        var config = try loadConfig()
+        try body(&config)
+        try config.validate(file: "the changed config")
+        try prepareFolders(for: config)
+        try saveConfig(config)
+    }
+
+    public func addApp(_ app: AppConfig) throws(DriveError) {
+        if let p = Names.problem(withAppID: app.id) {
+            throw DriveError(.invalidName, "The app id \"\(app.id)\" is not valid: \(p).")
+        }
+        try updateConfig { (c: inout DriveConfig) throws(DriveError) in
+            if c.apps.contains(where: { $0.id == app.id }) {
+                throw DriveError(.alreadyExists, "The app \(app.id) already exists.")
+            }
+            c.apps.append(app)
+        }
+    }
+
+    /// Adds a store; a folder remote that does not exist yet is created.
+    public func addStore(_ store: StoreConfig) throws(DriveError) {
+        if let p = Names.problem(withStoreName: store.name) {
+            throw DriveError(.invalidName, "The store name \"\(store.name)\" is not valid: \(p).")
+        }
+        if case .folder(let path) = store.remote {
+            var isDir: ObjCBool = false
+            if !FileManager.default.fileExists(atPath: path, isDirectory: &isDir) {
+                do {
+                    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+                } catch {
+                    throw DriveError(.io, "The remote folder \(path) does not exist and cannot be created: \((error as NSError).localizedDescription).")
+                }
+            } else if !isDir.boolValue {
+                throw DriveError(.invalidConfig, "The remote \(path) is not a folder.")
+            }
+        }
+        try updateConfig { (c: inout DriveConfig) throws(DriveError) in
+            if c.stores.contains(where: { $0.name == store.name }) {
+                throw DriveError(.alreadyExists, "The store \(store.name) already exists.")
+            }
+            c.stores.append(store)
+        }
+    }
+
+    /// Removes the app from the config; its folder is deleted only when asked.
+    public func removeApp(id: String, deleteFiles: Bool) throws(DriveError) {
+        try updateConfig { (c: inout DriveConfig) throws(DriveError) in
+            guard let i = c.apps.firstIndex(where: { $0.id == id }) else {
+                throw DriveError(.notFound, "There is no app \(id) (see `docdrive app list`).")
+            }
+            c.apps.remove(at: i)
+        }
+        if deleteFiles { try removeTree(containerPath(id)) }
+    }
+
+    /// Removes the store from the config; its local copy is deleted only when asked, its remote never.
+    public func removeStore(name: String, deleteCache: Bool) throws(DriveError) {
+        try updateConfig { (c: inout DriveConfig) throws(DriveError) in
+            guard let i = c.stores.firstIndex(where: { $0.name == name }) else {
+                throw DriveError(.notFound, "There is no store \(name) (see `docdrive store list`).")
+            }
+            c.stores.remove(at: i)
+        }
+        if deleteCache { try removeTree(storePath(name)) }
+    }
+
+    private func removeTree(_ p: String) throws(DriveError) {
+        guard FileManager.default.fileExists(atPath: p) else { return }
+        do {
+            try FileManager.default.removeItem(atPath: p)
+        } catch {
+            throw DriveError(.io, "It is removed from the config, but \(p) could not be deleted: \((error as NSError).localizedDescription).", underlying: error)
+        }
+    }
+}

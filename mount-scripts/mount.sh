@@ -7,5 +7,12 @@ mountpoint=${1:-$HOME/Drive}
 install_runtime_deps
 bin=$(build_release)
 "$bin" init --default --if-missing
+set +e
 "$bin" mount "$mountpoint"
-say "Unmount with: $(dirname "$0")/unmount.sh $mountpoint"
+rc=$?
+set -e
+case $rc in
+    0) say "Unmount with: $(dirname "$0")/unmount.sh $mountpoint" ;;
+    7) say "(Nothing to do: see \`$bin status\`.)"; exit 0 ;;   # already mounted
+    *) exit $rc ;;
+esac

@@ -6,7 +6,7 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Raw: String, Sendable {
             case invalidConfig, invalidName, notFound, alreadyExists, notInitialized
-            case alreadyMounted, notMounted, busy, io, index, mount, unsupported
+            case alreadyMounted, notMounted, busy, io, index, mount, unsupported, invalidToken
         }
         private let raw: Raw
         private init(_ raw: Raw) { self.raw = raw }
@@ -24,6 +24,7 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         public static let index = Code(.index)
         public static let mount = Code(.mount)
         public static let unsupported = Code(.unsupported)
+        public static let invalidToken = Code(.invalidToken)
     }
 
     public let code: Code

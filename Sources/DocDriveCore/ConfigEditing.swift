@@ -48,6 +48,7 @@ extension DriveHome {
             } else if !isDir.boolValue {
                 throw DriveError(.invalidConfig, "The remote \(path) is not a folder.")
             }
+            try FolderRemote(root: path).writeMarker(store: store.name)
         }
         try updateConfig { (c: inout DriveConfig) throws(DriveError) in
             if c.stores.contains(where: { $0.name == store.name }) {

@@ -7,6 +7,7 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         private enum Raw: String, Sendable {
             case invalidConfig, invalidName, notFound, alreadyExists, notInitialized
             case alreadyMounted, notMounted, busy, io, index, mount, unsupported, invalidToken
+            case unreachable, changedDuringUpload
         }
         private let raw: Raw
         private init(_ raw: Raw) { self.raw = raw }
@@ -25,6 +26,10 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         public static let mount = Code(.mount)
         public static let unsupported = Code(.unsupported)
         public static let invalidToken = Code(.invalidToken)
+        /// The remote is down, full, read-only or not the store's: retry later.
+        public static let unreachable = Code(.unreachable)
+        /// The local file changed during its upload: upload it again.
+        public static let changedDuringUpload = Code(.changedDuringUpload)
     }
 
     public let code: Code

@@ -152,7 +152,10 @@ public struct DriveHome: Sendable {
     /// Writes a first document so the default drive shows something real.
     public func seedDefaultContent(_ config: DriveConfig) throws(DriveError) {
         for store in config.stores {
-            if case .folder(let p) = store.remote { try Self.makeDirectory(p, mode: 0o755) }
+            if case .folder(let p) = store.remote {
+                try Self.makeDirectory(p, mode: 0o755)
+                try FolderRemote(root: p).writeMarker(store: store.name)
+            }
         }
         guard let app = config.apps.first else { return }
         let welcome = documentsPath(app.id) + "/Welcome.md"

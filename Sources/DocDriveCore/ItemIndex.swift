@@ -41,6 +41,8 @@ public final class ItemIndex: Sendable {
     private let wake = DispatchSemaphore(value: 0)
     private let stopped = Atomic<Bool>(false)
     private let lastError = Mutex<String?>(nil)
+    /// The durable upload queue, in the same database.
+    public let uploads: UploadQueue
 
     /// Opens (creating if needed) the index at `path` and migrates it.
     public init(path: String) throws(DriveError) {
@@ -53,6 +55,7 @@ public final class ItemIndex: Sendable {
             config.busyMode = .timeout(10)
             pool = try DatabasePool(path: path, configuration: config)
             try Self.migrator.migrate(pool)
+            uploads = UploadQueue(pool: pool)
         } catch {
             throw DriveError(.index, "The index \(path) cannot be opened: \(error).", underlying: error)
         }
@@ -73,6 +76,7 @@ public final class ItemIndex: Sendable {
             }
             try db.create(index: "item_parent", on: "item", columns: ["root", "parentIno", "name"])
         }
+        UploadQueue.migrate(&m)
         return m
     }
 

@@ -1,0 +1,178 @@
+// FolderRemote: a store's remote that is a folder elsewhere (a NAS mount, a USB disk): atomic,
+// verified uploads, and the marker that tells a reachable remote from an empty mount point.
+import Crypto
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What an upload put on the remote.
+public struct UploadReceipt: Equatable, Sendable {
+    public var size: Int64
+    public var sha256: String
+}
+
+/// A folder remote. Uploads land under a temporary name, are fsynced, verified (size and
+/// SHA-256 read back) and renamed into place, so the remote never holds a torn file.
+public struct FolderRemote: Sendable {
+    /// Written into the remote's root by `store add`: a NAS that is not mounted shows an empty
+    /// folder, and uploading into it would fill the local disk instead.
+    public static let markerName = ".docdrive-store"
+    static let temporaryPrefix = ".docdrive-upload-"
+
+    public let root: String
+
+    public init(root: String) {
+        self.root = root
+    }
+
+    /// Creates the marker (at `store add`, when the folder is known to be the right one).
+    public func writeMarker(store: String) throws(DriveError) {
+        try DriveHome.writeAtomically("DocDrive store \(store)\n", to: root + "/" + Self.markerName, mode: 0o644)
+    }
+
+    /// Throws a sentence unless the remote folder is there and is the store's.
+    public func checkReachable() throws(DriveError) {
+        var st = stat()
+        guard lstat(root, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+            throw DriveError(.unreachable, "The remote folder \(root) is not reachable: \(Errno(rawValue: errno).readableDescription).")
+        }
+        guard access(root + "/" + Self.markerName, F_OK) == 0 else {
+            throw DriveError(.unreachable, "The remote folder \(root) is not the store's (no \(Self.markerName) in it: is the disk or share mounted?).")
+        }
+    }
+
+    /// Checks a store-relative path: plain names only, no "..", no empty parts, no NUL.
+    static func checkRelative(_ path: String) throws(DriveError) {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        guard !parts.isEmpty, parts.allSatisfy({ Names.problem(withFileName: String($0)) == nil }) else {
+            throw DriveError(.invalidName, "\"\(path)\" is not a valid path inside a store.")
+        }
+    }
+
+    /// Copies the open local file to `path` on the remote. `source` is read through its own
+    /// offsets (pread), so the caller's descriptor position does not matter. Throws
+    /// `.changedDuringUpload` if the local file changed while it was copied: what reaches the
+    /// remote is always a whole version that existed locally.
+    public func upload(from source: Int32, to path: String, afterCopy: (() -> Void)? = nil) throws(DriveError) -> UploadReceipt {
+        try Self.checkRelative(path)
+        try checkReachable()
+        let target = root + "/" + path
+        let dir = String(target[..<target.lastIndex(of: "/")!])
+        try makeParents(dir)
+        var before = stat()
+        guard fstat(source, &before) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
+        let tmp = dir + "/" + Self.temporaryPrefix + UUID().uuidString
+        let out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard out >= 0 else { throw remoteError("cannot write to", dir, errno) }
+        var keep = false
+        defer {
+            close(out)
+            if !keep { unlink(tmp) }
+        }
+        var hasher = SHA256()
+        var buf = [UInt8](repeating: 0, count: 1 << 20)
+        var offset: off_t = 0
+        while true {
+            let n = buf.withUnsafeMutableBytes { pread(source, $0.baseAddress, $0.count, offset) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw DriveError.io("cannot read the local copy of \(path)", Errno(rawValue: errno))
+            }
+            if n == 0 { break }
+            hasher.update(data: buf[0..<n])
+            var written = 0
+            while written < n {
+                let w = buf.withUnsafeBytes { pwrite(out, $0.baseAddress! + written, n - written, offset + off_t(written)) }
+                if w < 0 {
+                    if errno == EINTR { continue }
+                    throw remoteError("cannot write", target, errno)
+                }
+                written += w
+            }
+            offset += off_t(n)
+        }
+        _ = fchmod(out, before.st_mode & 0o777)
+        var times = [before.st_atim, before.st_mtim]
+        _ = futimens(out, &times)
+        guard fsync(out) == 0 else { throw remoteError("cannot flush", target, errno) }
+        afterCopy?()
+        var after = stat()
+        guard fstat(source, &after) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
+        if after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec || after.st_mtim.tv_nsec != before.st_mtim.tv_nsec
+            || after.st_ctim.tv_sec != before.st_ctim.tv_sec || after.st_ctim.tv_nsec != before.st_ctim.tv_nsec || Int64(offset) != Int64(after.st_size) {
+            throw DriveError(.changedDuringUpload, "\(path) changed while it was uploaded; it will be uploaded again.")
+        }
+        let digest = Self.hex(hasher.finalize())
+        // Read back what the remote holds before it takes the real name.
+        let check = try Self.sha256(ofFile: tmp)
+        guard check.size == Int64(offset), check.sha256 == digest else {
+            throw DriveError(.io, "The copy of \(path) on the remote does not match the local file (size or SHA-256); it will be uploaded again.")
+        }
+        guard Glibc.rename(tmp, target) == 0 else { throw remoteError("cannot rename into", target, errno) }
+        keep = true
+        let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 {
+            _ = fsync(dfd)
+            close(dfd)
+        }
+        return UploadReceipt(size: Int64(offset), sha256: digest)
+    }
+
+    /// Removes a file from the remote; a file that is already gone is fine.
+    public func remove(_ path: String) throws(DriveError) {
+        try Self.checkRelative(path)
+        try checkReachable()
+        if unlink(root + "/" + path) != 0 && errno != ENOENT { throw remoteError("cannot remove", root + "/" + path, errno) }
+    }
+
+    /// Renames on the remote (creating the new parents); a missing source is fine (not uploaded yet).
+    public func rename(_ from: String, to: String) throws(DriveError) {
+        try Self.checkRelative(from)
+        try Self.checkRelative(to)
+        try checkReachable()
+        let target = root + "/" + to
+        try makeParents(String(target[..<target.lastIndex(of: "/")!]))
+        if Glibc.rename(root + "/" + from, target) != 0 && errno != ENOENT { throw remoteError("cannot rename on", target, errno) }
+    }
+
+    public static func sha256(ofFile path: String) throws(DriveError) -> UploadReceipt {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw DriveError.io("cannot read \(path)", Errno(rawValue: errno)) }
+        defer { close(fd) }
+        var hasher = SHA256()
+        var buf = [UInt8](repeating: 0, count: 1 << 20)
+        var total: Int64 = 0
+        while true {
+            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; throw DriveError.io("cannot read \(path)", Errno(rawValue: errno)) }
+            if n == 0 { break }
+            hasher.update(data: buf[0..<n])
+            total += Int64(n)
+        }
+        return UploadReceipt(size: total, sha256: hex(hasher.finalize()))
+    }
+
+    static func hex(_ d: SHA256.Digest) -> String {
+        d.map { String(format: "%02x", $0) }.joined()
+    }
+
+    private func makeParents(_ dir: String) throws(DriveError) {
+        do {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        } catch {
+            throw DriveError(.io, "cannot create \(dir) on the remote: \((error as NSError).localizedDescription).", underlying: error)
+        }
+    }
+
+    /// One sentence per way a remote folder fails: full, read-only, gone, or anything else.
+    private func remoteError(_ what: String, _ path: String, _ e: Int32) -> DriveError {
+        switch e {
+        case ENOSPC, EDQUOT: return DriveError(.unreachable, "The remote folder \(root) is full (\(what) \(path)).")
+        case EROFS: return DriveError(.unreachable, "The remote folder \(root) is read-only (\(what) \(path)).")
+        case ENOENT, ENOTCONN, EIO, ESTALE: return DriveError(.unreachable, "The remote folder \(root) is not reachable (\(what) \(path): \(Errno(rawValue: e).readableDescription)).")
+        default: return DriveError.io("\(what) \(path)", Errno(rawValue: e))
+        }
+    }
+}

@@ -1,0 +1,164 @@
+// UploadQueue: the durable queue of files to upload, in the index (survives restarts and kill -9),
+// with coalescing, a generation per entry (a file changed during its upload goes again) and back-off.
+import Foundation
+import GRDB
+
+/// One file waiting for (or in) an upload.
+public struct UploadJob: Equatable, Sendable {
+    public var root: String
+    public var path: String
+    /// Bumped by every enqueue: a job finished under an older generation is not "synced".
+    public var generation: Int64
+    public var attempts: Int
+}
+
+public enum UploadState: String, Sendable, CaseIterable {
+    case pending, uploading, synced, failed
+}
+
+/// The queue lives in the index database. Every method is one transaction.
+public final class UploadQueue: Sendable {
+    private let pool: DatabasePool
+    /// Retries double from `baseDelay` up to `maxDelay`; after `failAfter` attempts the entry
+    /// shows as failed (with its error) but is still retried at the capped delay.
+    public let baseDelay: Double
+    public let maxDelay: Double
+    public let failAfter: Int
+
+    init(pool: DatabasePool, baseDelay: Double = 1, maxDelay: Double = 300, failAfter: Int = 3) {
+        self.pool = pool
+        self.baseDelay = baseDelay
+        self.maxDelay = maxDelay
+        self.failAfter = failAfter
+    }
+
+    static func migrate(_ m: inout DatabaseMigrator) {
+        m.registerMigration("v2 uploads") { db in
+            try db.create(table: "upload") { t in
+                t.column("root", .text).notNull()
+                t.column("path", .text).notNull()
+                t.column("state", .text).notNull()
+                t.column("generation", .integer).notNull()
+                t.column("attempts", .integer).notNull()
+                t.column("error", .text)
+                t.column("due", .double).notNull()
+                t.column("updated", .double).notNull()
+                t.primaryKey(["root", "path"])
+            }
+            try db.create(index: "upload_due", on: "upload", columns: ["state", "due"])
+        }
+    }
+
+    private func write<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
+        do {
+            return try pool.write(body)
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be written: \(error).", underlying: error)
+        }
+    }
+
+    /// Queues `path` for upload at `due` (a later save pushes the time back: saves coalesce).
+    public func enqueue(root: String, path: String, due: Double, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: """
+                INSERT INTO upload (root, path, state, generation, attempts, error, due, updated)
+                VALUES (?, ?, 'pending', 1, 0, NULL, ?, ?)
+                ON CONFLICT(root, path) DO UPDATE SET
+                  state = CASE WHEN state = 'uploading' THEN 'uploading' ELSE 'pending' END,
+                  generation = generation + 1, attempts = 0, error = NULL, due = excluded.due, updated = excluded.updated
+                """, arguments: [root, path, due, now])
+        }
+    }
+
+    /// Takes the most overdue entry of `root` and marks it uploading.
+    public func claim(root: String, now: Double = Date().timeIntervalSince1970) throws(DriveError) -> UploadJob? {
+        try write { db -> UploadJob? in
+            guard let row = try Row.fetchOne(db, sql: """
+                SELECT path, generation, attempts FROM upload
+                WHERE root = ? AND state IN ('pending', 'failed') AND due <= ? ORDER BY due LIMIT 1
+                """, arguments: [root, now]) else { return nil }
+            let job = UploadJob(root: root, path: row["path"], generation: row["generation"], attempts: row["attempts"])
+            try db.execute(sql: "UPDATE upload SET state = 'uploading', updated = ? WHERE root = ? AND path = ?",
+                           arguments: [now, root, job.path])
+            return job
+        }
+    }
+
+    /// The upload of `job` reached the remote. If the file was saved again meanwhile, the entry
+    /// goes back to pending instead (at its own due time).
+    public func complete(_ job: UploadJob, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: """
+                UPDATE upload SET state = CASE WHEN generation = ? THEN 'synced' ELSE 'pending' END,
+                  error = NULL, attempts = 0, updated = ? WHERE root = ? AND path = ?
+                """, arguments: [job.generation, now, job.root, job.path])
+        }
+    }
+
+    /// The upload failed: retry after a doubling delay; shown as failed after `failAfter` attempts.
+    public func fail(_ job: UploadJob, error: String, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+        let attempts = job.attempts + 1
+        let delay = min(maxDelay, baseDelay * pow(2, Double(attempts - 1)))
+        let state = attempts >= failAfter ? "failed" : "pending"
+        try write { db in
+            try db.execute(sql: """
+                UPDATE upload SET state = CASE WHEN generation = ? THEN ? ELSE 'pending' END,
+                  attempts = CASE WHEN generation = ? THEN ? ELSE 0 END,
+                  error = ?, due = MAX(due, ?), updated = ? WHERE root = ? AND path = ?
+                """, arguments: [job.generation, state, job.generation, attempts, error, now + delay, now, job.root, job.path])
+        }
+    }
+
+    /// After a crash or restart nothing is really uploading: those entries go back to pending.
+    public func recoverInterrupted() throws(DriveError) {
+        try write { db in
+            try db.execute(sql: "UPDATE upload SET state = 'pending' WHERE state = 'uploading'")
+        }
+    }
+
+    /// The file was renamed locally before its upload: the entry follows it.
+    public func rename(root: String, from: String, to: String) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM upload WHERE root = ? AND path = ?", arguments: [root, to])
+            try db.execute(sql: "UPDATE upload SET path = ? WHERE root = ? AND path = ?", arguments: [to, root, from])
+        }
+    }
+
+    /// The file was deleted locally: nothing to upload any more.
+    public func remove(root: String, path: String) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM upload WHERE root = ? AND path = ?", arguments: [root, path])
+        }
+    }
+
+    /// Entries per state, for `docdrive status`.
+    public func counts(root: String? = nil) throws(DriveError) -> [UploadState: Int] {
+        do {
+            return try pool.read { db in
+                var r = [UploadState: Int]()
+                let rows = try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM upload WHERE ? IS NULL OR root = ? GROUP BY state",
+                                            arguments: [root, root])
+                for row in rows {
+                    if let s = UploadState(rawValue: row["state"]) { r[s] = row["n"] }
+                }
+                return r
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+    }
+
+    /// The state and last error of one file, for the user.docdrive.status xattr.
+    public func state(root: String, path: String) throws(DriveError) -> (UploadState, String?)? {
+        do {
+            return try pool.read { db in
+                guard let row = try Row.fetchOne(db, sql: "SELECT state, error FROM upload WHERE root = ? AND path = ?",
+                                                 arguments: [root, path]),
+                      let s = UploadState(rawValue: row["state"]) else { return nil }
+                return (s, row["error"])
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+    }
+}

@@ -1,0 +1,171 @@
+// UploadTests: the folder remote's atomic, verified uploads and the durable upload queue.
+import DocDriveCore
+import Foundation
+import XCTest
+
+final class FolderRemoteTests: XCTestCase {
+    var dir: String!
+    var remote: FolderRemote!
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "dd-remote-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir + "/remote", withIntermediateDirectories: true)
+        remote = FolderRemote(root: dir + "/remote")
+        try remote.writeMarker(store: "work")
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func local(_ name: String, _ content: String) -> Int32 {
+        let p = dir + "/" + name
+        FileManager.default.createFile(atPath: p, contents: Data(content.utf8))
+        return open(p, O_RDONLY)
+    }
+
+    func testUploadLandsWholeWithItsHashAndNoTemporaryFile() throws {
+        let fd = local("a", "hello world")
+        defer { close(fd) }
+        let r = try remote.upload(from: fd, to: "docs/sub/a.txt")
+        XCTAssertEqual(r.size, 11)
+        XCTAssertEqual(r.sha256, "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9")
+        XCTAssertEqual(try String(contentsOfFile: dir + "/remote/docs/sub/a.txt", encoding: .utf8), "hello world")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: dir + "/remote/docs/sub").filter { $0.hasPrefix(".docdrive-upload-") }
+        XCTAssertEqual(leftovers, [])
+    }
+
+    func testAFileChangedDuringItsUploadIsNotPublished() throws {
+        // Given a file that is appended to after it was copied but before it is published
+        let fd = local("b", "version 1")
+        defer { close(fd) }
+        XCTAssertThrowsError(try remote.upload(from: fd, to: "b.txt", afterCopy: {
+            let h = FileHandle(forWritingAtPath: self.dir + "/b")!
+            h.seekToEndOfFile()
+            h.write(Data(" and more".utf8))
+            h.closeFile()
+        })) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .changedDuringUpload)
+        }
+        // Then the remote holds nothing (no mix of versions), and the next try publishes the new one
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/b.txt"))
+        XCTAssertEqual(try remote.upload(from: fd, to: "b.txt").size, 18)
+    }
+
+    func testAnUnmountedShareIsUnreachableNotFilled() throws {
+        // Given the remote's folder without the store's marker (a NAS mount point with nothing mounted)
+        unlink(dir + "/remote/" + FolderRemote.markerName)
+        let fd = local("c", "x")
+        defer { close(fd) }
+        XCTAssertThrowsError(try remote.upload(from: fd, to: "c.txt")) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .unreachable)
+            XCTAssertTrue((e as! DriveError).message.contains("is the disk or share mounted"))
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/c.txt"))
+        // And a remote folder that is gone altogether says so
+        try FileManager.default.removeItem(atPath: dir + "/remote")
+        XCTAssertThrowsError(try remote.upload(from: fd, to: "c.txt")) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .unreachable)
+        }
+    }
+
+    func testPathsCannotEscapeTheRemote() throws {
+        let fd = local("d", "x")
+        defer { close(fd) }
+        for bad in ["../d", "a/../../d", "", "/abs", "a//b", "."] {
+            XCTAssertThrowsError(try remote.upload(from: fd, to: bad), bad) { e in
+                XCTAssertEqual((e as? DriveError)?.code, .invalidName, bad)
+            }
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/d.remote"))
+    }
+
+    func testRenameAndRemoveOnTheRemote() throws {
+        let fd = local("e", "e")
+        defer { close(fd) }
+        _ = try remote.upload(from: fd, to: "old.txt")
+        try remote.rename("old.txt", to: "new/dir/new.txt")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir + "/remote/new/dir/new.txt"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/old.txt"))
+        try remote.remove("new/dir/new.txt")
+        try remote.remove("never-uploaded.txt")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/new/dir/new.txt"))
+    }
+}
+
+final class UploadQueueTests: XCTestCase {
+    var dir: String!
+    var index: ItemIndex!
+    var queue: UploadQueue { index.uploads }
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "dd-queue-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        index = try ItemIndex(path: dir + "/i.sqlite")
+    }
+
+    override func tearDown() {
+        index = nil
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func testSavesCoalesceAndWaitForTheirDueTime() throws {
+        try queue.enqueue(root: "store:w", path: "a", due: 102, now: 100)
+        try queue.enqueue(root: "store:w", path: "a", due: 103, now: 101)
+        XCTAssertNil(try queue.claim(root: "store:w", now: 102.5), "the second save pushed the upload back")
+        let job = try XCTUnwrap(try queue.claim(root: "store:w", now: 103))
+        XCTAssertEqual(job.path, "a")
+        XCTAssertNil(try queue.claim(root: "store:w", now: 104), "one upload at a time per file")
+        try queue.complete(job)
+        XCTAssertEqual(try queue.counts(), [.synced: 1])
+    }
+
+    func testAFileSavedDuringItsUploadGoesAgain() throws {
+        try queue.enqueue(root: "r", path: "a", due: 0, now: 0)
+        let job = try XCTUnwrap(try queue.claim(root: "r", now: 1))
+        try queue.enqueue(root: "r", path: "a", due: 3, now: 2)   // saved again while uploading
+        try queue.complete(job, now: 2.5)
+        XCTAssertEqual(try queue.counts(), [.pending: 1])
+        let again = try XCTUnwrap(try queue.claim(root: "r", now: 3))
+        XCTAssertGreaterThan(again.generation, job.generation)
+    }
+
+    func testFailuresBackOffAreShownAndKeepRetrying() throws {
+        try queue.enqueue(root: "r", path: "a", due: 0, now: 0)
+        var now = 1.0
+        var job = try XCTUnwrap(try queue.claim(root: "r", now: now))
+        // Each failure doubles the wait before the next try: 1, 2, 4, 8, 16 s.
+        for delay in [1.0, 2, 4, 8, 16] {
+            try queue.fail(job, error: "The remote folder /nas is not reachable.", now: now)
+            XCTAssertNil(try queue.claim(root: "r", now: now + delay - 0.01), "retried before \(delay) s")
+            job = try XCTUnwrap(try queue.claim(root: "r", now: now + delay), "not retried after \(delay) s")
+            now += delay
+        }
+        try queue.fail(job, error: "The remote folder /nas is full.", now: now)
+        // After three failures it shows as failed, with its error, and is still retried later.
+        let (state, error) = try XCTUnwrap(try queue.state(root: "r", path: "a"))
+        XCTAssertEqual(state, .failed)
+        XCTAssertEqual(error, "The remote folder /nas is full.")
+        XCTAssertNotNil(try queue.claim(root: "r", now: now + 301))
+    }
+
+    func testQueueSurvivesRestartAndInterruptedUploadsResume() throws {
+        try queue.enqueue(root: "r", path: "a", due: 0, now: 0)
+        try queue.enqueue(root: "r", path: "b", due: 0, now: 0)
+        _ = try queue.claim(root: "r", now: 1)   // a crash in the middle of this upload
+        index = nil
+        index = try ItemIndex(path: dir + "/i.sqlite")
+        try queue.recoverInterrupted()
+        XCTAssertEqual(try queue.counts(), [.pending: 2])
+    }
+
+    func testRenamesAndDeletesFollowTheQueue() throws {
+        try queue.enqueue(root: "r", path: "a", due: 0, now: 0)
+        try queue.enqueue(root: "r", path: "gone", due: 0, now: 0)
+        try queue.rename(root: "r", from: "a", to: "b")
+        try queue.remove(root: "r", path: "gone")
+        let job = try XCTUnwrap(try queue.claim(root: "r", now: 1))
+        XCTAssertEqual(job.path, "b")
+        XCTAssertNil(try queue.claim(root: "r", now: 1))
+    }
+}

@@ -32,12 +32,20 @@ public struct StoreConfig: Equatable, Sendable {
     public var name: String
     public var displayName: String
     public var remote: RemoteConfig
+    /// Seconds between a save and its upload, so that repeated saves become one upload.
+    public var writebackDelay: Double
 
-    public init(name: String, displayName: String, remote: RemoteConfig) {
+    public static let defaultWritebackDelay = 2.0
+
+    public init(name: String, displayName: String, remote: RemoteConfig, writebackDelay: Double = StoreConfig.defaultWritebackDelay) {
         self.name = name
         self.displayName = displayName
         self.remote = remote
+        self.writebackDelay = writebackDelay
     }
+
+    /// The key the index and the file system know the store by.
+    public var rootKey: String { "store:" + name }
 }
 
 /// Everything in config.yaml.
@@ -126,7 +134,7 @@ extension DriveConfig {
         }
         if let stores = top["stores"] {
             for node in try reader.sequence(stores, "stores") {
-                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote"])
+                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback"])
                 let name = try reader.string(m, "name", in: node, what: "a store")
                 guard let remoteNode = m["remote"] else {
                     throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
@@ -140,8 +148,12 @@ extension DriveConfig {
                 default:
                     throw reader.error(r["type"] ?? remoteNode, "store \(name) has remote type \"\(type)\"; the supported type is \"folder\"")
                 }
+                let delay = try reader.optionalDouble(m, "writeback") ?? StoreConfig.defaultWritebackDelay
+                guard delay >= 0 && delay <= 3600 else {
+                    throw reader.error(m["writeback"]!, "the writeback delay of store \(name) must be between 0 and 3600 seconds")
+                }
                 config.stores.append(StoreConfig(
-                    name: name, displayName: try reader.optionalString(m, "display") ?? name, remote: remote))
+                    name: name, displayName: try reader.optionalString(m, "display") ?? name, remote: remote, writebackDelay: delay))
             }
         }
         try config.validate(file: file)
@@ -201,6 +213,12 @@ private struct NodeReader {
         return s.string
     }
 
+    func optionalDouble(_ m: [String: Node], _ key: String) throws(DriveError) -> Double? {
+        guard let node = m[key] else { return nil }
+        guard let d = node.float ?? node.int.map(Double.init) else { throw error(node, "\"\(key)\" must be a number of seconds") }
+        return d
+    }
+
     func optionalBool(_ m: [String: Node], _ key: String) throws(DriveError) -> Bool? {
         guard let node = m[key] else { return nil }
         guard let b = node.bool else { throw error(node, "\"\(key)\" must be true or false") }
@@ -220,7 +238,8 @@ extension DriveConfig {
         # apps:    application containers. `public: true` shows Documents/ at the top
         #          of the mount under `name`; Data/ is always private.
         # stores:  provider stores, shown under `display`; each keeps a local copy
-        #          under the drive home and has a remote (type: folder, path: ...).
+        #          under the drive home and has a remote (type: folder, path: ...);
+        #          `writeback` is the seconds between a save and its upload.
 
         """
         out += "apps:\n"
@@ -232,6 +251,7 @@ extension DriveConfig {
         if stores.isEmpty { out += "  []\n" }
         for store in stores {
             out += "  - name: \(Self.quote(store.name))\n    display: \(Self.quote(store.displayName))\n"
+            out += "    writeback: \(store.writebackDelay)\n"
             switch store.remote {
             case .folder(let path):
                 out += "    remote:\n      type: folder\n      path: \(Self.quote(path))\n"

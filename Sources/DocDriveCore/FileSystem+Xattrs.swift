@@ -18,6 +18,9 @@ extension DriveFileSystem {
             return Array(try itemID(n, root: root).utf8)
         case "user.docdrive.external":
             return Array("0".utf8)
+        case "user.docdrive.status":
+            guard let status = uploadStatus(n) else { throw .noData }
+            return Array(status.utf8)
         default:
             throw .noData
         }

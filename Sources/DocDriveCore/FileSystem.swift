@@ -54,6 +54,8 @@ public final class OpenFile: Sendable {
     public let directIO: Bool
     /// The page cache still holds this content: the kernel need not drop it at open.
     public let keepCache: Bool
+    /// Written since the last save was noted (set by every write, taken at close and fsync).
+    let dirty = Atomic<Bool>(false)
 
     init(fd: Int32, inode: Inode, directIO: Bool, keepCache: Bool) {
         self.fd = fd
@@ -83,6 +85,8 @@ public final class DriveFileSystem: Sendable {
     let namespace: Namespace
     let table = InodeTable()
     public let index: ItemIndex
+    /// Uploads what is saved in stores; nil when nothing is uploaded (tests of the core).
+    public let uploader: Uploader?
     let logger: Logger
     let daemonUID = geteuid()
     let daemonGID = getegid()
@@ -93,7 +97,9 @@ public final class DriveFileSystem: Sendable {
     static let byAppName = ".by-app"
     private let appViews = Mutex<[String: Inode]>([:])
 
-    public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(), logger: Logger) {
+    public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
+                uploader: Uploader? = nil, logger: Logger) {
+        self.uploader = uploader
         self.home = home
         self.options = options
         self.index = index
@@ -241,6 +247,11 @@ public final class DriveFileSystem: Sendable {
         }
         if let size = c.size {
             if n.isDirectory { throw .isDirectory }
+            defer {
+                if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = n.root, let p = storePath(n), !p.isEmpty {
+                    uploader?.noteChanged(root: root.key, path: p)
+                }
+            }
             if let fd { _ = try Sys.check { ftruncate(fd, off_t(size)) } } else { _ = try Sys.check { dd_truncate_path(nfd, off_t(size)) } }
         }
         if c.atime != nil || c.mtime != nil {
@@ -368,6 +379,7 @@ public final class DriveFileSystem: Sendable {
         let pfd = try p.acquire()
         defer { p.release() }
         _ = try Sys.check { dd_linkat_path(nfd, pfd, newName) }
+        noteChanged(parent: p, name: newName)
         return try lookupBacking(parent: p, name: newName)
     }
 
@@ -399,7 +411,9 @@ public final class DriveFileSystem: Sendable {
         do {
             let e = try created(parent: p, name: name, caller, kind: .file, mode: mode)
             e.inode.cachedVersion.withLock { $0 = FileVersion(e.attr) }
-            return (e, OpenFile(fd: fd, inode: e.inode, directIO: direct, keepCache: false))
+            let f = OpenFile(fd: fd, inode: e.inode, directIO: direct, keepCache: false)
+            f.dirty.store(true, ordering: .relaxed)  // a new file, even empty, is a save
+            return (e, f)
         } catch {
             Sys.close(fd)
             throw error
@@ -414,6 +428,7 @@ public final class DriveFileSystem: Sendable {
         defer { p.release() }
         let st = try Sys.stat(pfd, name)
         _ = try Sys.check { unlinkat(pfd, name, 0) }
+        noteChanged(parent: p, name: name)
         if st.st_nlink <= 1 {
             index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
         }
@@ -425,6 +440,7 @@ public final class DriveFileSystem: Sendable {
         defer { p.release() }
         let st = try Sys.stat(pfd, name)
         _ = try Sys.check { unlinkat(pfd, name, Sys.AT_REMOVEDIR) }
+        noteChanged(parent: p, name: name)
         index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
     }
 
@@ -447,6 +463,8 @@ public final class DriveFileSystem: Sendable {
         } else {
             _ = try Sys.check { dd_renameat2(pfd, name, npfd, newName, flags) }
         }
+        noteChanged(parent: p, name: name)
+        noteChanged(parent: np, name: newName)
         let root = p.root!.key
         index.record(.renamed(root: root, ino: Int64(src.st_ino), parentIno: Int64(np.ino), name: String(cString: newName)))
         if let dst, dst.st_ino != src.st_ino {
@@ -498,11 +516,14 @@ public final class DriveFileSystem: Sendable {
                 if kill != 0 { _ = fchmod(fd, mode & ~kill) }
             }
         }
-        return OpenFile(fd: fd, inode: n, directIO: direct, keepCache: keep)
+        let file = OpenFile(fd: fd, inode: n, directIO: direct, keepCache: keep)
+        if flags & O_TRUNC != 0 { file.dirty.store(true, ordering: .relaxed) }
+        return file
     }
 
     public func write(_ file: OpenFile, _ buf: UnsafeRawPointer, count: Int, offset: Int64) throws(Errno) -> Int {
-        try Sys.check { pwrite(file.fd, buf, count, off_t(offset)) }
+        file.dirty.store(true, ordering: .relaxed)
+        return try Sys.check { pwrite(file.fd, buf, count, off_t(offset)) }
     }
 
     public func read(_ file: OpenFile, into buf: UnsafeMutableRawPointer, count: Int, offset: Int64) throws(Errno) -> Int {
@@ -516,14 +537,17 @@ public final class DriveFileSystem: Sendable {
         if let st = try? Sys.stat(fd: file.fd) {
             file.inode.cachedVersion.withLock { $0 = FileVersion(st) }
         }
+        noteSaved(file)
         Sys.close(file.fd)
     }
 
     public func fsync(_ file: OpenFile, dataOnly: Bool) throws(Errno) {
         _ = try Sys.check { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
+        noteSaved(file)
     }
 
     public func fallocate(_ file: OpenFile, mode: Int32, offset: Int64, length: Int64) throws(Errno) {
+        file.dirty.store(true, ordering: .relaxed)
         _ = try Sys.check { dd_fallocate(file.fd, mode, off_t(offset), off_t(length)) }
     }
 
@@ -533,6 +557,7 @@ public final class DriveFileSystem: Sendable {
 
     public func copyFileRange(from: OpenFile, offsetIn: Int64, to: OpenFile, offsetOut: Int64, length: Int, flags: UInt32) throws(Errno) -> Int {
         var oi = off_t(offsetIn), oo = off_t(offsetOut)
+        to.dirty.store(true, ordering: .relaxed)
         return try Sys.check { dd_copy_file_range(from.fd, &oi, to.fd, &oo, length, flags) }
     }
 

@@ -22,9 +22,26 @@ public struct FolderRemote: Sendable {
     static let temporaryPrefix = ".docdrive-upload-"
 
     public let root: String
+    /// Tags this drive's temporary files, so that it clears only its own after a crash (another
+    /// device sharing the folder may be uploading at the same moment).
+    public let owner: String
 
-    public init(root: String) {
+    public init(root: String, owner: String = "") {
         self.root = root
+        self.owner = owner
+    }
+
+    /// Removes the temporary files an interrupted upload of this drive left (call while no
+    /// upload of this drive runs); returns how many.
+    @discardableResult
+    public func removeStaleUploads() -> Int {
+        let prefix = Self.temporaryPrefix + owner + "-"
+        var n = 0
+        guard let e = FileManager.default.enumerator(atPath: root) else { return 0 }
+        for case let rel as String in e where (rel as NSString).lastPathComponent.hasPrefix(prefix) {
+            if unlink(root + "/" + rel) == 0 { n += 1 }
+        }
+        return n
     }
 
     /// Creates the marker (at `store add`, when the folder is known to be the right one).
@@ -63,7 +80,7 @@ public struct FolderRemote: Sendable {
         try makeParents(dir)
         var before = stat()
         guard fstat(source, &before) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
-        let tmp = dir + "/" + Self.temporaryPrefix + UUID().uuidString
+        let tmp = dir + "/" + Self.temporaryPrefix + owner + "-" + UUID().uuidString
         let out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard out >= 0 else { throw remoteError("cannot write to", dir, errno) }
         var keep = false
@@ -120,11 +137,36 @@ public struct FolderRemote: Sendable {
         return UploadReceipt(size: Int64(offset), sha256: digest)
     }
 
-    /// Removes a file from the remote; a file that is already gone is fine.
+    /// Removes a file or a whole folder from the remote; what is already gone is fine.
     public func remove(_ path: String) throws(DriveError) {
         try Self.checkRelative(path)
         try checkReachable()
-        if unlink(root + "/" + path) != 0 && errno != ENOENT { throw remoteError("cannot remove", root + "/" + path, errno) }
+        let target = root + "/" + path
+        var st = stat()
+        guard lstat(target, &st) == 0 else { return }
+        if st.st_mode & S_IFMT == S_IFDIR {
+            do {
+                try FileManager.default.removeItem(atPath: target)
+            } catch {
+                throw DriveError(.io, "cannot remove \(target) from the remote: \((error as NSError).localizedDescription).", underlying: error)
+            }
+        } else if unlink(target) != 0 && errno != ENOENT {
+            throw remoteError("cannot remove", target, errno)
+        }
+    }
+
+    /// Size and modification time of a remote file, or nil if there is none.
+    public func attributes(_ path: String) -> (size: Int64, mtime: timespec, isDirectory: Bool)? {
+        var st = stat()
+        guard lstat(root + "/" + path, &st) == 0 else { return nil }
+        return (Int64(st.st_size), st.st_mtim, st.st_mode & S_IFMT == S_IFDIR)
+    }
+
+    /// Names in a remote folder (without the drive's own files), or [] if there is none.
+    public func list(_ path: String) -> [String] {
+        let dir = path.isEmpty ? root : root + "/" + path
+        return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [])
+            .filter { $0 != Self.markerName && !$0.hasPrefix(Self.temporaryPrefix) }
     }
 
     /// Renames on the remote (creating the new parents); a missing source is fine (not uploaded yet).
@@ -160,7 +202,7 @@ public struct FolderRemote: Sendable {
 
     private func makeParents(_ dir: String) throws(DriveError) {
         do {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         } catch {
             throw DriveError(.io, "cannot create \(dir) on the remote: \((error as NSError).localizedDescription).", underlying: error)
         }

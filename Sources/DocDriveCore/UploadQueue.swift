@@ -70,6 +70,40 @@ public final class UploadQueue: Sendable {
         }
     }
 
+    /// Queues many paths in one transaction (the uploader's group commit).
+    public func enqueueAll(_ entries: [(String, String, Double)], now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+        guard !entries.isEmpty else { return }
+        try write { db in
+            let st = try db.cachedStatement(sql: """
+                INSERT INTO upload (root, path, state, generation, attempts, error, due, updated)
+                VALUES (?, ?, 'pending', 1, 0, NULL, ?, ?)
+                ON CONFLICT(root, path) DO UPDATE SET
+                  state = CASE WHEN state = 'uploading' THEN 'uploading' ELSE 'pending' END,
+                  generation = generation + 1, attempts = 0, error = NULL, due = excluded.due, updated = excluded.updated
+                """)
+            for (root, path, due) in entries { try st.execute(arguments: [root, path, due, now]) }
+        }
+    }
+
+    /// Everything waiting is due now (at unmount, to upload what can be uploaded).
+    public func makeAllDue(now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: "UPDATE upload SET due = ? WHERE state IN ('pending', 'failed') AND due > ?", arguments: [now, now])
+        }
+    }
+
+    /// Files that failed, with their errors (for `docdrive sync`).
+    public func failures() throws(DriveError) -> [(root: String, path: String, error: String)] {
+        do {
+            return try pool.read { db in
+                try Row.fetchAll(db, sql: "SELECT root, path, error FROM upload WHERE state = 'failed' ORDER BY root, path")
+                    .map { (root: $0["root"], path: $0["path"], error: ($0["error"] as String?) ?? "") }
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+    }
+
     /// Takes the most overdue entry of `root` and marks it uploading.
     public func claim(root: String, now: Double = Date().timeIntervalSince1970) throws(DriveError) -> UploadJob? {
         try write { db -> UploadJob? in

@@ -15,6 +15,8 @@ struct Daemon {
     let mountpoint: String
     let options: String
     let readyFD: Int32?
+    /// Seconds the daemon keeps uploading after the unmount before it exits.
+    let uploadGrace: Double
 
     /// Tells the waiting `docdrive mount` how it went (once), through the ready pipe.
     static func tell(_ fd: Int32?, _ message: String) {
@@ -50,7 +52,9 @@ struct Daemon {
         defer { close(lock) }
         let index = try ItemIndex(path: home.indexPath)
         index.startWriter()
-        let fs = DriveFileSystem(home: home, config: config, index: index, logger: logger)
+        let uploader = Uploader(home: home, config: config, queue: index.uploads, logger: logger)
+        let fs = DriveFileSystem(home: home, config: config, index: index, uploader: uploader, logger: logger)
+        uploader.start()
         let ready = Mutex<Int32?>(readyFD)
         let record = MountRecord(pid: getpid(), mountpoint: mountpoint, started: Date().timeIntervalSince1970, options: options)
         let session = FuseSession(fs: fs, mountpoint: mountpoint, options: options, logger: logger) { [home] in
@@ -63,6 +67,9 @@ struct Daemon {
         let signals = Self.watchSignals(logger: logger) { session.requestExit() }
         defer { signals.forEach { $0.cancel() } }
         defer {
+            // New writes stopped with the mount; upload what can be within the grace time.
+            let left = uploader.stop(drainFor: uploadGrace)
+            logger.info(left == 0 ? "all uploads done" : "\(left) files still to upload; they go on at the next mount")
             fs.shutdown()
             home.removeMountRecord()
         }

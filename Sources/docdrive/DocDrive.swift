@@ -14,7 +14,7 @@ struct DocDrive: ParsableCommand {
         Exit codes: \(ExitCodes.summary)
         """,
         version: "0.1.0",
-        subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self]
+        subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self]
     )
 }
 
@@ -46,6 +46,6 @@ func printJSON(_ value: Any) {
     }
 }
 
-func warn(_ s: String) {
-    FileHandle.standardError.write(Data((s + "\n").utf8))
+func warn(_ s: String, newline: Bool = true) {
+    FileHandle.standardError.write(Data((s + (newline ? "\n" : "")).utf8))
 }

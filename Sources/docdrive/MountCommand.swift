@@ -25,6 +25,9 @@ struct Mount: ParsableCommand {
     @Option(help: ArgumentHelp("Seconds to wait for the mount to be ready.", valueName: "seconds"))
     var timeout: Double = 60
 
+    @Option(help: ArgumentHelp("Seconds to keep uploading after an unmount before the daemon exits (the rest waits for the next mount).", valueName: "seconds"))
+    var uploadGrace: Double = 30
+
     @Option(help: .hidden) var readyFD: Int32?
 
     static let allowedOptions: Set<String> = [
@@ -54,13 +57,22 @@ struct Mount: ParsableCommand {
             let config = try home.loadConfig()
             try home.prepareFolders(for: config)
             let opts = try mountOptions()
+            Self.clearDeadMount(of: home)
             let mp = try Self.prepareMountpoint(mountpoint)
             if foreground || readyFD != nil {
-                try Daemon(home: home, config: config, mountpoint: mp, options: opts, readyFD: readyFD).run()
+                try Daemon(home: home, config: config, mountpoint: mp, options: opts, readyFD: readyFD, uploadGrace: uploadGrace).run()
             } else {
                 try startDaemon(home: home, mountpoint: mp, options: opts)
             }
         }
+    }
+
+    /// The drive's last daemon is gone (killed, crashed) but its mount is still in the table:
+    /// wait a moment for a dying daemon, then detach the dead mount.
+    static func clearDeadMount(of home: DriveHome) {
+        guard let r = home.lastMountRecord(), MountTable.docdriveMount(at: r.mountpoint) != nil else { return }
+        for _ in 0..<10 where processIsAlive(r.pid) { usleep(20_000) }
+        if !processIsAlive(r.pid) { _ = Unmount.fusermount(r.mountpoint, lazy: true) }
     }
 
     /// Resolves, creates if needed and checks the folder; refuses a folder that is already a mount of ours.
@@ -104,7 +116,7 @@ struct Mount: ParsableCommand {
         _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
         _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        let args = [exe, "mount", mp, "--home", home.path, "-o", opts, "--ready-fd", "3"]
+        let args = [exe, "mount", mp, "--home", home.path, "-o", opts, "--upload-grace", String(uploadGrace), "--ready-fd", "3"]
         var cargs: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
         defer { cargs.forEach { free($0) } }
         var pid: pid_t = 0

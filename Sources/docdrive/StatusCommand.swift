@@ -15,13 +15,16 @@ struct Status: ParsableCommand {
             let config = try home.loadConfig()
             let record = home.liveMountRecord()
             var counts = [String: Int]()
-            if FileManager.default.fileExists(atPath: home.indexPath) {
-                counts = (try? ItemIndex(path: home.indexPath).counts()) ?? [:]
+            var uploads = [UploadState: Int]()
+            if FileManager.default.fileExists(atPath: home.indexPath), let index = try? ItemIndex(path: home.indexPath) {
+                counts = (try? index.counts()) ?? [:]
+                uploads = (try? index.uploads.counts()) ?? [:]
             }
+            let uploadCounts = Dictionary(uniqueKeysWithValues: UploadState.allCases.map { ($0.rawValue, uploads[$0] ?? 0) })
             let items = counts.values.reduce(0, +)
             if json {
                 var out: [String: Any] = [
-                    "home": home.path, "config": home.configPath, "mounted": record != nil, "items": items,
+                    "home": home.path, "config": home.configPath, "mounted": record != nil, "items": items, "uploads": uploadCounts,
                     "apps": config.apps.map { ["id": $0.id, "name": $0.name, "public": $0.isPublic] as [String: Any] },
                     "stores": config.stores.map { ["name": $0.name, "display": $0.displayName, "remote": $0.remote.summary] },
                 ]
@@ -42,6 +45,7 @@ struct Status: ParsableCommand {
             print("Stores:  \(config.stores.isEmpty ? "none" : "")")
             for s in config.stores { print("  \(s.name)  \"\(s.displayName)\"  \(s.remote.summary)") }
             print("Items:   \(items) with a stable id in the index")
+            print("Uploads: \(UploadState.allCases.map { "\(uploadCounts[$0.rawValue]!) \($0.rawValue)" }.joined(separator: ", "))")
         }
     }
 }

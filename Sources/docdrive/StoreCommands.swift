@@ -14,12 +14,14 @@ struct Store: ParsableCommand {
         @Argument(help: "The store's short name (lowercase letters, digits, - and _).") var name: String
         @Option(name: .customLong("name"), help: "The name it shows under at the top of the mount.") var display: String?
         @Option(help: "The folder remote: a directory elsewhere (a NAS mount, a USB disk).") var folder: String
+        @Option(help: ArgumentHelp("Seconds between a save and its upload (repeated saves become one upload).", valueName: "seconds"))
+        var writeback: Double = StoreConfig.defaultWritebackDelay
 
         func run() throws {
             try guarded {
                 let home = drive.driveHome
                 let path = DriveHome.absolute(folder)
-                try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: path)))
+                try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: path), writebackDelay: writeback))
                 print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(path).")
             }
         }

@@ -290,13 +290,13 @@ class Drive:
         self.cli("store", "add", STORE, "--name", "Work", "--folder", str(self.remote))
         return self
 
-    def mount(self, options="allow_other,default_permissions", timeout=60, create=True):
+    def mount(self, options="allow_other,default_permissions", timeout=60, create=True, extra_args=()):
         """Mounts; raises AssertionError with the daemon's log when it does not come up.
-        create=False leaves making the mount point to docdrive."""
+        create=False leaves making the mount point to docdrive; extra_args go to `docdrive mount`."""
         if create and not is_docdrive_mount(self.mnt):
             self.mnt.mkdir(exist_ok=True)
             os.chmod(self.mnt, 0o755)
-        p = self.cli("mount", str(self.mnt), "-o", options, timeout=timeout, check=False)
+        p = self.cli("mount", str(self.mnt), "-o", options, *extra_args, timeout=timeout, check=False)
         record = self.record()
         if record:
             self.pid = record["pid"]

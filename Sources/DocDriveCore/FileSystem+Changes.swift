@@ -1,0 +1,41 @@
+// FileSystem+Changes: what the file system tells the uploader: which store paths changed.
+import CDocDriveSys
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension DriveFileSystem {
+    /// The path of a node inside its top-level folder ("" for the folder itself), or nil when
+    /// the node is not in a store or its path cannot be known (deleted).
+    func storePath(_ n: Inode) -> String? {
+        guard let root = n.root, let uploader, uploader.uploads(root.key) else { return nil }
+        guard let fd = try? n.acquire() else { return nil }
+        defer { n.release() }
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard dd_proc_path(fd, &buf, buf.count) > 0 else { return nil }
+        let path = String(decoding: buf.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if path == root.path { return "" }
+        guard path.hasPrefix(root.path + "/"), !path.hasSuffix(" (deleted)") else { return nil }
+        return String(path.dropFirst(root.path.count + 1))
+    }
+
+    /// Tells the uploader that `name` in `parent` changed (saved, removed, renamed from or to).
+    func noteChanged(parent: Inode, name: UnsafePointer<CChar>) {
+        guard let uploader, let root = parent.root, uploader.uploads(root.key), let dir = storePath(parent) else { return }
+        let n = String(cString: name)
+        uploader.noteChanged(root: root.key, path: dir.isEmpty ? n : dir + "/" + n)
+    }
+
+    /// Tells the uploader that an open file's content was saved (at close or fsync).
+    func noteSaved(_ file: OpenFile) {
+        guard file.dirty.exchange(false, ordering: .relaxed), let uploader, let root = file.inode.root,
+              let path = storePath(file.inode), !path.isEmpty else { return }
+        uploader.noteChanged(root: root.key, path: path)
+    }
+
+    /// The user.docdrive.status of a node: synced, pending, uploading or failed.
+    func uploadStatus(_ n: Inode) -> String? {
+        guard let uploader, let root = n.root, uploader.uploads(root.key), let path = storePath(n), !path.isEmpty else { return nil }
+        return uploader.status(root: root.key, path: path)
+    }
+}

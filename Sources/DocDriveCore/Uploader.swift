@@ -1,0 +1,230 @@
+// Uploader: makes each store's remote hold what its local copy holds: paths noted as changed
+// are queued (group-committed), and a pool of workers per store uploads, removes or walks them.
+import Crypto
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The queue holds *paths whose remote state must be made equal to the local one*: a saved
+/// file is uploaded, a deleted one removed, a renamed folder walked. So saves, deletes and
+/// renames need no separate operations, and a crash loses nothing a re-walk cannot find.
+public final class Uploader: Sendable {
+    struct Store: Sendable {
+        let config: StoreConfig
+        let cache: String
+        let remote: FolderRemote
+    }
+
+    private let stores: [String: Store]
+    private let queue: UploadQueue
+    private let logger: Logger
+    private let workersPerStore: Int
+    /// Paths noted but not yet in the queue (root key, path, due). Lock: leaf.
+    private let noted = Mutex<[(String, String, Double)]>([])
+    private let stopping = Atomic<Bool>(false)
+    private let running = Atomic<Int>(0)
+    private let wake = DispatchSemaphore(value: 0)
+
+    public init(home: DriveHome, config: DriveConfig, queue: UploadQueue, logger: Logger, workersPerStore: Int = 4) {
+        var s = [String: Store]()
+        let owner = SHA256.hash(data: Data(home.path.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+        for store in config.stores {
+            if case .folder(let path) = store.remote {
+                s[store.rootKey] = Store(config: store, cache: home.cachePath(store.name), remote: FolderRemote(root: path, owner: owner))
+            }
+        }
+        self.stores = s
+        self.queue = queue
+        self.logger = logger
+        self.workersPerStore = workersPerStore
+    }
+
+    /// Whether files under this root key are uploaded (stores are; app containers are not).
+    public func uploads(_ rootKey: String) -> Bool { stores[rootKey] != nil }
+
+    /// A path changed (saved, deleted, renamed from or to): it will be made equal on the remote
+    /// after the store's write-back delay. Cheap: the queue gets it with the next group commit.
+    public func noteChanged(root rootKey: String, path: String) {
+        guard let store = stores[rootKey], !path.isEmpty else { return }
+        let due = Date().timeIntervalSince1970 + store.config.writebackDelay
+        noted.withLock { $0.append((rootKey, path, due)) }
+    }
+
+    /// Whether a path is noted but not yet queued (for user.docdrive.status).
+    func isNoted(root: String, path: String) -> Bool {
+        noted.withLock { $0.contains { $0.0 == root && $0.1 == path } }
+    }
+
+    /// Writes the noted paths into the queue, in one transaction.
+    func commitNoted() {
+        let batch = noted.withLock { n -> [(String, String, Double)] in
+            let b = n
+            n.removeAll(keepingCapacity: true)
+            return b
+        }
+        guard !batch.isEmpty else { return }
+        do {
+            try queue.enqueueAll(batch)
+        } catch {
+            logger.error("\(error.message)")
+            noted.withLock { $0.insert(contentsOf: batch, at: 0) }  // keep them for the next try
+        }
+    }
+
+    // MARK: workers
+
+    /// Recovers what a crash interrupted, queues what differs from the remote, starts workers.
+    public func start() {
+        try? queue.recoverInterrupted()
+        let committer = Thread { [self] in
+            while !stopping.load(ordering: .relaxed) {
+                usleep(50_000)
+                commitNoted()
+            }
+        }
+        committer.name = "docdrive-queue"
+        committer.start()
+        for (key, store) in stores {
+            // Per store, in the background (the mount does not wait): clear what a crash left,
+            // then start the workers, then compare the local copy with the remote.
+            let t = Thread { [self] in
+                if (try? store.remote.checkReachable()) != nil {
+                    let stale = store.remote.removeStaleUploads()
+                    if stale > 0 { logger.info("store \(store.config.name): removed \(stale) unfinished uploads left by a crash") }
+                }
+                for i in 0..<workersPerStore where !stopping.load(ordering: .relaxed) {
+                    let w = Thread { [self] in self.work(key, store) }
+                    w.name = "docdrive-upload-\(store.config.name)-\(i)"
+                    w.start()
+                }
+                self.reconcile(key, store)
+            }
+            t.name = "docdrive-reconcile"
+            t.start()
+        }
+    }
+
+    /// Stops taking new work after uploading what is queued, for at most `seconds`; returns
+    /// how many entries are left waiting (they go on at the next mount).
+    public func stop(drainFor seconds: Double) -> Int {
+        commitNoted()
+        try? queue.makeAllDue()
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let c = (try? queue.counts()) ?? [:]
+            if (c[.pending] ?? 0) + (c[.uploading] ?? 0) == 0 { break }
+            usleep(50_000)
+        }
+        stopping.store(true, ordering: .relaxed)
+        while running.load(ordering: .relaxed) > 0 { usleep(10_000) }
+        commitNoted()
+        try? queue.recoverInterrupted()
+        let c = (try? queue.counts()) ?? [:]
+        return (c[.pending] ?? 0) + (c[.failed] ?? 0)
+    }
+
+    private func work(_ key: String, _ store: Store) {
+        running.add(1, ordering: .relaxed)
+        defer { running.subtract(1, ordering: .relaxed) }
+        while !stopping.load(ordering: .relaxed) {
+            let job: UploadJob?
+            do {
+                job = try queue.claim(root: key)
+            } catch {
+                logger.error("\(error.message)")
+                job = nil
+            }
+            guard let job else {
+                usleep(100_000)
+                continue
+            }
+            do {
+                try sync(job.path, store, key)
+                try queue.complete(job)
+            } catch let e as DriveError where e.code == .changedDuringUpload {
+                // Saved again while it was copied: the next save's entry takes over.
+                try? queue.enqueue(root: key, path: job.path, due: Date().timeIntervalSince1970 + store.config.writebackDelay)
+                try? queue.complete(job)
+            } catch let e as DriveError {
+                logger.warning("upload of \(job.path) to \(store.config.name) failed: \(e.message)")
+                try? queue.fail(job, error: e.message)
+            } catch {
+                try? queue.fail(job, error: "\(error)")
+            }
+        }
+    }
+
+    /// Makes the remote's `path` equal to the local one.
+    private func sync(_ path: String, _ store: Store, _ key: String) throws {
+        let local = store.cache + "/" + path
+        var st = stat()
+        if lstat(local, &st) != 0 {
+            guard errno == ENOENT || errno == ENOTDIR else { throw DriveError.io("cannot read \(local)", .init(rawValue: errno)) }
+            try store.remote.remove(path)  // deleted (or renamed away) locally
+            return
+        }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            let fd = open(local, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else {
+                if errno == ENOENT { try store.remote.remove(path); return }
+                throw DriveError.io("cannot read \(local)", .init(rawValue: errno))
+            }
+            defer { close(fd) }
+            _ = try store.remote.upload(from: fd, to: path)
+        case S_IFDIR:
+            // A folder renamed, or created by a rename: queue what is in it, and what the remote
+            // has there that the local copy no longer has.
+            let now = Date().timeIntervalSince1970
+            let localNames = Set((try? FileManager.default.contentsOfDirectory(atPath: local)) ?? [])
+            var batch = localNames.map { (key, path + "/" + $0, now) }
+            if let a = store.remote.attributes(path), !a.isDirectory { try store.remote.remove(path) }
+            for name in store.remote.list(path) where !localNames.contains(name) {
+                batch.append((key, path + "/" + name, now))
+            }
+            try queue.enqueueAll(batch)
+        default:
+            break  // symlinks, fifos and devices are not uploaded
+        }
+    }
+
+    /// At start: queue every local file whose size or time differs from the remote's, so a
+    /// save that a crash kept out of the queue is still uploaded. Never removes anything.
+    private func reconcile(_ key: String, _ store: Store) {
+        guard (try? store.remote.checkReachable()) != nil else {
+            logger.warning("store \(store.config.name): remote not reachable; queued uploads wait for it")
+            return
+        }
+        var batch = [(String, String, Double)]()
+        let now = Date().timeIntervalSince1970
+        let base = URL(fileURLWithPath: store.cache)
+        guard let e = FileManager.default.enumerator(at: base, includingPropertiesForKeys: [.isRegularFileKey, .isSymbolicLinkKey]) else { return }
+        for case let url as URL in e {
+            if stopping.load(ordering: .relaxed) { return }
+            let full = url.path
+            guard full.hasPrefix(store.cache + "/") else { continue }
+            let rel = String(full.dropFirst(store.cache.count + 1))
+            var st = stat()
+            guard lstat(full, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
+            if let r = store.remote.attributes(rel), !r.isDirectory, r.size == Int64(st.st_size),
+               r.mtime.tv_sec == st.st_mtim.tv_sec, r.mtime.tv_nsec == st.st_mtim.tv_nsec { continue }
+            batch.append((key, rel, now))
+            if batch.count >= 1000 {
+                try? queue.enqueueAll(batch)
+                batch.removeAll()
+            }
+        }
+        try? queue.enqueueAll(batch)
+        logger.info("store \(store.config.name): compared the local copy with the remote")
+    }
+
+    /// The user.docdrive.status of a store file.
+    public func status(root: String, path: String) -> String {
+        if isNoted(root: root, path: path) { return UploadState.pending.rawValue }
+        guard let s = try? queue.state(root: root, path: path) else { return UploadState.synced.rawValue }
+        return s.0.rawValue
+    }
+}

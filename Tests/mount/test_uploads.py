@@ -1,0 +1,759 @@
+"""Uploads from a store's local copy to its folder remote, through a live mount.
+
+Each test uses its own drive (new_drive) with an extra store "up" (shown as "Up") created with
+`docdrive store add up --name Up --folder REMOTE --writeback SECONDS`, so that the write-back
+delay is short and the remote can be made unreachable without disturbing other tests.
+
+What is covered: a saved file reaches the remote (atomically, no `.docdrive-upload-` temp left),
+not before it is closed or fsynced, not before the write-back delay (repeated saves coalesce);
+truncation, renames and deletes are carried over; app containers are never uploaded; a file
+changed during its upload goes again and the remote only ever holds whole versions;
+`docdrive sync` (0, 1 naming the failed files, non-zero with the count left on timeout);
+`docdrive status` (`uploads` in --json, an `Uploads:` line); the `user.docdrive.status` xattr;
+an unreachable remote (marker removed, folder moved away): back-off, `failed` after 3 attempts,
+nothing written into the wrong folder, resumes by itself; SIGKILL before the upload, a file
+never closed before a crash, the comparison at mount; unmount uploads first and keeps what it
+could not upload queued for the next mount.
+
+The crash test (test_crash_rounds) runs CRASH_ROUNDS = 24 rounds of: random saves (in place,
+partial in place, editor-style temp + rename, deletes of stray temps), SIGKILL of the daemon at a
+random moment (during the writes, or during the uploads), remount, `docdrive sync --timeout 60`,
+then checks that the remote equals the local copy byte for byte (same file set, no torn file,
+no `.docdrive-upload-` leftover) and that every save that returned before the kill has its
+content. The seed is printed; set DOCDRIVE_CRASH_SEED to replay a run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ddtest import pid_alive, run, wait_until
+
+MARKER = ".docdrive-store"
+TEMP_PREFIX = ".docdrive-upload-"
+CRASH_ROUNDS = 24
+
+
+# --------------------------------------------------------------------------- helpers
+
+class Up:
+    """A drive with the store "up" (display "Up") and its folder remote."""
+
+    def __init__(self, d, writeback):
+        self.d = d
+        self.writeback = writeback
+        self.remote = d.base / "up-remote"
+        d.cli("store", "add", "up", "--name", "Up", "--folder", str(self.remote), "--writeback", str(writeback))
+        assert (self.remote / MARKER).is_file(), "store add did not write the marker"
+
+    @property
+    def dir(self) -> Path:
+        return self.d.mnt / "Up"
+
+    @property
+    def cache(self) -> Path:
+        return self.d.home / "stores" / "up" / "cache"
+
+    def mount(self, *extra_args):
+        self.d.mount(extra_args=extra_args)
+        assert self.dir.is_dir(), os.listdir(self.d.mnt)
+        return self
+
+    def sync(self, timeout=30, check=None):
+        p = self.d.cli("sync", "--timeout", str(timeout), timeout=timeout + 30, check=False)
+        if check is not None:
+            assert p.returncode == check, (
+                f"docdrive sync --timeout {timeout} exited {p.returncode} (expected {check})\n"
+                f"stdout: {p.stdout}\nstderr: {p.stderr}\nuploads: {self.uploads()}\nlog:\n{self.d.log_tail()}")
+        return p
+
+    def status(self):
+        return json.loads(self.d.cli("status", "--json").stdout)
+
+    def uploads(self):
+        return self.status().get("uploads")
+
+    def kill(self):
+        pid = self.d.pid
+        assert pid and pid_alive(pid)
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: not pid_alive(pid), 10), "the daemon did not die on SIGKILL"
+
+
+def up_drive(new_drive, writeback=0.2, mount=True) -> Up:
+    u = Up(new_drive(), writeback)
+    return u.mount() if mount else u
+
+
+def tree(root: Path, skip_marker=True) -> dict[str, bytes]:
+    """Every non-directory below `root`: relative path -> content (symlinks: their target)."""
+    out = {}
+    root = Path(root)
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, root)
+            if skip_marker and rel == MARKER:
+                continue
+            if os.path.islink(p):
+                out[rel] = b"->" + os.fsencode(os.readlink(p))
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = f.read()
+    return out
+
+
+def dirs(root: Path) -> set[str]:
+    return {os.path.relpath(os.path.join(dp, d), root) for dp, dn, _ in os.walk(root) for d in dn}
+
+
+def leftovers(root: Path) -> list[str]:
+    return [os.path.join(dp, n) for dp, dn, fn in os.walk(root) for n in fn + dn if n.startswith(TEMP_PREFIX)]
+
+
+def short(data: bytes) -> str:
+    return f"{len(data)} bytes sha256:{hashlib.sha256(data).hexdigest()[:12]}"
+
+
+def diff_trees(local: dict, remote: dict) -> str:
+    lines = []
+    for k in sorted(set(local) | set(remote)):
+        a, b = local.get(k), remote.get(k)
+        if a == b:
+            continue
+        lines.append(f"  {k}: local={'missing' if a is None else short(a)} remote={'missing' if b is None else short(b)}")
+    return "\n".join(lines)
+
+
+def assert_remote_matches(u: Up, what=""):
+    local, remote = tree(u.cache), tree(u.remote)
+    left = leftovers(u.remote)
+    assert not left, f"{what}: upload temp files left on the remote: {left}"
+    assert local == remote, f"{what}: remote differs from the local copy:\n{diff_trees(local, remote)}"
+    return local
+
+
+def xstatus(path) -> str:
+    return os.getxattr(path, "user.docdrive.status").decode()
+
+
+def is_failed_value(v: str) -> bool:
+    # "failed", optionally followed by its error
+    return v == "failed" or re.match(r"failed\b", v) is not None
+
+
+def write(path: Path, data: bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+# --------------------------------------------------------------------------- basics
+
+@pytest.mark.timeout(60)
+def test_saved_files_reach_the_remote(new_drive):
+    u = up_drive(new_drive)
+    write(u.dir / "a.txt", b"hello remote\n")
+    write(u.dir / "sub" / "deep" / "b.bin", os.urandom(300_000))
+    write(u.dir / "empty", b"")
+    u.sync(30, check=0)
+    local = tree(u.cache)
+    remote = tree(u.remote)
+    for rel in ("a.txt", "sub/deep/b.bin", "empty"):
+        assert remote.get(rel) == local[rel], f"{rel}: remote {remote.get(rel) and short(remote[rel])} local {short(local[rel])}"
+    assert remote["a.txt"] == b"hello remote\n"
+    assert not leftovers(u.remote), leftovers(u.remote)
+    for rel in ("a.txt", "sub/deep/b.bin", "empty"):
+        assert xstatus(u.dir / rel) == "synced", rel
+    up = u.uploads()
+    assert up["pending"] == 0 and up["uploading"] == 0 and up["failed"] == 0, up
+    assert up["synced"] >= 3, up
+    assert (u.remote / MARKER).is_file(), "the marker disappeared from the remote"
+
+
+@pytest.mark.timeout(90)
+def test_many_files_in_many_folders(new_drive):
+    u = up_drive(new_drive, writeback=0.1)
+    expect = {}
+    for i in range(300):
+        rel = f"d{i % 10}/s{i % 3}/f{i}.dat"
+        data = os.urandom(i * 37 % 5000)
+        write(u.dir / rel, data)
+        expect[rel] = data
+    u.sync(60, check=0)
+    remote = tree(u.remote)
+    assert remote == expect, diff_trees(expect, remote)
+    up = u.uploads()
+    assert up == {"pending": 0, "uploading": 0, "synced": 300, "failed": 0}, up
+
+
+@pytest.mark.timeout(60)
+def test_nothing_uploads_before_close_then_fsync_queues(new_drive):
+    u = up_drive(new_drive, writeback=0.2)
+    p = u.dir / "open.txt"
+    f = open(p, "wb")
+    try:
+        f.write(b"first part\n")
+        f.flush()
+        time.sleep(1.5)  # far beyond the write-back delay
+        assert not (u.remote / "open.txt").exists(), "a file still open (never closed or fsynced) was uploaded"
+        os.fsync(f.fileno())
+        assert wait_until(lambda: (u.remote / "open.txt").exists(), 10), \
+            f"fsync did not queue the file: not on the remote after 10 s ({u.uploads()})"
+        assert (u.remote / "open.txt").read_bytes() == b"first part\n"
+        f.write(b"second part\n")
+        f.flush()
+    finally:
+        f.close()
+    u.sync(30, check=0)
+    assert (u.remote / "open.txt").read_bytes() == b"first part\nsecond part\n"
+    assert xstatus(p) == "synced"
+
+
+@pytest.mark.timeout(60)
+def test_writeback_delay_and_coalescing(new_drive):
+    u = up_drive(new_drive, writeback=1.0)
+    p = u.dir / "doc.txt"
+    write(p, b"v0")
+    t_close = time.monotonic()
+    v = xstatus(p)
+    assert v == "pending", f"right after close the status is {v!r}, expected pending"
+    # the daemon commits the queue in batches (every 50 ms): give the count a moment
+    assert wait_until(lambda: u.uploads()["pending"] == 1, 0.5), u.uploads()
+    time.sleep(max(0.0, 0.5 - (time.monotonic() - t_close)))
+    assert not (u.remote / "doc.txt").exists(), "uploaded before the write-back delay (1 s) was over"
+    assert wait_until(lambda: (u.remote / "doc.txt").exists(), 10), f"never uploaded: {u.uploads()}"
+    assert time.monotonic() - t_close >= 0.9
+    u.sync(30, check=0)
+    assert (u.remote / "doc.txt").read_bytes() == b"v0"
+    # saves 0.35 s apart, closer than the delay: none uploads until they stop
+    seen = set()
+    stop = time.monotonic()
+    for i in range(1, 7):
+        write(p, f"v{i}".encode())
+        stop = time.monotonic()
+        time.sleep(0.35)
+        seen.add((u.remote / "doc.txt").read_bytes())
+    assert seen == {b"v0"}, f"repeated saves within the write-back delay were uploaded: {seen}"
+    u.sync(30, check=0)
+    assert time.monotonic() - stop >= 0.9
+    assert (u.remote / "doc.txt").read_bytes() == b"v6"
+
+
+@pytest.mark.timeout(60)
+def test_truncations_are_uploaded(new_drive):
+    u = up_drive(new_drive, writeback=0.2)
+    for n in ("a", "b", "c", "d"):
+        write(u.dir / n, b"0123456789" * 1000)
+    u.sync(30, check=0)
+    with open(u.dir / "a", "r+b") as f:  # ftruncate on an open file
+        f.truncate(5)
+    with open(u.dir / "b", "wb") as f:  # O_TRUNC then a shorter write
+        f.write(b"short")
+    open(u.dir / "c", "wb").close()  # O_TRUNC to empty
+    u.sync(30, check=0)
+    assert (u.remote / "a").read_bytes() == b"01234"
+    assert (u.remote / "b").read_bytes() == b"short"
+    assert (u.remote / "c").read_bytes() == b""
+    os.truncate(u.dir / "d", 3)  # by path: no open, no close
+    u.sync(30, check=0)
+    assert (u.remote / "d").read_bytes() == b"012", \
+        f"a truncate by path (truncate(2)) was not uploaded: remote has {(u.remote / 'd').stat().st_size} bytes"
+    assert_remote_matches(u, "after truncations")
+
+
+@pytest.mark.timeout(60)
+def test_renames_and_deletes_are_carried_over(new_drive):
+    u = up_drive(new_drive, writeback=0.2)
+    files = {
+        "keep.txt": b"keep",
+        "old-name.txt": b"to rename",
+        "gone.txt": b"to delete",
+        "folder/one.txt": b"1",
+        "folder/inner/two.txt": b"2",
+        "a/moved.txt": b"between folders",
+        "tree/x/y.txt": b"rm -rf",
+        "doc.txt": b"editor v1",
+    }
+    for rel, data in files.items():
+        write(u.dir / rel, data)
+    (u.dir / "b").mkdir()
+    u.sync(30, check=0)
+    assert_remote_matches(u, "before the renames")
+    os.rename(u.dir / "old-name.txt", u.dir / "new-name.txt")
+    os.unlink(u.dir / "gone.txt")
+    os.rename(u.dir / "folder", u.dir / "renamed-folder")
+    os.rename(u.dir / "a" / "moved.txt", u.dir / "b" / "moved.txt")
+    shutil.rmtree(u.dir / "tree")
+    write(u.dir / ".doc.txt.swp", b"editor v2")  # editor-style save over a synced file
+    os.rename(u.dir / ".doc.txt.swp", u.dir / "doc.txt")
+    u.sync(30, check=0)
+    remote = tree(u.remote)
+    assert remote.get("new-name.txt") == b"to rename" and "old-name.txt" not in remote, sorted(remote)
+    assert "gone.txt" not in remote, "a deleted file is still on the remote"
+    assert remote.get("renamed-folder/one.txt") == b"1" and remote.get("renamed-folder/inner/two.txt") == b"2", sorted(remote)
+    assert not (u.remote / "folder").exists(), \
+        f"the renamed folder still exists under its old name on the remote: {sorted(tree(u.remote / 'folder'))}"
+    assert remote.get("b/moved.txt") == b"between folders" and "a/moved.txt" not in remote, sorted(remote)
+    assert not any(k.startswith("tree/") for k in remote), "files of a deleted folder are still on the remote"
+    assert remote.get("doc.txt") == b"editor v2" and ".doc.txt.swp" not in remote, sorted(remote)
+    assert_remote_matches(u, "after the renames")
+
+
+@pytest.mark.timeout(60)
+def test_rename_and_delete_before_the_upload(new_drive):
+    u = up_drive(new_drive, writeback=1.0)
+    write(u.dir / "draft.txt", b"draft")
+    os.rename(u.dir / "draft.txt", u.dir / "final.txt")
+    write(u.dir / "scratch.txt", b"scratch")
+    os.unlink(u.dir / "scratch.txt")
+    write(u.dir / "dir" / "f.txt", b"in a folder")
+    os.rename(u.dir / "dir", u.dir / "dir2")
+    write(u.dir / "t.tmp", b"saved")
+    os.rename(u.dir / "t.tmp", u.dir / "target.txt")
+    u.sync(30, check=0)
+    remote = tree(u.remote)
+    assert remote == {"final.txt": b"draft", "dir2/f.txt": b"in a folder", "target.txt": b"saved"}, \
+        f"remote after renames/deletes made before the upload: {sorted(remote)}"
+    assert not leftovers(u.remote)
+
+
+@pytest.mark.timeout(60)
+def test_app_containers_are_not_uploaded(new_drive):
+    u = up_drive(new_drive, writeback=0.1)
+    notes = u.d.mnt / "Notes"
+    write(notes / "note.txt", b"not a store")
+    write(notes / "sub" / "n2.txt", b"not a store either")
+    u.sync(30, check=0)
+    time.sleep(0.5)
+    assert tree(u.remote) == {}, f"app files reached a store remote: {sorted(tree(u.remote))}"
+    assert tree(u.d.remote) == {}, f"app files reached the Work remote: {sorted(tree(u.d.remote))}"
+    up = u.uploads()
+    assert up == {"pending": 0, "uploading": 0, "synced": 0, "failed": 0}, f"app files were queued: {up}"
+
+
+@pytest.mark.timeout(90)
+def test_file_changed_during_upload_goes_again_and_remote_holds_whole_versions(new_drive):
+    u = up_drive(new_drive, writeback=0.1)
+    p = u.dir / "big.bin"
+    size = 48 << 20
+    versions = {}
+    seen = set()
+    stop = threading.Event()
+
+    def poll():
+        target = u.remote / "big.bin"
+        while not stop.is_set():
+            try:
+                with open(target, "rb") as f:
+                    seen.add(hashlib.sha256(f.read()).hexdigest())
+            except FileNotFoundError:
+                time.sleep(0.01)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        for i in range(4):
+            data = bytes([65 + i]) * 1024 + os.urandom(size - 1024)
+            versions[hashlib.sha256(data).hexdigest()] = i
+            write(p, data)
+            time.sleep(u.writeback + random.uniform(0.0, 0.15))  # land in the middle of the upload
+        u.sync(60, check=0)
+    finally:
+        stop.set()
+        poller.join(30)
+    assert (u.remote / "big.bin").read_bytes() == data, "the remote does not hold the last version"
+    torn = seen - set(versions)
+    assert not torn, f"the remote held {len(torn)} version(s) that never existed locally (torn uploads)"
+    print(f"remote versions observed: {sorted(versions[h] for h in seen)}")
+    assert not leftovers(u.remote)
+
+
+# --------------------------------------------------------------------------- sync, status, xattr
+
+@pytest.mark.timeout(60)
+def test_sync_status_and_xattr_when_all_is_well(new_drive):
+    u = up_drive(new_drive, writeback=0.2)
+    p = u.sync(5, check=0)  # nothing queued: at once
+    up = u.uploads()
+    assert set(up) == {"pending", "uploading", "synced", "failed"} and all(isinstance(v, int) for v in up.values()), up
+    write(u.dir / "x.txt", b"x")
+    assert xstatus(u.dir / "x.txt") in ("pending", "uploading"), xstatus(u.dir / "x.txt")
+    u.sync(30, check=0)
+    out = run(["getfattr", "--only-values", "-n", "user.docdrive.status", str(u.dir / "x.txt")], timeout=30).stdout
+    assert out == "synced", repr(out)
+    plain = u.d.cli("status").stdout
+    lines = [ln for ln in plain.splitlines() if ln.startswith("Uploads:")]
+    assert lines, f"no line starting with 'Uploads:' in docdrive status:\n{plain}"
+    assert "1" in lines[0], lines[0]
+    # reading a synced file does not queue it again
+    remote_ino = (u.remote / "x.txt").stat().st_ino
+    assert (u.dir / "x.txt").read_bytes() == b"x"
+    assert xstatus(u.dir / "x.txt") == "synced"
+    time.sleep(0.6)
+    assert (u.remote / "x.txt").stat().st_ino == remote_ino, "reading a file uploaded it again"
+
+
+@pytest.mark.timeout(60)
+def test_sync_timeout_counts_what_is_left(new_drive):
+    u = up_drive(new_drive, writeback=20)
+    for i in range(3):
+        write(u.dir / f"p{i}.txt", b"p")
+    for i in range(3):
+        assert xstatus(u.dir / f"p{i}.txt") == "pending"
+    assert wait_until(lambda: u.uploads()["pending"] == 3, 1), u.uploads()
+    t0 = time.monotonic()
+    p = u.sync(1)
+    took = time.monotonic() - t0
+    assert p.returncode != 0, f"sync --timeout 1 with 3 pending exited 0: {p.stdout} {p.stderr}"
+    assert took < 10, f"sync --timeout 1 took {took:.1f} s"
+    assert re.search(r"\b3\b", p.stderr), f"the timeout message does not say 3 are left: {p.stderr!r}"
+    assert p.stderr.startswith("docdrive: "), p.stderr
+
+
+@pytest.mark.timeout(60)
+def test_file_never_queued_is_synced_and_not_reuploaded(new_drive):
+    u = up_drive(new_drive, writeback=0.2, mount=False)
+    data = os.urandom(5000)
+    (u.cache / "same").mkdir()
+    (u.cache / "same" / "old.bin").write_bytes(data)
+    (u.remote / "same").mkdir()
+    shutil.copy2(u.cache / "same" / "old.bin", u.remote / "same" / "old.bin")
+    ino = (u.remote / "same" / "old.bin").stat().st_ino
+    u.mount()
+    u.sync(30, check=0)
+    assert xstatus(u.dir / "same" / "old.bin") == "synced"
+    assert (u.remote / "same" / "old.bin").stat().st_ino == ino, \
+        "an identical file (same content and times) was uploaded again at mount"
+
+
+# --------------------------------------------------------------------------- unreachable remote
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["marker", "folder"])
+def test_unreachable_remote_fails_with_backoff_then_resumes(new_drive, how):
+    u = up_drive(new_drive, writeback=0.2)
+    write(u.dir / "before.txt", b"before")
+    u.sync(30, check=0)
+    away = u.remote.with_name("up-remote-away")
+    marker = (u.remote / MARKER).read_bytes()
+    if how == "marker":
+        (u.remote / MARKER).unlink()
+    else:
+        os.rename(u.remote, away)
+    write(u.dir / "a.txt", b"A")
+    write(u.dir / "sub" / "b.txt", b"B")
+    t_close = time.monotonic()
+    time.sleep(0.9)  # the first attempt (at 0.2 s) failed; the next is 1 s later
+    for rel in ("a.txt", "sub/b.txt"):
+        v = xstatus(u.dir / rel)
+        assert v in ("pending", "uploading"), f"{rel} after one failed attempt: {v!r} (expected pending: failed only after 3)"
+    assert wait_until(lambda: is_failed_value(xstatus(u.dir / "a.txt")) and is_failed_value(xstatus(u.dir / "sub/b.txt")), 20), \
+        f"not failed 20 s after the remote went away: {xstatus(u.dir / 'a.txt')!r} {u.uploads()}"
+    took = time.monotonic() - t_close
+    print(f"failed after {took:.2f} s (expected ~3.2 s: 0.2 + 1 + 2)")
+    assert took >= 2.5, f"failed after {took:.2f} s: 3 attempts with 1 s and 2 s back-off take >= 3 s"
+    up = u.uploads()
+    assert up["failed"] == 2, up
+    p = u.sync(3)
+    assert p.returncode == 1, f"sync with failed uploads exited {p.returncode}: {p.stderr!r}"
+    assert "a.txt" in p.stderr and "b.txt" in p.stderr, f"sync does not name the failed files: {p.stderr!r}"
+    assert any(s in p.stderr for s in ("reachable", MARKER, str(u.remote))), \
+        f"sync does not give the error of the failed files: {p.stderr!r}"
+    # nothing was written into a folder that is not the store's
+    if how == "marker":
+        assert tree(u.remote) == {"before.txt": b"before"}, sorted(tree(u.remote))
+        assert dirs(u.remote) == set(), f"folders created in a remote without its marker: {dirs(u.remote)}"
+        assert not (u.remote / MARKER).exists(), "the product recreated the marker by itself"
+    else:
+        assert not u.remote.exists(), "the product recreated the missing remote folder"
+        assert tree(away) == {"before.txt": b"before"}, sorted(tree(away))
+    time.sleep(max(0.0, 8 - (time.monotonic() - t_close)))  # a few more back-offs go by
+    if how == "marker":
+        (u.remote / MARKER).write_bytes(marker)
+    else:
+        os.rename(away, u.remote)
+    t_back = time.monotonic()
+    ok = wait_until(lambda: (u.remote / "a.txt").exists() and (u.remote / "sub" / "b.txt").exists(), 30, 0.1)
+    assert ok, f"uploads did not resume by themselves within 30 s of the remote coming back: {u.uploads()}"
+    print(f"resumed {time.monotonic() - t_back:.2f} s after the remote came back")
+    u.sync(30, check=0)
+    assert_remote_matches(u, "after the remote came back")
+    assert xstatus(u.dir / "a.txt") == "synced"
+    assert u.uploads()["failed"] == 0, u.uploads()
+
+
+# --------------------------------------------------------------------------- restarts
+
+@pytest.mark.timeout(60)
+def test_sigkill_before_upload_then_remount_uploads(new_drive):
+    u = up_drive(new_drive, writeback=2.0)
+    expect = {f"k{i}.txt": os.urandom(1000) for i in range(5)}
+    for rel, data in expect.items():
+        write(u.dir / rel, data)
+    time.sleep(0.3)  # the kernel sends RELEASE after close() returns
+    u.kill()
+    assert tree(u.remote) == {}, "uploaded before the write-back delay"
+    q = u.uploads()
+    assert q["pending"] == 5, f"the queue (read from the index with the daemon dead) does not hold the 5 saves: {q}"
+    u.mount()
+    u.sync(30, check=0)
+    assert tree(u.remote) == expect, diff_trees(expect, tree(u.remote))
+
+
+@pytest.mark.timeout(60)
+def test_file_written_but_never_closed_before_a_crash_is_uploaded(new_drive):
+    u = up_drive(new_drive, writeback=0.2)
+    write(u.dir / "base.txt", b"base")
+    u.sync(30, check=0)
+    fd = os.open(u.dir / "unclosed.bin", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, os.urandom(200_000))
+    fd2 = os.open(u.dir / "base.txt", os.O_WRONLY)
+    os.pwrite(fd2, b"BA", 0)
+    time.sleep(0.5)
+    u.kill()
+    for f in (fd, fd2):
+        try:
+            os.close(f)
+        except OSError:
+            pass
+    u.mount()
+    u.sync(30, check=0)
+    local = assert_remote_matches(u, "after the crash with open files")
+    assert len(local["unclosed.bin"]) == 200_000 and local["base.txt"] == b"BAse"
+
+
+@pytest.mark.timeout(60)
+def test_mount_uploads_what_differs_from_the_remote(new_drive):
+    u = up_drive(new_drive, writeback=0.2)
+    write(u.dir / "changed.txt", b"old")
+    write(u.dir / "same.txt", b"same")
+    u.sync(30, check=0)
+    assert u.d.unmount().returncode == 0
+    (u.cache / "changed.txt").write_bytes(b"changed while unmounted")
+    (u.cache / "new" ).mkdir()
+    (u.cache / "new" / "added.txt").write_bytes(b"added while unmounted")
+    u.mount()
+    u.sync(30, check=0)
+    assert_remote_matches(u, "after mount")
+
+
+# --------------------------------------------------------------------------- unmount
+
+@pytest.mark.timeout(90)
+def test_unmount_uploads_pending_files_first(new_drive):
+    u = up_drive(new_drive, writeback=20)
+    expect = {f"u{i}.txt": os.urandom(2000) for i in range(3)}
+    for rel, data in expect.items():
+        write(u.dir / rel, data)
+    assert wait_until(lambda: u.uploads()["pending"] == 3, 1), u.uploads()
+    t0 = time.monotonic()
+    p = u.d.unmount(timeout=80)
+    print(f"unmount took {time.monotonic() - t0:.2f} s")
+    assert p.returncode == 0, p.stderr
+    assert tree(u.remote) == expect, f"unmount did not upload the pending files: {sorted(tree(u.remote))}"
+    assert u.uploads()["pending"] == 0, u.uploads()
+
+
+@pytest.mark.timeout(120)
+def test_unmount_keeps_what_it_cannot_upload_and_next_mount_resumes(new_drive):
+    u = up_drive(new_drive, writeback=0.2, mount=False).mount("--upload-grace", "3")
+    marker = (u.remote / MARKER).read_bytes()
+    (u.remote / MARKER).unlink()
+    expect = {"q1.txt": b"q1", "q/q2.txt": b"q2"}
+    for rel, data in expect.items():
+        write(u.dir / rel, data)
+    t0 = time.monotonic()
+    p = u.d.unmount(timeout=100)
+    took = time.monotonic() - t0
+    print(f"unmount with an unreachable remote and --upload-grace 3 took {took:.2f} s: {p.stdout.strip()}")
+    assert p.returncode == 0, p.stderr
+    assert took < 15, f"unmount took {took:.1f} s though the daemon was mounted with --upload-grace 3"
+    assert tree(u.remote) == {}
+    q = u.uploads()
+    assert q["pending"] + q["failed"] == 2 and q["synced"] == 0, f"the queue after unmount: {q}"
+    (u.remote / MARKER).write_bytes(marker)
+    u.mount()
+    u.sync(30, check=0)
+    assert tree(u.remote) == expect, sorted(tree(u.remote))
+
+
+# --------------------------------------------------------------------------- crash rounds
+
+class Writer(threading.Thread):
+    """Runs the round's saves on the mount and records which ones returned."""
+
+    def __init__(self, base: Path, ops, rng):
+        super().__init__(daemon=True)
+        self.base, self.ops, self.rng = base, ops, rng
+        self.done = []  # (index, rel, content after the op) in order
+        self.inflight = None  # the op index running when the writer stopped
+        self.error = None
+
+    def run(self):
+        for i, op in enumerate(self.ops):
+            self.inflight = i
+            try:
+                kind, rel = op["kind"], op["rel"]
+                p = self.base / rel
+                if kind == "rewrite":
+                    with open(p, "wb") as f:
+                        f.write(op["data"])
+                elif kind == "patch":
+                    fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+                    try:
+                        os.pwrite(fd, op["data"], op["offset"])
+                        if op.get("truncate") is not None:
+                            os.ftruncate(fd, op["truncate"])
+                    finally:
+                        os.close(fd)
+                elif kind == "editor":
+                    tmp = p.with_name(p.name + op["tmp"])
+                    with open(tmp, "wb") as f:
+                        f.write(op["data"])
+                        if op.get("fsync"):
+                            os.fsync(f.fileno())
+                    os.rename(tmp, p)
+                elif kind == "unlink":
+                    os.unlink(p)
+            except OSError as e:
+                self.error = e
+                return
+            self.done.append(i)
+            self.inflight = None
+            time.sleep(self.rng.uniform(0, op.get("pause", 0.02)))
+
+
+def plan_round(rng, known: dict, names: list[str]):
+    """The saves of one round and, for each, the content the file has after it."""
+    ops = []
+    state = dict(known)
+    for k in range(rng.randint(5, 14)):
+        rel = rng.choice(names)
+        size = rng.choice([0, 1, 100, 4096, 70_000, 300_000, rng.randint(1, 2_500_000)])
+        kind = rng.choices(["rewrite", "patch", "editor"], [4, 2, 4])[0]
+        if kind == "patch" and rel not in state:
+            kind = "rewrite"
+        op = {"kind": kind, "rel": rel, "pause": rng.choice([0.0, 0.01, 0.05, 0.15])}
+        if kind == "patch":
+            old = state[rel]
+            off = rng.randint(0, len(old))
+            data = os.urandom(rng.randint(1, 200_000))
+            new = bytearray(old.ljust(off, b"\0"))
+            new[off:off + len(data)] = data
+            if rng.random() < 0.3:
+                cut = rng.randint(0, len(new))
+                op["truncate"] = cut
+                new = new[:cut]
+            op.update(offset=off, data=data)
+            op["after"] = bytes(new)
+        else:
+            op["data"] = os.urandom(size)
+            op["after"] = op["data"]
+            if kind == "editor":
+                op["tmp"] = f".tmp{rng.randint(0, 10**6)}"
+                op["fsync"] = rng.random() < 0.3
+        state[rel] = op["after"]
+        ops.append(op)
+    return ops
+
+
+@pytest.mark.timeout(200)
+def test_crash_rounds(new_drive):
+    seed = int(os.environ.get("DOCDRIVE_CRASH_SEED", time.time_ns() % 10**9))
+    rng = random.Random(seed)
+    print(f"crash rounds: {CRASH_ROUNDS}, seed {seed}")
+    u = up_drive(new_drive, writeback=rng.choice([0.05, 0.1, 0.2]))
+    print(f"writeback {u.writeback} s")
+    names = [f"f{i}.bin" for i in range(5)] + [f"sub/g{i}.txt" for i in range(3)] + ["sub/deep/h.dat", "doc.odt", "big.bin"]
+    for rel in names:
+        (u.dir / rel).parent.mkdir(parents=True, exist_ok=True)
+    known: dict[str, bytes] = {}  # what the local copy holds, as verified after the last round
+    started = time.monotonic()
+    for rnd in range(CRASH_ROUNDS):
+        # stray editor temps of an interrupted save: delete them through the mount (carried over)
+        strays = [rel for rel in known if rel not in names]
+        for rel in strays:
+            os.unlink(u.dir / rel)
+            del known[rel]
+        ops = plan_round(rng, known, names)
+        mode = rng.choice(["during writes", "during writes", "during uploads", "during uploads", "after uploads"])
+        if mode == "during uploads":
+            # a big save widens the window in which an upload is under way
+            big = os.urandom(rng.randint(8, 24) << 20)
+            ops.append({"kind": rng.choice(["rewrite", "editor"]), "rel": "big.bin", "data": big, "after": big,
+                        "tmp": ".tmp-big", "pause": 0.0})
+        w = Writer(u.dir, ops, random.Random(rng.random()))
+        t0 = time.monotonic()
+        w.start()
+        if mode == "during writes":
+            time.sleep(rng.uniform(0, 0.25))
+        else:
+            w.join(60)
+            assert not w.is_alive(), "the writer hung with the daemon alive"
+            if mode == "during uploads":
+                # kill once an upload temp file shows on the remote (or at a random moment if none does)
+                wait_until(lambda: leftovers(u.remote), u.writeback + 1.5, 0.001)
+                time.sleep(rng.uniform(0, 0.03))
+            else:
+                time.sleep(u.writeback + rng.uniform(0.1, 0.4))
+        u.kill()
+        w.join(30)
+        assert not w.is_alive(), "the writer hung after the daemon was killed"
+        temps_at_kill = leftovers(u.remote)
+        q_at_kill = u.uploads()
+        interrupted = ops[w.inflight] if w.inflight is not None else None
+        print(f"round {rnd:2d} {mode:14s}: {len(w.done)}/{len(ops)} saves returned, "
+              f"interrupted={interrupted['kind'] + ' ' + interrupted['rel'] if interrupted else '-'}; "
+              f"queue at kill {q_at_kill}; upload temps on remote at kill {len(temps_at_kill)}", flush=True)
+        u.mount()
+        p = u.sync(60)
+        assert p.returncode == 0, (f"round {rnd}: docdrive sync --timeout 60 exited {p.returncode}: {p.stderr}\n"
+                                   f"uploads: {u.uploads()}\nlog:\n{u.d.log_tail()}")
+        local, remote = tree(u.cache), tree(u.remote)
+        left = leftovers(u.remote)
+        # (a) the remote is the local copy, byte for byte
+        assert not left, f"round {rnd}: upload temp files left after sync: {left}"
+        assert local == remote, f"round {rnd} (seed {seed}, {mode}): remote differs from the local copy:\n{diff_trees(local, remote)}"
+        # (b) every save that returned before the kill has its content (unless a later, interrupted op touched it)
+        checked, loose = 0, 0
+        last_done: dict[str, bytes] = {}
+        for i in w.done:
+            last_done[ops[i]["rel"]] = ops[i]["after"]
+        for rel, content in last_done.items():
+            if interrupted is not None and interrupted["rel"] == rel:
+                continue
+            assert local.get(rel) == content, (f"round {rnd} (seed {seed}): {rel} lost its last closed content: "
+                                               f"expected {short(content)}, local has {local.get(rel) and short(local[rel])}")
+            checked += 1
+        if interrupted is not None:
+            rel = interrupted["rel"]
+            before = last_done.get(rel, known.get(rel))
+            if interrupted["kind"] == "editor":
+                # rename is atomic: the old or the new content, never a mix
+                assert local.get(rel) in (before, interrupted["after"]), \
+                    f"round {rnd} (seed {seed}): {rel} after an interrupted editor save: {local.get(rel) and short(local[rel])}"
+                checked += 1
+            else:
+                loose += 1
+        untouched = [rel for rel in known if rel not in last_done and (interrupted is None or interrupted["rel"] != rel)]
+        for rel in untouched:
+            assert local.get(rel) == known[rel], f"round {rnd} (seed {seed}): {rel} changed though no save touched it"
+        up = u.uploads()
+        assert up["pending"] == 0 and up["uploading"] == 0 and up["failed"] == 0, f"round {rnd}: {up}"
+        print(f"         checked: remote==local for {len(local)} files, last content of {checked} "
+              f"(+{len(untouched)} untouched), {loose} torn-allowed; {time.monotonic() - t0:.2f} s")
+        known = local
+    print(f"{CRASH_ROUNDS} rounds in {time.monotonic() - started:.1f} s")

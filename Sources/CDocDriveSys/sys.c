@@ -191,3 +191,10 @@ int dd_stat(const char *path, struct stat *st) { return stat(path, st); }
 const long dd_UTIME_NOW = UTIME_NOW;
 const long dd_UTIME_OMIT = UTIME_OMIT;
 int dd_statvfs(const char *path, struct statvfs *sv) { return statvfs(path, sv); }
+
+void dd_background_thread(void) {
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    setpriority(PRIO_PROCESS, (id_t)tid, 10);
+    /* ioprio_set(IOPRIO_WHO_PROCESS, tid, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7)) */
+    syscall(SYS_ioprio_set, 1, tid, (2 << 13) | 7);
+}

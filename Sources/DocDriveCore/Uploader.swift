@@ -1,5 +1,6 @@
 // Uploader: makes each store's remote hold what its local copy holds: paths noted as changed
 // are queued (group-committed), and a pool of workers per store uploads, removes or walks them.
+import CDocDriveSys
 import Crypto
 import Foundation
 import Logging
@@ -91,6 +92,7 @@ public final class Uploader: Sendable {
             // Per store, in the background (the mount does not wait): clear what a crash left,
             // then start the workers, then compare the local copy with the remote.
             let t = Thread { [self] in
+                dd_background_thread()
                 if (try? store.remote.checkReachable()) != nil {
                     let stale = store.remote.removeStaleUploads()
                     if stale > 0 { logger.info("store \(store.config.name): removed \(stale) unfinished uploads left by a crash") }
@@ -127,6 +129,7 @@ public final class Uploader: Sendable {
     }
 
     private func work(_ key: String, _ store: Store) {
+        dd_background_thread()  // uploads yield the CPU and the disk to what the user is doing
         running.add(1, ordering: .relaxed)
         defer { running.subtract(1, ordering: .relaxed) }
         while !stopping.load(ordering: .relaxed) {

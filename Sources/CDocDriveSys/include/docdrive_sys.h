@@ -58,5 +58,7 @@ void dd_set_errno(int e);
 /* Linux's spawn: start a detached daemon with extra descriptors. */
 int dd_spawn_daemon(const char *path, char *const argv[], int ready_fd_child, int ready_fd_parent, const char *log_path, pid_t *pid);
 long dd_gettid(void);
+/* Lowers the calling thread's CPU and I/O priority (background uploads yield to the user's work). */
+void dd_background_thread(void);
 
 #endif

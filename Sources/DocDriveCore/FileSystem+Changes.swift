@@ -31,6 +31,7 @@ extension DriveFileSystem {
         guard file.dirty.exchange(false, ordering: .relaxed), let uploader, let root = file.inode.root,
               let path = storePath(file.inode), !path.isEmpty else { return }
         uploader.noteChanged(root: root.key, path: path)
+        if let st = try? Sys.stat(fd: file.fd), st.st_nlink > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
     }
 
     /// The user.docdrive.status of a node: synced, pending, uploading or failed.

@@ -92,6 +92,31 @@ public final class UploadQueue: Sendable {
         }
     }
 
+    /// Entries being uploaded or ready to be (due now): what an unmount still waits for.
+    public func activeCount(now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {
+        do {
+            return try pool.read { db in
+                try Int.fetchOne(db, sql: """
+                    SELECT COUNT(*) FROM upload WHERE path != '' AND
+                      (state = 'uploading' OR (state IN ('pending', 'failed') AND due <= ?))
+                    """, arguments: [now]) ?? 0
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+    }
+
+    /// The paths of `root` in one state.
+    public func paths(root: String, state: UploadState) throws(DriveError) -> [String] {
+        do {
+            return try pool.read { db in
+                try String.fetchAll(db, sql: "SELECT path FROM upload WHERE root = ? AND state = ?", arguments: [root, state.rawValue])
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+    }
+
     /// Files that failed, with their errors (for `docdrive sync`).
     public func failures() throws(DriveError) -> [(root: String, path: String, error: String)] {
         do {
@@ -109,7 +134,7 @@ public final class UploadQueue: Sendable {
         try write { db -> UploadJob? in
             guard let row = try Row.fetchOne(db, sql: """
                 SELECT path, generation, attempts FROM upload
-                WHERE root = ? AND state IN ('pending', 'failed') AND due <= ? ORDER BY due LIMIT 1
+                WHERE root = ? AND state IN ('pending', 'failed') AND due <= ? AND path != '' ORDER BY due LIMIT 1
                 """, arguments: [root, now]) else { return nil }
             let job = UploadJob(root: root, path: row["path"], generation: row["generation"], attempts: row["attempts"])
             try db.execute(sql: "UPDATE upload SET state = 'uploading', updated = ? WHERE root = ? AND path = ?",
@@ -126,6 +151,17 @@ public final class UploadQueue: Sendable {
                 UPDATE upload SET state = CASE WHEN generation = ? THEN 'synced' ELSE 'pending' END,
                   error = NULL, attempts = 0, updated = ? WHERE root = ? AND path = ?
                 """, arguments: [job.generation, now, job.root, job.path])
+        }
+    }
+
+    /// The path is gone locally and now from the remote too: the entry goes (unless the path
+    /// was saved again meanwhile).
+    public func completeRemoved(_ job: UploadJob, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM upload WHERE root = ? AND path = ? AND generation = ?",
+                           arguments: [job.root, job.path, job.generation])
+            try db.execute(sql: "UPDATE upload SET state = 'pending', updated = ? WHERE root = ? AND path = ? AND state = 'uploading'",
+                           arguments: [now, job.root, job.path])
         }
     }
 

@@ -28,6 +28,8 @@ public final class Uploader: Sendable {
     private let stopping = Atomic<Bool>(false)
     private let running = Atomic<Int>(0)
     private let wake = DispatchSemaphore(value: 0)
+    /// Stores with a whole-store comparison scheduled. Lock: leaf.
+    private let compareScheduled = Mutex<Set<String>>([])
 
     public init(home: DriveHome, config: DriveConfig, queue: UploadQueue, logger: Logger, workersPerStore: Int = 4) {
         var s = [String: Store]()
@@ -52,6 +54,21 @@ public final class Uploader: Sendable {
         guard let store = stores[rootKey], !path.isEmpty else { return }
         let due = Date().timeIntervalSince1970 + store.config.writebackDelay
         noted.withLock { $0.append((rootKey, path, due)) }
+    }
+
+    /// A file with several names was saved: its other names (unknown here) changed too. The
+    /// whole store is compared with the remote after the write-back delay (hard links are rare).
+    public func noteSavedWithOtherNames(root rootKey: String) {
+        guard let store = stores[rootKey] else { return }
+        guard compareScheduled.withLock({ s in s.insert(rootKey).inserted }) else { return }
+        try? queue.enqueue(root: rootKey, path: Self.wholeStore, due: 0)
+        let t = Thread { [self] in
+            dd_background_thread()
+            usleep(UInt32(min(store.config.writebackDelay, 60) * 1_000_000))
+            compareScheduled.withLock { _ = $0.remove(rootKey) }
+            if (try? store.remote.checkReachable()) != nil { reconcile(rootKey, store) }
+        }
+        t.start()
     }
 
     /// Whether a path is noted but not yet queued (for user.docdrive.status).
@@ -89,23 +106,47 @@ public final class Uploader: Sendable {
         committer.name = "docdrive-queue"
         committer.start()
         for (key, store) in stores {
-            // Per store, in the background (the mount does not wait): clear what a crash left,
-            // then start the workers, then compare the local copy with the remote.
+            // An entry for the whole store stands in the queue until the local copy has been
+            // compared with the remote, so `docdrive sync` waits for that too.
+            try? queue.enqueue(root: key, path: Self.wholeStore, due: 0)
+            if (try? store.remote.checkReachable()) != nil {
+                // Before the mount serves anything: no file is open yet, so whatever differs
+                // is a finished save (or one a crash interrupted).
+                prepare(key, store)
+                reconcile(key, store)
+                startWorkers(key, store)
+                continue
+            }
             let t = Thread { [self] in
                 dd_background_thread()
-                if (try? store.remote.checkReachable()) != nil {
-                    let stale = store.remote.removeStaleUploads()
-                    if stale > 0 { logger.info("store \(store.config.name): removed \(stale) unfinished uploads left by a crash") }
+                logger.warning("store \(store.config.name): remote not reachable; uploads wait for it")
+                while !stopping.load(ordering: .relaxed) && (try? store.remote.checkReachable()) == nil {
+                    usleep(1_000_000)
                 }
-                for i in 0..<workersPerStore where !stopping.load(ordering: .relaxed) {
-                    let w = Thread { [self] in self.work(key, store) }
-                    w.name = "docdrive-upload-\(store.config.name)-\(i)"
-                    w.start()
-                }
-                self.reconcile(key, store)
+                if stopping.load(ordering: .relaxed) { return }
+                prepare(key, store)
+                startWorkers(key, store)
+                reconcile(key, store)
             }
             t.name = "docdrive-reconcile"
             t.start()
+        }
+    }
+
+    /// The queue entry that stands for "compare the whole store" (never claimed by a worker).
+    static let wholeStore = ""
+
+    /// Clears the temporary files a crash left (no worker of ours is writing yet).
+    private func prepare(_ key: String, _ store: Store) {
+        let stale = store.remote.removeStaleUploads()
+        if stale > 0 { logger.info("store \(store.config.name): removed \(stale) unfinished uploads left by a crash") }
+    }
+
+    private func startWorkers(_ key: String, _ store: Store) {
+        for i in 0..<workersPerStore where !stopping.load(ordering: .relaxed) {
+            let w = Thread { [self] in self.work(key, store) }
+            w.name = "docdrive-upload-\(store.config.name)-\(i)"
+            w.start()
         }
     }
 
@@ -114,10 +155,10 @@ public final class Uploader: Sendable {
     public func stop(drainFor seconds: Double) -> Int {
         commitNoted()
         try? queue.makeAllDue()
+        // Wait while something is uploading or ready to go; an entry that failed again waits
+        // for its back-off, which an unmount does not sit through.
         let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            let c = (try? queue.counts()) ?? [:]
-            if (c[.pending] ?? 0) + (c[.uploading] ?? 0) == 0 { break }
+        while Date() < deadline, ((try? queue.activeCount()) ?? 0) > 0 {
             usleep(50_000)
         }
         stopping.store(true, ordering: .relaxed)
@@ -145,8 +186,11 @@ public final class Uploader: Sendable {
                 continue
             }
             do {
-                try sync(job.path, store, key)
-                try queue.complete(job)
+                if try sync(job.path, store, key) == .removed {
+                    try queue.completeRemoved(job)
+                } else {
+                    try queue.complete(job)
+                }
             } catch let e as DriveError where e.code == .changedDuringUpload {
                 // Saved again while it was copied: the next save's entry takes over.
                 try? queue.enqueue(root: key, path: job.path, due: Date().timeIntervalSince1970 + store.config.writebackDelay)
@@ -160,24 +204,27 @@ public final class Uploader: Sendable {
         }
     }
 
+    enum Outcome { case uploaded, removed, walked }
+
     /// Makes the remote's `path` equal to the local one.
-    private func sync(_ path: String, _ store: Store, _ key: String) throws {
+    private func sync(_ path: String, _ store: Store, _ key: String) throws -> Outcome {
         let local = store.cache + "/" + path
         var st = stat()
         if lstat(local, &st) != 0 {
             guard errno == ENOENT || errno == ENOTDIR else { throw DriveError.io("cannot read \(local)", .init(rawValue: errno)) }
             try store.remote.remove(path)  // deleted (or renamed away) locally
-            return
+            return .removed
         }
         switch st.st_mode & S_IFMT {
         case S_IFREG:
             let fd = open(local, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else {
-                if errno == ENOENT { try store.remote.remove(path); return }
+                if errno == ENOENT { try store.remote.remove(path); return .removed }
                 throw DriveError.io("cannot read \(local)", .init(rawValue: errno))
             }
             defer { close(fd) }
             _ = try store.remote.upload(from: fd, to: path)
+            return .uploaded
         case S_IFDIR:
             // A folder renamed, or created by a rename: queue what is in it, and what the remote
             // has there that the local copy no longer has.
@@ -189,20 +236,26 @@ public final class Uploader: Sendable {
                 batch.append((key, path + "/" + name, now))
             }
             try queue.enqueueAll(batch)
+            return .walked
         default:
-            break  // symlinks, fifos and devices are not uploaded
+            return .walked  // symlinks, fifos and devices are not uploaded
         }
     }
 
     /// At start: queue every local file whose size or time differs from the remote's, so a
-    /// save that a crash kept out of the queue is still uploaded. Never removes anything.
+    /// save that a crash kept out of the queue is still uploaded, and every path it uploaded
+    /// before that is gone locally. Never removes what this drive did not put there.
     private func reconcile(_ key: String, _ store: Store) {
-        guard (try? store.remote.checkReachable()) != nil else {
-            logger.warning("store \(store.config.name): remote not reachable; queued uploads wait for it")
-            return
-        }
         var batch = [(String, String, Double)]()
         let now = Date().timeIntervalSince1970
+        // Paths this drive put on the remote that are gone locally: a delete or rename that a
+        // crash kept out of the queue. Only these are removed; nothing else on the remote is.
+        for path in (try? queue.paths(root: key, state: .synced)) ?? [] {
+            var st = stat()
+            if lstat(store.cache + "/" + path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR) {
+                batch.append((key, path, now))
+            }
+        }
         let base = URL(fileURLWithPath: store.cache)
         guard let e = FileManager.default.enumerator(at: base, includingPropertiesForKeys: [.isRegularFileKey, .isSymbolicLinkKey]) else { return }
         for case let url as URL in e {
@@ -221,6 +274,7 @@ public final class Uploader: Sendable {
             }
         }
         try? queue.enqueueAll(batch)
+        try? queue.remove(root: key, path: Self.wholeStore)
         logger.info("store \(store.config.name): compared the local copy with the remote")
     }
 

@@ -12,15 +12,20 @@ changed during its upload goes again and the remote only ever holds whole versio
 `docdrive status` (`uploads` in --json, an `Uploads:` line); the `user.docdrive.status` xattr;
 an unreachable remote (marker removed, folder moved away): back-off, `failed` after 3 attempts,
 nothing written into the wrong folder, resumes by itself; SIGKILL before the upload, a file
-never closed before a crash, the comparison at mount; unmount uploads first and keeps what it
-could not upload queued for the next mount.
+never closed before a crash, a delete/rename right before a crash, the comparison at mount
+(also when the remote is away at mount and comes back later), upload temps of a crash removed;
+hard-linked names; unmount uploads first and keeps what it could not upload queued for the
+next mount (`docdrive mount --upload-grace S`).
 
-The crash test (test_crash_rounds) runs CRASH_ROUNDS = 24 rounds of: random saves (in place,
-partial in place, editor-style temp + rename, deletes of stray temps), SIGKILL of the daemon at a
-random moment (during the writes, or during the uploads), remount, `docdrive sync --timeout 60`,
-then checks that the remote equals the local copy byte for byte (same file set, no torn file,
-no `.docdrive-upload-` leftover) and that every save that returned before the kill has its
-content. The seed is printed; set DOCDRIVE_CRASH_SEED to replay a run.
+The crash test (test_crash_rounds) runs CRASH_ROUNDS = 24 rounds of: random operations (rewrite
+in place, partial write/truncate in place, editor-style temp + rename, unlink, rename over
+another file; stray temps of an interrupted editor save are deleted at the next round), SIGKILL
+of the daemon at a random moment (during the writes, right when an upload temp shows on the
+remote, or after the uploads), remount, `docdrive sync --timeout 60`, then checks (a) the remote
+equals the local copy byte for byte (same file set, no torn file, no `.docdrive-upload-`
+leftover) and (b) every operation that returned before the kill has its effect (content, or
+absence). Each round prints what it did and checked. The seed is printed; set
+DOCDRIVE_CRASH_SEED to replay a run.
 """
 from __future__ import annotations
 
@@ -550,6 +555,85 @@ def test_mount_uploads_what_differs_from_the_remote(new_drive):
     assert_remote_matches(u, "after mount")
 
 
+@pytest.mark.timeout(60)
+def test_delete_and_rename_right_before_a_crash_reach_the_remote(new_drive):
+    """A delete or rename through the mount is durable at once, like a save: a SIGKILL right
+    after it must not leave the old names on the remote for ever."""
+    u = up_drive(new_drive, writeback=0.2)
+    for rel in ("gone.txt", "old.txt", "dir/x.txt", "keep.txt"):
+        write(u.dir / rel, rel.encode())
+    u.sync(30, check=0)
+    os.unlink(u.dir / "gone.txt")
+    os.rename(u.dir / "old.txt", u.dir / "new.txt")
+    os.rename(u.dir / "dir", u.dir / "dir2")
+    u.kill()
+    u.mount()
+    u.sync(30, check=0)
+    assert tree(u.cache) == {"new.txt": b"old.txt", "dir2/x.txt": b"dir/x.txt", "keep.txt": b"keep.txt"}
+    assert_remote_matches(u, "after a delete and renames made just before a SIGKILL")
+
+
+@pytest.mark.timeout(90)
+def test_unclosed_file_of_a_crash_is_uploaded_when_the_remote_comes_back_later(new_drive):
+    """A file written but never closed before a crash, then a mount while the remote is away:
+    once the remote is back, `docdrive sync` must get the file there."""
+    u = up_drive(new_drive, writeback=0.2)
+    write(u.dir / "a.txt", b"a")
+    u.sync(30, check=0)
+    fd = os.open(u.dir / "unclosed.bin", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, os.urandom(100_000))
+    time.sleep(0.3)
+    u.kill()
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    marker = (u.remote / MARKER).read_bytes()
+    (u.remote / MARKER).unlink()
+    u.mount()
+    time.sleep(1.0)
+    (u.remote / MARKER).write_bytes(marker)
+    p = u.sync(30)
+    assert p.returncode == 0, p.stderr
+    assert (u.remote / "unclosed.bin").exists(), \
+        "a file written but never closed before a crash was never uploaded (the remote was away at mount, then came back)"
+    assert_remote_matches(u, "after the remote came back")
+
+
+@pytest.mark.timeout(90)
+def test_upload_temps_of_a_crash_are_removed_when_the_remote_comes_back_later(new_drive):
+    """An upload interrupted by SIGKILL leaves a temp file; the next mount happens while the
+    remote is away. Once it is back, a sync must not leave the temp behind."""
+    u = up_drive(new_drive, writeback=0.05)
+    write(u.dir / "big.bin", os.urandom(96 << 20))
+    assert wait_until(lambda: leftovers(u.remote), 10, 0.001), "could not catch the upload in progress"
+    u.kill()
+    left = leftovers(u.remote)
+    assert left, "the upload finished before the kill: no temp to test with"
+    marker = (u.remote / MARKER).read_bytes()
+    (u.remote / MARKER).unlink()
+    u.mount()
+    time.sleep(1.0)
+    (u.remote / MARKER).write_bytes(marker)
+    u.sync(30, check=0)
+    assert_remote_matches(u, f"after the remote came back (temps at the kill: {[os.path.basename(x) for x in left]})")
+
+
+@pytest.mark.timeout(60)
+def test_hard_linked_names_stay_equal_on_the_remote(new_drive):
+    """Two names of one file: a save through one changes both locally; the remote must follow."""
+    u = up_drive(new_drive, writeback=0.2)
+    write(u.dir / "a.txt", b"one")
+    os.link(u.dir / "a.txt", u.dir / "b.txt")
+    u.sync(30, check=0)
+    assert tree(u.remote) == {"a.txt": b"one", "b.txt": b"one"}, tree(u.remote)
+    with open(u.dir / "a.txt", "r+b") as f:
+        f.write(b"two")
+    assert (u.dir / "b.txt").read_bytes() == b"two"
+    u.sync(30, check=0)
+    assert_remote_matches(u, "after saving through one of two hard-linked names")
+
+
 # --------------------------------------------------------------------------- unmount
 
 @pytest.mark.timeout(90)
@@ -593,12 +677,12 @@ def test_unmount_keeps_what_it_cannot_upload_and_next_mount_resumes(new_drive):
 # --------------------------------------------------------------------------- crash rounds
 
 class Writer(threading.Thread):
-    """Runs the round's saves on the mount and records which ones returned."""
+    """Runs the round's operations on the mount and records which ones returned."""
 
     def __init__(self, base: Path, ops, rng):
         super().__init__(daemon=True)
         self.base, self.ops, self.rng = base, ops, rng
-        self.done = []  # (index, rel, content after the op) in order
+        self.done = []  # indexes of the ops that returned, in order
         self.inflight = None  # the op index running when the writer stopped
         self.error = None
 
@@ -628,6 +712,8 @@ class Writer(threading.Thread):
                     os.rename(tmp, p)
                 elif kind == "unlink":
                     os.unlink(p)
+                elif kind == "move":
+                    os.rename(p, self.base / op["to"])
             except OSError as e:
                 self.error = e
                 return
@@ -637,14 +723,14 @@ class Writer(threading.Thread):
 
 
 def plan_round(rng, known: dict, names: list[str]):
-    """The saves of one round and, for each, the content the file has after it."""
+    """The operations of one round; each has `effects`: {path: content after it, None = gone}."""
     ops = []
     state = dict(known)
     for k in range(rng.randint(5, 14)):
         rel = rng.choice(names)
         size = rng.choice([0, 1, 100, 4096, 70_000, 300_000, rng.randint(1, 2_500_000)])
-        kind = rng.choices(["rewrite", "patch", "editor"], [4, 2, 4])[0]
-        if kind == "patch" and rel not in state:
+        kind = rng.choices(["rewrite", "patch", "editor", "unlink", "move"], [4, 2, 4, 1, 1])[0]
+        if kind in ("patch", "unlink", "move") and rel not in state:
             kind = "rewrite"
         op = {"kind": kind, "rel": rel, "pause": rng.choice([0.0, 0.01, 0.05, 0.15])}
         if kind == "patch":
@@ -658,16 +744,30 @@ def plan_round(rng, known: dict, names: list[str]):
                 op["truncate"] = cut
                 new = new[:cut]
             op.update(offset=off, data=data)
-            op["after"] = bytes(new)
+            op["effects"] = {rel: bytes(new)}
+        elif kind == "unlink":
+            op["effects"] = {rel: None}
+        elif kind == "move":
+            to = rng.choice([n for n in names if n != rel])
+            op["to"] = to
+            op["effects"] = {rel: None, to: state[rel]}
         else:
             op["data"] = os.urandom(size)
-            op["after"] = op["data"]
+            op["effects"] = {rel: op["data"]}
             if kind == "editor":
                 op["tmp"] = f".tmp{rng.randint(0, 10**6)}"
                 op["fsync"] = rng.random() < 0.3
-        state[rel] = op["after"]
+        for r, c in op["effects"].items():
+            if c is None:
+                state.pop(r, None)
+            else:
+                state[r] = c
         ops.append(op)
     return ops
+
+
+def describe(op):
+    return f"{op['kind']} {op['rel']}" + (f" -> {op['to']}" if op["kind"] == "move" else "")
 
 
 @pytest.mark.timeout(200)
@@ -693,8 +793,8 @@ def test_crash_rounds(new_drive):
         if mode == "during uploads":
             # a big save widens the window in which an upload is under way
             big = os.urandom(rng.randint(8, 24) << 20)
-            ops.append({"kind": rng.choice(["rewrite", "editor"]), "rel": "big.bin", "data": big, "after": big,
-                        "tmp": ".tmp-big", "pause": 0.0})
+            ops.append({"kind": rng.choice(["rewrite", "editor"]), "rel": "big.bin", "data": big,
+                        "effects": {"big.bin": big}, "tmp": ".tmp-big", "pause": 0.0})
         w = Writer(u.dir, ops, random.Random(rng.random()))
         t0 = time.monotonic()
         w.start()
@@ -715,8 +815,8 @@ def test_crash_rounds(new_drive):
         temps_at_kill = leftovers(u.remote)
         q_at_kill = u.uploads()
         interrupted = ops[w.inflight] if w.inflight is not None else None
-        print(f"round {rnd:2d} {mode:14s}: {len(w.done)}/{len(ops)} saves returned, "
-              f"interrupted={interrupted['kind'] + ' ' + interrupted['rel'] if interrupted else '-'}; "
+        print(f"round {rnd:2d} {mode:14s}: {len(w.done)}/{len(ops)} ops returned "
+              f"({', '.join(describe(ops[i]) for i in w.done)}), interrupted: {describe(interrupted) if interrupted else '-'}; "
               f"queue at kill {q_at_kill}; upload temps on remote at kill {len(temps_at_kill)}", flush=True)
         u.mount()
         p = u.sync(60)
@@ -727,33 +827,32 @@ def test_crash_rounds(new_drive):
         # (a) the remote is the local copy, byte for byte
         assert not left, f"round {rnd}: upload temp files left after sync: {left}"
         assert local == remote, f"round {rnd} (seed {seed}, {mode}): remote differs from the local copy:\n{diff_trees(local, remote)}"
-        # (b) every save that returned before the kill has its content (unless a later, interrupted op touched it)
-        checked, loose = 0, 0
-        last_done: dict[str, bytes] = {}
+        # (b) every op that returned before the kill has its effect (unless the interrupted op touched the file)
+        after = dict(known)  # what the returned ops leave
         for i in w.done:
-            last_done[ops[i]["rel"]] = ops[i]["after"]
-        for rel, content in last_done.items():
-            if interrupted is not None and interrupted["rel"] == rel:
+            after.update(ops[i]["effects"])
+        touched = set(interrupted["effects"]) if interrupted else set()
+        checked, loose = 0, 0
+        for rel in set(after) | set(known):
+            if rel in touched:
                 continue
-            assert local.get(rel) == content, (f"round {rnd} (seed {seed}): {rel} lost its last closed content: "
-                                               f"expected {short(content)}, local has {local.get(rel) and short(local[rel])}")
+            want = after.get(rel)
+            assert local.get(rel) == want, (
+                f"round {rnd} (seed {seed}): {rel} should be {'gone' if want is None else short(want)}, "
+                f"local has {'nothing' if local.get(rel) is None else short(local[rel])}")
             checked += 1
         if interrupted is not None:
-            rel = interrupted["rel"]
-            before = last_done.get(rel, known.get(rel))
-            if interrupted["kind"] == "editor":
-                # rename is atomic: the old or the new content, never a mix
-                assert local.get(rel) in (before, interrupted["after"]), \
-                    f"round {rnd} (seed {seed}): {rel} after an interrupted editor save: {local.get(rel) and short(local[rel])}"
-                checked += 1
+            if interrupted["kind"] in ("editor", "unlink", "move"):
+                # atomic operations: the state before or after, never a mix
+                for rel, new in interrupted["effects"].items():
+                    assert local.get(rel) in (after.get(rel), new), \
+                        f"round {rnd} (seed {seed}): {rel} after an interrupted {describe(interrupted)}: {local.get(rel) and short(local[rel])}"
+                    checked += 1
             else:
                 loose += 1
-        untouched = [rel for rel in known if rel not in last_done and (interrupted is None or interrupted["rel"] != rel)]
-        for rel in untouched:
-            assert local.get(rel) == known[rel], f"round {rnd} (seed {seed}): {rel} changed though no save touched it"
         up = u.uploads()
         assert up["pending"] == 0 and up["uploading"] == 0 and up["failed"] == 0, f"round {rnd}: {up}"
-        print(f"         checked: remote==local for {len(local)} files, last content of {checked} "
-              f"(+{len(untouched)} untouched), {loose} torn-allowed; {time.monotonic() - t0:.2f} s")
+        print(f"         checked: remote == local for {len(local)} files (no temp left), expected content or "
+              f"absence of {checked} paths, {loose} torn write allowed; {time.monotonic() - t0:.2f} s")
         known = local
     print(f"{CRASH_ROUNDS} rounds in {time.monotonic() - started:.1f} s")

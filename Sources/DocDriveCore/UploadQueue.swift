@@ -86,9 +86,24 @@ public final class UploadQueue: Sendable {
     }
 
     /// Everything waiting is due now (at unmount, to upload what can be uploaded).
-    public func makeAllDue(now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+    public func makeAllDue(root: String? = nil, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
         try write { db in
-            try db.execute(sql: "UPDATE upload SET due = ? WHERE state IN ('pending', 'failed') AND due > ?", arguments: [now, now])
+            try db.execute(sql: "UPDATE upload SET due = ? WHERE state IN ('pending', 'failed') AND due > ? AND (? IS NULL OR root = ?)",
+                           arguments: [now, now, root, root])
+        }
+    }
+
+    /// What `docdrive sync` waits for: everything pending or uploading, and failed entries
+    /// that are due for another try (their remote came back).
+    public func waitingCount(now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {
+        do {
+            return try pool.read { db in
+                try Int.fetchOne(db, sql: """
+                    SELECT COUNT(*) FROM upload WHERE state IN ('pending', 'uploading') OR (state = 'failed' AND due <= ?)
+                    """, arguments: [now]) ?? 0
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
         }
     }
 

@@ -28,6 +28,8 @@ public final class Uploader: Sendable {
     private let stopping = Atomic<Bool>(false)
     private let running = Atomic<Int>(0)
     private let wake = DispatchSemaphore(value: 0)
+    /// Stores whose remote was unreachable at the last check. Lock: leaf.
+    private let remotesDown = Mutex<Set<String>>([])
     /// Stores with a whole-store comparison scheduled. Lock: leaf.
     private let compareScheduled = Mutex<Set<String>>([])
 
@@ -98,9 +100,12 @@ public final class Uploader: Sendable {
     public func start() {
         try? queue.recoverInterrupted()
         let committer = Thread { [self] in
+            var tick = 0
             while !stopping.load(ordering: .relaxed) {
                 usleep(50_000)
                 commitNoted()
+                tick += 1
+                if tick % 5 == 0 { retryWhereRemotesCameBack() }
             }
         }
         committer.name = "docdrive-queue"
@@ -130,6 +135,22 @@ public final class Uploader: Sendable {
             }
             t.name = "docdrive-reconcile"
             t.start()
+        }
+    }
+
+    /// A remote that was unreachable and is back: what waits for its back-off goes now.
+    private func retryWhereRemotesCameBack() {
+        for (key, store) in stores {
+            let up = (try? store.remote.checkReachable()) != nil
+            let wasDown: Bool = remotesDown.withLock { down in
+                if up { return down.remove(key) != nil }
+                down.insert(key)
+                return false
+            }
+            if up && wasDown {
+                logger.info("store \(store.config.name): remote reachable again; retrying now")
+                try? queue.makeAllDue(root: key)
+            }
         }
     }
 

@@ -22,15 +22,17 @@ struct Sync: ParsableCommand {
             // A close reaches the daemon a moment after it returns, and the daemon commits the
             // queue every 50 ms: the queue must be seen empty twice, 0.3 s apart.
             usleep(300_000)
-            var emptyOnce = false
+            // Failed entries are retried within a second of their remote coming back: they must
+            // look settled for a little longer before they are reported.
+            var settled = 0
             while true {
                 let c = try queue.counts()
-                let waiting = (c[.pending] ?? 0) + (c[.uploading] ?? 0)
+                let waiting = try queue.waitingCount()
                 if waiting == 0 {
-                    if emptyOnce { break }
-                    emptyOnce = true
+                    settled += 1
+                    if settled >= ((c[.failed] ?? 0) > 0 ? 5 : 2) { break }
                 } else {
-                    emptyOnce = false
+                    settled = 0
                     if tty { warn("\rWaiting for \(waiting) upload\(waiting == 1 ? "" : "s") (\(c[.uploading] ?? 0) in progress)...\u{1B}[K", newline: false) }
                 }
                 if let timeout, Date().timeIntervalSince(start) > timeout {

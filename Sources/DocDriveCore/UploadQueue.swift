@@ -59,15 +59,7 @@ public final class UploadQueue: Sendable {
 
     /// Queues `path` for upload at `due` (a later save pushes the time back: saves coalesce).
     public func enqueue(root: String, path: String, due: Double, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
-        try write { db in
-            try db.execute(sql: """
-                INSERT INTO upload (root, path, state, generation, attempts, error, due, updated)
-                VALUES (?, ?, 'pending', 1, 0, NULL, ?, ?)
-                ON CONFLICT(root, path) DO UPDATE SET
-                  state = CASE WHEN state = 'uploading' THEN 'uploading' ELSE 'pending' END,
-                  generation = generation + 1, attempts = 0, error = NULL, due = excluded.due, updated = excluded.updated
-                """, arguments: [root, path, due, now])
-        }
+        try enqueueAll([(root, path, due)], now: now)
     }
 
     /// Queues many paths in one transaction (the uploader's group commit).

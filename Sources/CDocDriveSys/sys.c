@@ -19,16 +19,12 @@ const int dd_O_NOFOLLOW = O_NOFOLLOW;
 const int dd_O_DIRECTORY = O_DIRECTORY;
 const int dd_O_DIRECT = O_DIRECT;
 const int dd_O_CLOEXEC = O_CLOEXEC;
-const int dd_O_NOATIME = O_NOATIME;
 const int dd_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const int dd_AT_SYMLINK_NOFOLLOW = AT_SYMLINK_NOFOLLOW;
 const int dd_AT_REMOVEDIR = AT_REMOVEDIR;
 const int dd_AT_SYMLINK_FOLLOW = AT_SYMLINK_FOLLOW;
 const int dd_RENAME_NOREPLACE = RENAME_NOREPLACE;
 const int dd_RENAME_EXCHANGE = RENAME_EXCHANGE;
-const int dd_RENAME_WHITEOUT = RENAME_WHITEOUT;
-const int dd_XATTR_CREATE = XATTR_CREATE;
-const int dd_XATTR_REPLACE = XATTR_REPLACE;
 
 int dd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
     return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
@@ -40,8 +36,6 @@ ssize_t dd_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out,
 
 int dd_fallocate(int fd, int mode, off_t offset, off_t len) { return fallocate(fd, mode, offset, len); }
 
-int dd_setfsuid(uid_t uid) { return (int)syscall(SYS_setfsuid, uid); }
-int dd_setfsgid(gid_t gid) { return (int)syscall(SYS_setfsgid, gid); }
 
 static void proc_name(int fd, char *buf, size_t len) { snprintf(buf, len, "/proc/self/fd/%d", fd); }
 
@@ -164,8 +158,6 @@ int dd_thread_umask(mode_t mask) {
 }
 
 int dd_errno(void) { return errno; }
-void dd_set_errno(int e) { errno = e; }
-long dd_gettid(void) { return syscall(SYS_gettid); }
 
 int dd_spawn_daemon(const char *path, char *const argv[], int ready_fd_child, int ready_fd_parent, const char *log_path, pid_t *pid) {
     posix_spawn_file_actions_t fa;

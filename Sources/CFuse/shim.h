@@ -32,13 +32,6 @@ static inline void cfuse_fi_set_open_flags(struct fuse_file_info *fi, int direct
     fi->direct_io = direct_io ? 1 : 0;
     fi->keep_cache = keep_cache ? 1 : 0;
 }
-static inline void cfuse_fi_set_parallel_direct_writes(struct fuse_file_info *fi) {
-    (void)fi;
-}
-static inline void cfuse_fi_set_cache_readdir(struct fuse_file_info *fi, int on) {
-    fi->cache_readdir = on ? 1 : 0;
-}
-static inline int cfuse_fi_writepage(const struct fuse_file_info *fi) { return fi->writepage; }
 
 /* Reply to a read with data taken straight from a file descriptor:
    libfuse splices it into /dev/fuse when it can, and preads otherwise. */
@@ -48,15 +41,6 @@ static inline int cfuse_reply_data_fd(fuse_req_t req, int fd, size_t size, off_t
     buf.buf[0].fd = fd;
     buf.buf[0].pos = off;
     return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
-}
-
-/* Write a request's buffer (memory or pipe) to a file descriptor at an offset. */
-static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in, int fd, off_t off) {
-    struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
-    out.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-    out.buf[0].fd = fd;
-    out.buf[0].pos = off;
-    return fuse_buf_copy(&out, in, 0);
 }
 
 static inline void cfuse_conn_enable(struct fuse_conn_info *conn, unsigned int cap) {

@@ -26,12 +26,13 @@ extension DriveFileSystem {
         uploader.noteChanged(root: root.key, path: dir.isEmpty ? n : dir + "/" + n)
     }
 
-    /// Tells the uploader that an open file's content was saved (at close or fsync).
-    func noteSaved(_ file: OpenFile) {
+    /// Tells the uploader that an open file's content was saved (at close or fsync); `links`
+    /// is the file's link count, which the caller has already stat'ed.
+    func noteSaved(_ file: OpenFile, links: UInt64?) {
         guard file.dirty.exchange(false, ordering: .relaxed), let uploader, let root = file.inode.root,
               let path = storePath(file.inode), !path.isEmpty else { return }
         uploader.noteChanged(root: root.key, path: path)
-        if let st = try? Sys.stat(fd: file.fd), st.st_nlink > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
+        if let links, links > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
     }
 
     /// The user.docdrive.status of a node: synced, pending, uploading or failed.

@@ -534,16 +534,15 @@ public final class DriveFileSystem: Sendable {
 
     public func release(_ file: OpenFile) {
         // Remember the version the page cache now holds, so the next open can keep it.
-        if let st = try? Sys.stat(fd: file.fd) {
-            file.inode.cachedVersion.withLock { $0 = FileVersion(st) }
-        }
-        noteSaved(file)
+        let st = try? Sys.stat(fd: file.fd)
+        if let st { file.inode.cachedVersion.withLock { $0 = FileVersion(st) } }
+        noteSaved(file, links: st.map { UInt64($0.st_nlink) })
         Sys.close(file.fd)
     }
 
     public func fsync(_ file: OpenFile, dataOnly: Bool) throws(Errno) {
         _ = try Sys.check { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
-        noteSaved(file)
+        noteSaved(file, links: (try? Sys.stat(fd: file.fd)).map { UInt64($0.st_nlink) })
     }
 
     public func fallocate(_ file: OpenFile, mode: Int32, offset: Int64, length: Int64) throws(Errno) {

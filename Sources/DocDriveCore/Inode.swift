@@ -373,10 +373,6 @@ final class InodeTable: Sendable {
         permanent.withLock { $0[inode.nodeID] = inode }
     }
 
-    func permanentNodes() -> [Inode] {
-        permanent.withLock { Array($0.values) }
-    }
-
     func nextPermanentID() -> UInt64 {
         permanent.withLock { UInt64(2 + $0.count) }
     }

@@ -27,7 +27,6 @@ public final class Uploader: Sendable {
     private let noted = Mutex<[(String, String, Double)]>([])
     private let stopping = Atomic<Bool>(false)
     private let running = Atomic<Int>(0)
-    private let wake = DispatchSemaphore(value: 0)
     /// Stores whose remote was unreachable at the last check. Lock: leaf.
     private let remotesDown = Mutex<Set<String>>([])
     /// Stores with a whole-store comparison scheduled. Lock: leaf.

@@ -12,16 +12,12 @@ extern const int dd_O_NOFOLLOW;
 extern const int dd_O_DIRECTORY;
 extern const int dd_O_DIRECT;
 extern const int dd_O_CLOEXEC;
-extern const int dd_O_NOATIME;
 extern const int dd_AT_EMPTY_PATH;
 extern const int dd_AT_SYMLINK_NOFOLLOW;
 extern const int dd_AT_REMOVEDIR;
 extern const int dd_AT_SYMLINK_FOLLOW;
 extern const int dd_RENAME_NOREPLACE;
 extern const int dd_RENAME_EXCHANGE;
-extern const int dd_RENAME_WHITEOUT;
-extern const int dd_XATTR_CREATE;
-extern const int dd_XATTR_REPLACE;
 extern const long dd_UTIME_NOW;
 extern const long dd_UTIME_OMIT;
 int dd_statvfs(const char *path, struct statvfs *sv);
@@ -29,9 +25,6 @@ int dd_statvfs(const char *path, struct statvfs *sv);
 int dd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 ssize_t dd_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len, unsigned int flags);
 int dd_fallocate(int fd, int mode, off_t offset, off_t len);
-/* Sets the thread's (not the process's) filesystem uid/gid. Returns the previous value. */
-int dd_setfsuid(uid_t uid);
-int dd_setfsgid(gid_t gid);
 /* Opens an O_PATH descriptor through /proc/self/fd for ops that refuse O_PATH. */
 int dd_reopen(int pathfd, int flags);
 int dd_proc_path(int pathfd, char *buf, size_t len);
@@ -54,10 +47,8 @@ int dd_open_by_handle(int mountfd, const unsigned char *buf, int len, int flags)
 int dd_errno(void);
 /* The calling thread's own umask (see sys.c); returns the previous one or -1. */
 int dd_thread_umask(mode_t mask);
-void dd_set_errno(int e);
 /* Linux's spawn: start a detached daemon with extra descriptors. */
 int dd_spawn_daemon(const char *path, char *const argv[], int ready_fd_child, int ready_fd_parent, const char *log_path, pid_t *pid);
-long dd_gettid(void);
 /* Lowers the calling thread's CPU and I/O priority (background uploads yield to the user's work). */
 void dd_background_thread(void);
 

@@ -190,3 +190,29 @@ void dd_background_thread(void) {
     /* ioprio_set(IOPRIO_WHO_PROCESS, tid, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 7)) */
     syscall(SYS_ioprio_set, 1, tid, (2 << 13) | 7);
 }
+
+#include <linux/openat2.h>
+/* Opens `path` below `dirfd` without leaving it: no "..", no absolute path, no symlink on the
+   way (openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS). */
+int dd_open_beneath(int dirfd, const char *path, int flags, mode_t mode) {
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = (unsigned long long)(flags | O_CLOEXEC);
+    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+}
+
+const int dd_O_TMPFILE = O_TMPFILE;
+
+#include <sys/socket.h>
+/* accept4 with SOCK_CLOEXEC (Glibc's overlay lacks accept4). */
+int dd_accept(int fd) { return accept4(fd, NULL, NULL, SOCK_CLOEXEC); }
+
+/* The uid of a Unix socket's peer, or -1. */
+long long dd_peer_uid(int fd) {
+    struct ucred c;
+    socklen_t len = sizeof c;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) != 0) return -1;
+    return (long long)c.uid;
+}

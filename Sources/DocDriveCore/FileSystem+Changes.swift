@@ -11,12 +11,13 @@ extension DriveFileSystem {
         guard let root = n.root, let uploader, uploader.uploads(root.key) else { return nil }
         guard let fd = try? n.acquire() else { return nil }
         defer { n.release() }
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        guard dd_proc_path(fd, &buf, buf.count) > 0 else { return nil }
-        let path = String(decoding: buf.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if path == root.path { return "" }
-        guard path.hasPrefix(root.path + "/"), !path.hasSuffix(" (deleted)") else { return nil }
-        return String(path.dropFirst(root.path.count + 1))
+        return relativePath(fd: fd, root: root)
+    }
+
+    /// The store path of an open or O_PATH descriptor whose content lives in `root`.
+    func storePath(fd: Int32, root: BackingRoot) -> String? {
+        guard let uploader, uploader.uploads(root.key) else { return nil }
+        return relativePath(fd: fd, root: root)
     }
 
     /// Tells the uploader that `name` in `parent` changed (saved, removed, renamed from or to).
@@ -29,14 +30,20 @@ extension DriveFileSystem {
     /// Tells the uploader that an open file's content was saved (at close or fsync); `links`
     /// is the file's link count, which the caller has already stat'ed.
     func noteSaved(_ file: OpenFile, links: UInt64?) {
-        guard file.dirty.exchange(false, ordering: .relaxed), let uploader, let root = file.inode.root,
-              let path = storePath(file.inode), !path.isEmpty else { return }
+        guard file.dirty.exchange(false, ordering: .relaxed), let uploader, let root = file.contentRoot,
+              let path = storePath(fd: file.fd, root: root), !path.isEmpty else { return }
         uploader.noteChanged(root: root.key, path: path)
         if let links, links > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
     }
 
     /// The user.docdrive.status of a node: synced, pending, uploading or failed.
     func uploadStatus(_ n: Inode) -> String? {
+        if n.reference != nil {
+            if let problem = referenceProblem(n) { return problem.rawValue }
+            guard let uploader, let root = n.reference?.storeRoot, let t = try? referenceTarget(n),
+                  let path = storePath(fd: t, root: root), !path.isEmpty else { return nil }
+            return uploader.status(root: root.key, path: path)
+        }
         guard let uploader, let root = n.root, uploader.uploads(root.key), let path = storePath(n), !path.isEmpty else { return nil }
         return uploader.status(root: root.key, path: path)
     }

@@ -46,6 +46,8 @@ public struct DirectoryItem {
     public var mode: mode_t
 }
 
+private let DT_REG_TYPE = UInt8(DT_REG)
+
 extension DriveFileSystem {
     public func opendir(_ id: UInt64) throws(Errno) -> DirectoryStream {
         let n = try node(id)
@@ -100,6 +102,7 @@ extension DriveFileSystem {
             try readVirtual(d, entries, offset: offset, plus: plus, emit: emit)
             return
         }
+        let isContainer = Self.isContainer(d.inode.root)
         try d.state.withLock { (s: inout DirectoryStream.State) throws(Errno) in
             guard let dir = s.dir else { throw .badFileDescriptor }
             if offset != s.offset || (offset == 0 && s.pending == nil) {
@@ -139,14 +142,39 @@ extension DriveFileSystem {
                 // The name is used in place (no copy per entry); only an entry that did not fit
                 // is copied, to be handed out first next time.
                 let ino = UInt64(ent.pointee.d_ino), type = ent.pointee.d_type, next = Int64(ent.pointee.d_off)
+                // Reserved names: a reference entry shows under its document's name (in app
+                // containers, unless a file has that name); elsewhere they are not listed.
+                var shown: [CChar]? = nil
+                let reserved = withUnsafePointer(to: &ent.pointee.d_name) { tuple in
+                    tuple.withMemoryRebound(to: CChar.self, capacity: 256) { ReservedNames.isReserved($0) }
+                }
+                if reserved {
+                    guard isContainer else {
+                        s.offset = next
+                        continue
+                    }
+                    var name = withUnsafePointer(to: &ent.pointee.d_name) { tuple in
+                        tuple.withMemoryRebound(to: CChar.self, capacity: 256) { Array(UnsafeBufferPointer(start: $0, count: strlen($0))) }
+                    }
+                    name.removeLast(ReservedNames.referenceSuffix.utf8.count)
+                    name.append(0)
+                    if name.count == 1 || faccessat(dirfd(dir), name, F_OK, Sys.AT_SYMLINK_NOFOLLOW) == 0 {
+                        s.offset = next
+                        continue
+                    }
+                    shown = name
+                }
                 let fits = withUnsafePointer(to: &ent.pointee.d_name) { tuple in
-                    tuple.withMemoryRebound(to: CChar.self, capacity: 256) { hand($0, ino, type, next) }
+                    tuple.withMemoryRebound(to: CChar.self, capacity: 256) { raw in
+                        if let shown { return shown.withUnsafeBufferPointer { hand($0.baseAddress!, ino, DT_REG_TYPE, next) } }
+                        return hand(raw, ino, type, next)
+                    }
                 }
                 if !fits {
-                    let name = withUnsafePointer(to: &ent.pointee.d_name) { tuple in
+                    let name = shown ?? withUnsafePointer(to: &ent.pointee.d_name) { tuple in
                         tuple.withMemoryRebound(to: CChar.self, capacity: 256) { Array(UnsafeBufferPointer(start: $0, count: strlen($0) + 1)) }
                     }
-                    s.pending = .init(name: name, ino: ino, type: type, nextOffset: next)
+                    s.pending = .init(name: name, ino: ino, type: shown == nil ? type : DT_REG_TYPE, nextOffset: next)
                     return
                 }
                 s.offset = next

@@ -12,6 +12,7 @@ extension DriveFileSystem {
     /// The value of the drive's own attribute `name`, or nil if it is not one of ours.
     func ownAttribute(_ n: Inode, _ name: String) throws(Errno) -> [UInt8]? {
         guard name.hasPrefix(Self.ownPrefix) else { return nil }
+        if n.reference != nil { return try referenceAttribute(n, name) }
         switch name {
         case "user.docdrive.id":
             guard n.kind == .backing, let root = n.root else { throw .noData }
@@ -21,6 +22,33 @@ extension DriveFileSystem {
         case "user.docdrive.status":
             guard let status = uploadStatus(n) else { throw .noData }
             return Array(status.utf8)
+        default:
+            throw .noData
+        }
+    }
+
+    /// What a reference entry says about itself (the seed's isExternalDocument,
+    /// containerDisplayName and urlInLocalContainer).
+    static let referenceAttributes = ["user.docdrive.external", "user.docdrive.container", "user.docdrive.target",
+                                      "user.docdrive.status", "user.docdrive.id"]
+
+    func referenceAttribute(_ n: Inode, _ name: String) throws(Errno) -> [UInt8] {
+        let link = n.reference!
+        switch name {
+        case "user.docdrive.external":
+            return Array("1".utf8)
+        case "user.docdrive.status":
+            return Array((uploadStatus(n) ?? "synced").utf8)
+        case "user.docdrive.id":
+            guard let p = link.payload else { throw .noData }
+            return Array(p.item.utf8)
+        case "user.docdrive.container":
+            guard let p = link.payload,
+                  let store = namespace.current().config.stores.first(where: { $0.name == p.store }) else { throw .noData }
+            return Array(store.displayName.utf8)
+        case "user.docdrive.target":
+            guard let root = link.storeRoot, let t = try? referenceTarget(n), let rel = relativePath(fd: t, root: root) else { throw .noData }
+            return Array(namespace.displayPath(rootKey: root.key, rel).utf8)
         default:
             throw .noData
         }
@@ -61,7 +89,7 @@ extension DriveFileSystem {
             return own
         }
         guard n.kind == .backing, !n.isSymlink else { throw .noData }
-        let nfd = try n.acquire()
+        let (nfd, _) = try acquireContent(n)
         defer { n.release() }
         if size == 0 {
             let len = try Sys.check { dd_getxattr_path(nfd, name, nil, 0) }
@@ -75,14 +103,23 @@ extension DriveFileSystem {
     public func listxattr(_ id: UInt64, size: Int) throws(Errno) -> [UInt8] {
         let n = try node(id)
         guard n.kind == .backing, !n.isSymlink else { return [] }
-        let nfd = try n.acquire()
+        var out = [UInt8]()
+        if n.reference != nil {
+            for name in Self.referenceAttributes where (try? referenceAttribute(n, name)) != nil {
+                out += Array(name.utf8) + [0]
+            }
+            guard referenceProblem(n) == nil else {
+                if size > 0 && out.count > size { throw .outOfRange }
+                return out
+            }
+        }
+        let (nfd, _) = try acquireContent(n)
         defer { n.release() }
         let needed = try Sys.check { dd_listxattr_path(nfd, nil, 0) }
         var buf = [UInt8](repeating: 0, count: max(needed, 1))
         let len = try Sys.check { buf.withUnsafeMutableBytes { dd_listxattr_path(nfd, $0.baseAddress, needed) } }
         // Hide anything stored under our own prefix: those names are the drive's to answer.
-        var out = [UInt8]()
-        out.reserveCapacity(len)
+        out.reserveCapacity(out.count + len)
         for part in buf[0..<len].split(separator: 0) {
             if part.starts(with: Self.ownPrefix.utf8) { continue }
             out.append(contentsOf: part)
@@ -96,7 +133,7 @@ extension DriveFileSystem {
         let n = try backing(id)
         if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
         if n.isSymlink { throw .notPermitted }
-        let nfd = try n.acquire()
+        let (nfd, _) = try acquireContent(n)
         defer { n.release() }
         _ = try Sys.check { dd_setxattr_path(nfd, name, value, size, flags) }
     }
@@ -105,7 +142,7 @@ extension DriveFileSystem {
         let n = try backing(id)
         if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
         if n.isSymlink { throw .notPermitted }
-        let nfd = try n.acquire()
+        let (nfd, _) = try acquireContent(n)
         defer { n.release() }
         _ = try Sys.check { dd_removexattr_path(nfd, name) }
     }

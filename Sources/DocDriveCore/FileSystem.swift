@@ -50,6 +50,8 @@ public struct AttributeChanges: Sendable {
 public final class OpenFile: Sendable {
     public let fd: Int32
     public let inode: Inode
+    /// Where the content lives: the node's root, or a reference's store (uploads go there).
+    let contentRoot: BackingRoot?
     /// The caller asked for O_DIRECT (the kernel then sends this handle's I/O straight to us).
     public let directIO: Bool
     /// The page cache still holds this content: the kernel need not drop it at open.
@@ -57,9 +59,10 @@ public final class OpenFile: Sendable {
     /// Written since the last save was noted (set by every write, taken at close and fsync).
     let dirty = Atomic<Bool>(false)
 
-    init(fd: Int32, inode: Inode, directIO: Bool, keepCache: Bool) {
+    init(fd: Int32, inode: Inode, directIO: Bool, keepCache: Bool, contentRoot: BackingRoot? = nil) {
         self.fd = fd
         self.inode = inode
+        self.contentRoot = contentRoot ?? inode.root
         self.directIO = directIO
         self.keepCache = keepCache
     }
@@ -96,6 +99,12 @@ public final class DriveFileSystem: Sendable {
     static let byAppID: UInt64 = 2
     static let byAppName = ".by-app"
     private let appViews = Mutex<[String: Inode]>([:])
+    /// Checks reference files and tokens; nil if the key is missing (every reference is invalid).
+    let driveKey: DriveKey?
+    /// Grants as "app NUL root NUL item", for the per-app view's check. Lock: leaf.
+    let grantSet = Mutex<Set<String>>([])
+    /// The adapter's way to drop a cached kernel entry (set once the session exists). Lock: leaf.
+    let invalidator = Mutex<(@Sendable (UInt64, String) -> Void)?>(nil)
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
                 uploader: Uploader? = nil, logger: Logger) {
@@ -105,8 +114,10 @@ public final class DriveFileSystem: Sendable {
         self.index = index
         self.logger = logger
         self.namespace = Namespace(home: home, config: config)
+        self.driveKey = try? DriveKey.load(from: home)
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))
         table.addPermanent(Inode(nodeID: Self.byAppID, kind: .byApp))
+        loadGrants()
     }
 
     /// Closes every backing descriptor (after unmount).
@@ -211,9 +222,19 @@ public final class DriveFileSystem: Sendable {
     }
 
     func lookupBacking(parent: Inode, name: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {
+        if ReservedNames.isReserved(name) { throw .noSuchFileOrDirectory }
         let pfd = try parent.acquire()
         defer { parent.release() }
-        let fd = try Sys.openPath(pfd, name)
+        let fd: Int32
+        do {
+            fd = try Sys.openPath(pfd, name)
+        } catch {
+            // In an app's container, a name may be a reference entry (kept under a reserved name).
+            if error == .noSuchFileOrDirectory, Self.isContainer(parent.root) {
+                return try lookupReference(parent: parent, pfd: pfd, name: name)
+            }
+            throw error
+        }
         let st: stat
         do { st = try Sys.stat(fd: fd) } catch { Sys.close(fd); throw error }
         let inode = table.insertOrFind(fd: fd, st: st, root: parent.root!, view: parent.view, isTopLevel: false)
@@ -227,6 +248,7 @@ public final class DriveFileSystem: Sendable {
     public func getattr(_ id: UInt64) throws(Errno) -> stat {
         let n = try node(id)
         guard n.kind == .backing else { return virtualAttr(n) }
+        if n.reference != nil { return try referenceAttr(n) }
         let nfd = try n.acquire()
         defer { n.release() }
         return try Sys.stat(fd: nfd)
@@ -234,7 +256,7 @@ public final class DriveFileSystem: Sendable {
 
     public func setattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?) throws(Errno) -> stat {
         let n = try backing(id)
-        let nfd = try n.acquire()
+        let (nfd, contentRoot) = try acquireContent(n)
         defer { n.release() }
         let fd = file?.fd
         if let mode = c.mode {
@@ -248,7 +270,7 @@ public final class DriveFileSystem: Sendable {
         if let size = c.size {
             if n.isDirectory { throw .isDirectory }
             defer {
-                if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = n.root, let p = storePath(n), !p.isEmpty {
+                if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot, let p = storePath(fd: nfd, root: root), !p.isEmpty {
                     uploader?.noteChanged(root: root.key, path: p)
                 }
             }
@@ -334,9 +356,12 @@ public final class DriveFileSystem: Sendable {
         return try body(mode)
     }
 
+    /// A name a request wants to create: too long, or reserved for the drive (references).
     @inline(__always)
     private func checkName(_ name: UnsafePointer<CChar>) throws(Errno) {
-        if strlen(name) > Names.maxNameBytes { throw .fileNameTooLong }
+        let len = strlen(name)
+        if len > Names.maxNameBytes { throw .fileNameTooLong }
+        if ReservedNames.isReserved(name, length: len) { throw .invalidArgument }
     }
 
     public func mknod(parent: UInt64, name: UnsafePointer<CChar>, mode: mode_t, rdev: dev_t, caller: Caller) throws(Errno) -> NodeEntry {
@@ -373,7 +398,7 @@ public final class DriveFileSystem: Sendable {
         // Another top-level folder, or the same one seen through another view (.by-app/ID/...):
         // a folder must never get a second parent in the kernel.
         if n.root !== p.root || n.view != p.view { throw .improperLink }
-        if n.isDirectory { throw .notPermitted }
+        if n.isDirectory || n.reference != nil { throw .notPermitted }
         let nfd = try n.acquire()
         defer { n.release() }
         let pfd = try p.acquire()
@@ -426,7 +451,17 @@ public final class DriveFileSystem: Sendable {
         let p = try writableParent(parent)
         let pfd = try p.acquire()
         defer { p.release() }
-        let st = try Sys.stat(pfd, name)
+        if ReservedNames.isReserved(name) { throw .noSuchFileOrDirectory }
+        let st: stat
+        do {
+            st = try Sys.stat(pfd, name)
+        } catch {
+            // rm of a reference entry removes the reference only, never its target.
+            guard error == .noSuchFileOrDirectory, Self.isContainer(p.root) else { throw error }
+            let ref = String(cString: name) + ReservedNames.referenceSuffix
+            _ = try Sys.check { unlinkat(pfd, ref, 0) }
+            return
+        }
         _ = try Sys.check { unlinkat(pfd, name, 0) }
         noteChanged(parent: p, name: name)
         if st.st_nlink <= 1 {
@@ -455,14 +490,28 @@ public final class DriveFileSystem: Sendable {
         defer { p.release() }
         let npfd = try np.acquire()
         defer { np.release() }
-        let src = try Sys.stat(pfd, name)
+        if ReservedNames.isReserved(name) { throw .noSuchFileOrDirectory }
+        let src: stat
+        do {
+            src = try Sys.stat(pfd, name)
+        } catch {
+            guard error == .noSuchFileOrDirectory, Self.isContainer(p.root) else { throw error }
+            return try renameReference(pfd, name, npfd, newName, flags: flags)
+        }
         let exchange = flags & UInt32(dd_RENAME_EXCHANGE) != 0
         let dst = try? Sys.stat(npfd, newName)
+        // A reference entry shown under the new name is replaced, as a file there would be.
+        let shadowed = dst == nil && Self.isContainer(np.root) && !exchange
+            ? String(cString: newName) + ReservedNames.referenceSuffix : nil
+        if let shadowed, (try? Sys.stat(npfd, shadowed)) != nil {
+            if flags & UInt32(dd_RENAME_NOREPLACE) != 0 { throw .fileExists }
+        }
         if flags == 0 {
             _ = try Sys.check { renameat(pfd, name, npfd, newName) }
         } else {
             _ = try Sys.check { dd_renameat2(pfd, name, npfd, newName, flags) }
         }
+        if let shadowed { _ = unlinkat(npfd, shadowed, 0) }
         noteChanged(parent: p, name: name)
         noteChanged(parent: np, name: newName)
         let root = p.root!.key
@@ -470,6 +519,10 @@ public final class DriveFileSystem: Sendable {
         if let dst, dst.st_ino != src.st_ino {
             if exchange {
                 index.record(.renamed(root: root, ino: Int64(dst.st_ino), parentIno: Int64(p.ino), name: String(cString: name)))
+            } else if dst.st_nlink <= 1, dst.st_mode & S_IFMT == S_IFREG, src.st_mode & S_IFMT == S_IFREG {
+                // Save-by-rename: the new file is the same document, with the same id.
+                index.record(.replaced(root: root, ino: Int64(src.st_ino), oldIno: Int64(dst.st_ino),
+                                       parentIno: Int64(np.ino), name: String(cString: newName)))
             } else if dst.st_nlink <= 1 || (dst.st_mode & S_IFMT) == S_IFDIR {
                 index.record(.removed(root: root, ino: Int64(dst.st_ino)))
             }
@@ -497,7 +550,7 @@ public final class DriveFileSystem: Sendable {
         let n = try backing(id)
         if n.isDirectory { throw .isDirectory }
         let (f, direct) = backingOpenFlags(flags)
-        let nfd = try n.acquire()
+        let (nfd, contentRoot) = try acquireContent(n)
         defer { n.release() }
         let fd = try Sys.check { dd_reopen(nfd, f) }
         var keep = false
@@ -516,7 +569,7 @@ public final class DriveFileSystem: Sendable {
                 if kill != 0 { _ = fchmod(fd, mode & ~kill) }
             }
         }
-        let file = OpenFile(fd: fd, inode: n, directIO: direct, keepCache: keep)
+        let file = OpenFile(fd: fd, inode: n, directIO: direct, keepCache: keep, contentRoot: contentRoot)
         if flags & O_TRUNC != 0 { file.dirty.store(true, ordering: .relaxed) }
         return file
     }

@@ -68,13 +68,17 @@ public final class Inode: Sendable {
     let isTopLevel: Bool
     /// Counts the open node descriptors of the whole table (nil for virtual nodes).
     let budget: DescriptorBudget?
+    /// Set for a reference entry: the node's own descriptor is the reference file; its
+    /// content and attributes are the target's.
+    public let reference: ReferenceLink?
 
     /// Content version (mtime, ctime, size) the kernel's page cache holds, to decide keep_cache.
     let cachedVersion = Mutex<FileVersion?>(nil)
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
          fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,
-         budget: DescriptorBudget? = nil) {
+         budget: DescriptorBudget? = nil, reference: ReferenceLink? = nil) {
+        self.reference = reference
         self.nodeID = nodeID
         self.kind = kind
         self.slot = Mutex(Slot(fd: fd))
@@ -346,6 +350,8 @@ final class InodeTable: Sendable {
         var view: View
         var dev: UInt64
         var ino: UInt64
+        /// A reference file's node is not the same node as that file seen plainly.
+        var isReference = false
     }
 
     private struct Entry {
@@ -385,8 +391,9 @@ final class InodeTable: Sendable {
 
     /// Returns the inode for a backing file, creating it if new, and counts one lookup.
     /// Takes ownership of `fd`: closes it when an inode for the same file already exists.
-    func insertOrFind(fd: Int32, st: stat, root: BackingRoot, view: View, isTopLevel: Bool) -> Inode {
-        let key = Key(view: view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
+    func insertOrFind(fd: Int32, st: stat, root: BackingRoot, view: View, isTopLevel: Bool,
+                      reference: ReferenceLink? = nil) -> Inode {
+        let key = Key(view: view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino), isReference: reference != nil)
         let (inode, duplicate): (Inode, Bool) = state.withLock { s in
             if let id = s.byKey[key], var e = s.byID[id] {
                 e.lookups += 1
@@ -397,7 +404,7 @@ final class InodeTable: Sendable {
             s.nextID += 1
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: key.dev, ino: key.ino,
                               fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel,
-                              budget: budget)
+                              budget: budget, reference: reference)
             s.byID[id] = Entry(inode: inode, lookups: 1)
             s.byKey[key] = id
             return (inode, false)
@@ -452,7 +459,7 @@ final class InodeTable: Sendable {
                 return nil
             }
             s.byID[id] = nil
-            let key = Key(view: e.inode.view, dev: e.inode.dev, ino: e.inode.ino)
+            let key = Key(view: e.inode.view, dev: e.inode.dev, ino: e.inode.ino, isReference: e.inode.reference != nil)
             if s.byKey[key] == id { s.byKey[key] = nil }
             return e.inode
         }
@@ -460,6 +467,13 @@ final class InodeTable: Sendable {
     }
 
     var count: Int { state.withLock { $0.byID.count } }
+
+    /// The node ids the kernel knows for a backing folder (one per view), for invalidations.
+    func nodeIDs(dev: UInt64, ino: UInt64) -> [UInt64] {
+        state.withLock { s in
+            s.byID.values.compactMap { e in e.inode.dev == dev && e.inode.ino == ino && e.inode.reference == nil ? e.inode.nodeID : nil }
+        }
+    }
 
     /// Closes every descriptor (at unmount).
     func removeAll() {

@@ -11,6 +11,9 @@ public enum ItemEvent: Sendable {
     case renamed(root: String, ino: Int64, parentIno: Int64, name: String)
     /// The item's last name is gone.
     case removed(root: String, ino: Int64)
+    /// A file was renamed over another one (an editor's save-by-rename): the new file takes the
+    /// replaced item's id, so references and bookmarks keep finding "the document".
+    case replaced(root: String, ino: Int64, oldIno: Int64, parentIno: Int64, name: String)
 }
 
 public enum ItemKind: String, Sendable {
@@ -35,7 +38,7 @@ public struct ItemRecord: Codable, FetchableRecord, PersistableRecord, Sendable,
 /// batches so that events reach the database in the order they happened. `writeLock` is
 /// taken before `pending`, never the other way round.
 public final class ItemIndex: Sendable {
-    private let pool: DatabasePool
+    let pool: DatabasePool
     private let pending = Mutex<[ItemEvent]>([])
     private let writeLock = Mutex<Void>(())
     private let wake = DispatchSemaphore(value: 0)
@@ -77,6 +80,7 @@ public final class ItemIndex: Sendable {
             try db.create(index: "item_parent", on: "item", columns: ["root", "parentIno", "name"])
         }
         UploadQueue.migrate(&m)
+        Self.migrateDocuments(&m)
         return m
     }
 
@@ -148,6 +152,14 @@ public final class ItemIndex: Sendable {
                 .execute(arguments: [parentIno, name, root, ino])
         case let .removed(root, ino):
             try db.cachedStatement(sql: "DELETE FROM item WHERE root = ? AND ino = ?").execute(arguments: [root, ino])
+        case let .replaced(root, ino, oldIno, parentIno, name):
+            let old = try Row.fetchOne(db, sql: "SELECT id FROM item WHERE root = ? AND ino = ?", arguments: [root, oldIno])
+            guard let id: String = old?["id"] else {
+                try apply(.renamed(root: root, ino: ino, parentIno: parentIno, name: name), db, now: now)
+                return
+            }
+            try db.execute(sql: "DELETE FROM item WHERE root = ? AND ino = ?", arguments: [root, ino])
+            try db.execute(sql: "UPDATE item SET ino = ?, parentIno = ?, name = ? WHERE id = ?", arguments: [ino, parentIno, name, id])
         }
     }
 

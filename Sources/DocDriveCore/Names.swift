@@ -49,4 +49,18 @@ public enum Names {
         if id.contains("..") { return "it contains \"..\"" }
         return nil
     }
+
+    /// Why a path inside a folder ("a/b/c.txt") is refused; nil when every component is a
+    /// valid file name (no "", ".", "..", NUL, and none longer than 255 bytes).
+    public static func problem(withRelativePath path: String) -> String? {
+        if path.isEmpty { return "it is empty" }
+        if path.utf8.count > 4095 { return "it is longer than 4095 bytes" }
+        if path.hasPrefix("/") { return "it is absolute" }
+        for part in path.split(separator: "/", omittingEmptySubsequences: false) {
+            if let p = problem(withFileName: String(part)) { return "a part of it is not a valid name: \(p)" }
+        }
+        return nil
+    }
+
+    public static func isSafeRelativePath(_ path: String) -> Bool { problem(withRelativePath: path) == nil }
 }

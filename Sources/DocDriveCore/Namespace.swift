@@ -91,4 +91,36 @@ final class Namespace: Sendable {
         }
         return layout.withLock { $0 }
     }
+
+    /// The backing root with this key in the current layout ("store:NAME", "app:ID:Folder").
+    func root(key: String) -> BackingRoot? {
+        let l = current()
+        if let r = l.topLevel.values.first(where: { $0.key == key }) { return r }
+        for folders in l.appFolders.values {
+            if let r = folders.values.first(where: { $0.key == key }) { return r }
+        }
+        return nil
+    }
+
+    /// Where a path inside a root shows in the mount, relative to the mount root: a store's
+    /// or public app's items under its display name, anything else under `.by-app/ID/Folder`.
+    func displayPath(rootKey: String, _ rel: String) -> String {
+        let l = current()
+        var top: String?
+        if rootKey.hasPrefix("store:") {
+            let name = String(rootKey.dropFirst(6))
+            top = l.config.stores.first { $0.name == name }?.displayName
+        } else {
+            let parts = rootKey.split(separator: ":", maxSplits: 2).map(String.init)
+            if parts.count == 3 {
+                if parts[2] == "Documents", let app = l.config.apps.first(where: { $0.id == parts[1] }), app.isPublic {
+                    top = app.name
+                } else {
+                    top = DriveFileSystem.byAppName + "/" + parts[1] + "/" + parts[2]
+                }
+            }
+        }
+        let base = top ?? rootKey
+        return rel.isEmpty ? base : base + "/" + rel
+    }
 }

@@ -120,12 +120,15 @@ public struct BookmarkPayload: Codable, Equatable, Sendable {
     public var item: String
     public var path: String
     public var created: Double
+    /// The item's file handle (base64): finds it again after renames made anywhere.
+    public var handle: String?
 
-    public init(app: String, root: String, item: String, path: String, created: Double) {
+    public init(app: String, root: String, item: String, path: String, created: Double, handle: String? = nil) {
         self.app = app
         self.root = root
         self.item = item
         self.path = path
         self.created = created
+        self.handle = handle
     }
 }

@@ -49,6 +49,14 @@ public final class FuseSession: Sendable {
             throw DriveError(.mount, "Cannot mount on \(mountpoint): the kernel refused (is /dev/fuse available and fuse3 installed? the daemon log has libfuse's reason).")
         }
         session.withLock { $0 = SessionPointer(se) }
+        // Commands of the control socket change folders behind the kernel's back: they drop
+        // its cached entries so the change shows at once.
+        context.fs.setEntryInvalidator { [self] parent, name in
+            session.withLock { s in
+                guard let se = s.pointer else { return }
+                _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
+            }
+        }
         logger.info("mounted at \(mountpoint) with -o \(mountOptions)")
         let rc = cfuse_session_loop_mt(se, 4, maxThreads)
         session.withLock { $0 = SessionPointer(nil) }

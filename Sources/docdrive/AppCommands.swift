@@ -6,7 +6,7 @@ import Foundation
 struct App: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage application containers.",
-        subcommands: [Add.self, List.self, Remove.self])
+        subcommands: [Add.self, List.self, Remove.self, Close.self])
 
     struct Add: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add an app container (Documents, Data, Inbox).")
@@ -60,6 +60,18 @@ struct App: ParsableCommand {
                 } else {
                     print("Removed app \(id); its files stay in \(home.containerPath(id)).")
                 }
+            }
+        }
+    }
+
+    struct Close: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "The app is done: remove its import copies from its Inbox.")
+        @OptionGroup var options: RequestOptions
+        @Argument var id: String
+
+        func run() throws {
+            try options.send(["command": "app-close", "app": id]) { r, _ in
+                "Removed \(r["removed"] as? Int ?? 0) import copies of \(id)."
             }
         }
     }

@@ -55,6 +55,11 @@ struct Daemon {
         let uploader = Uploader(home: home, config: config, queue: index.uploads, logger: logger)
         let fs = DriveFileSystem(home: home, config: config, index: index, uploader: uploader, logger: logger)
         uploader.start()
+        // The document modes, for the commands: import copies a crash left are removed first.
+        let documents = DocumentService(fs: fs)
+        if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies left by the last run") }
+        let control = try ControlServer(home: home, logger: logger) { documents.handle($0) }
+        control.start()
         let ready = Mutex<Int32?>(readyFD)
         let record = MountRecord(pid: getpid(), mountpoint: mountpoint, started: Date().timeIntervalSince1970, options: options)
         let session = FuseSession(fs: fs, mountpoint: mountpoint, options: options, logger: logger) { [home] in
@@ -67,6 +72,9 @@ struct Daemon {
         let signals = Self.watchSignals(logger: logger) { session.requestExit() }
         defer { signals.forEach { $0.cancel() } }
         defer {
+            control.stop()
+            // Import mode's copies last as long as the mount.
+            if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies") }
             // New writes stopped with the mount; upload what can be within the grace time.
             let left = uploader.stop(drainFor: uploadGrace)
             logger.info(left == 0 ? "all uploads done" : "\(left) files still to upload; they go on at the next mount")

@@ -14,7 +14,8 @@ struct DocDrive: ParsableCommand {
         Exit codes: \(ExitCodes.summary)
         """,
         version: "0.1.0",
-        subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self]
+        subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self,
+                      OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Bookmark.self, Grants.self]
     )
 }
 
@@ -40,7 +41,7 @@ func guarded(_ body: () throws -> Void) throws {
 }
 
 func printJSON(_ value: Any) {
-    if let data = try? JSONSerialization.data(withJSONObject: value, options: [.prettyPrinted, .sortedKeys]),
+    if let data = try? JSONSerialization.data(withJSONObject: value, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]),
        let s = String(data: data, encoding: .utf8) {
         print(s)
     }

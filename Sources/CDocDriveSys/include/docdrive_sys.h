@@ -45,6 +45,11 @@ int dd_name_to_handle(int pathfd, unsigned char *buf, int len);
 /* Reopens a handle from dd_name_to_handle; mountfd: an open (not O_PATH) folder on the same filesystem. */
 int dd_open_by_handle(int mountfd, const unsigned char *buf, int len, int flags);
 int dd_errno(void);
+/* openat2 beneath dirfd: no "..", no absolute paths, no symlinks. */
+int dd_open_beneath(int dirfd, const char *path, int flags, mode_t mode);
+extern const int dd_O_TMPFILE;
+int dd_accept(int fd);
+long long dd_peer_uid(int fd);
 /* The calling thread's own umask (see sys.c); returns the previous one or -1. */
 int dd_thread_umask(mode_t mask);
 /* Linux's spawn: start a detached daemon with extra descriptors. */

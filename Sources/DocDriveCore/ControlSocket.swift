@@ -32,20 +32,9 @@ public final class ControlServer: Sendable {
         unlink(path)
         let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { throw DriveError.io("Cannot create the control socket", .init(rawValue: errno)) }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
-            close(s)
-            throw DriveError(.invalidConfig, "The drive home's path is too long for its control socket \(path).")
-        }
-        withUnsafeMutableBytes(of: &addr.sun_path) { p in
-            for (i, b) in bytes.enumerated() { p[i] = b }
-            p[bytes.count] = 0
-        }
         // Created private: the daemon runs with umask 0, so mask it while binding.
         let old = umask(0o177)
-        let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        let r = Self.withAddress(home) { bind(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         umask(old)
         guard r == 0, chmod(path, 0o600) == 0, listen(s, 16) == 0 else {
             let e = errno
@@ -53,6 +42,22 @@ public final class ControlServer: Sendable {
             throw DriveError.io("Cannot listen on \(path)", .init(rawValue: e))
         }
         fd = s
+    }
+
+    /// The socket's address. A path in sun_path may have 107 bytes at most, so the run folder
+    /// is named through a descriptor ("/proc/self/fd/N/control.sock"): any drive home works.
+    static func withAddress(_ home: DriveHome, _ body: (UnsafePointer<sockaddr>) -> Int32) -> Int32 {
+        let dir = Glibc.open(home.runPath, Sys.O_PATH | Sys.O_DIRECTORY | Sys.O_CLOEXEC)
+        guard dir >= 0 else { return -1 }
+        defer { Sys.close(dir) }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array("/proc/self/fd/\(dir)/control.sock".utf8)
+        withUnsafeMutableBytes(of: &addr.sun_path) { p in
+            for (i, b) in bytes.enumerated() { p[i] = b }
+            p[bytes.count] = 0
+        }
+        return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0) } }
     }
 
     public func start() {
@@ -130,17 +135,7 @@ public enum ControlClient {
         let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { throw DriveError.io("Cannot create a socket", .init(rawValue: errno)) }
         defer { close(s) }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(home.controlSocketPath.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
-            throw DriveError(.invalidConfig, "The drive home's path is too long for its control socket.")
-        }
-        withUnsafeMutableBytes(of: &addr.sun_path) { p in
-            for (i, b) in bytes.enumerated() { p[i] = b }
-            p[bytes.count] = 0
-        }
-        let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        let r = ControlServer.withAddress(home) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         guard r == 0 else {
             throw DriveError(.notMounted, "The drive's daemon does not answer on \(home.controlSocketPath) (\(Errno(rawValue: errno).readableDescription)); is it mounted?")
         }

@@ -156,7 +156,7 @@ public final class DocumentService: Sendable {
     // MARK: free names and new files
 
     /// "report.odt", "report 2.odt", "report 3.odt", ... (the Finder's way).
-    static func candidates(_ name: String) -> AnySequence<String> {
+    public static func candidates(_ name: String) -> AnySequence<String> {
         let dot = name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : $0 }
         let stem = dot.map { String(name[..<$0]) } ?? name
         let ext = dot.map { String(name[$0...]) } ?? ""

@@ -12,6 +12,14 @@ public struct Grant: Codable, FetchableRecord, PersistableRecord, Sendable, Equa
     /// The item's path in its store when the grant was made (a hint; identity is `item`).
     public var path: String
     public var created: Double
+
+    public init(app: String, root: String, item: String, path: String, created: Double) {
+        self.app = app
+        self.root = root
+        self.item = item
+        self.path = path
+        self.created = created
+    }
 }
 
 extension ItemIndex {

@@ -45,6 +45,15 @@ public struct ReferencePayload: Codable, Equatable, Sendable {
     public var handle: String
     public var created: Double
 
+    public init(app: String, store: String, item: String, hint: String, handle: String, created: Double) {
+        self.app = app
+        self.store = store
+        self.item = item
+        self.hint = hint
+        self.handle = handle
+        self.created = created
+    }
+
     public var rootKey: String { "store:" + store }
 }
 
@@ -110,7 +119,7 @@ public final class ReferenceLink: Sendable {
     }
 
     /// The file's content for `payload`.
-    static func encode(_ payload: ReferencePayload, key: DriveKey) -> String {
+    public static func encode(_ payload: ReferencePayload, key: DriveKey) -> String {
         SignedToken.seal(payload, purpose: .reference, key: key) + "\n"
     }
 }

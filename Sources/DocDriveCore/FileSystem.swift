@@ -96,6 +96,8 @@ public final class DriveFileSystem: Sendable {
     static let byAppID: UInt64 = 2
     static let byAppName = ".by-app"
     private let appViews = Mutex<[String: Inode]>([:])
+    /// The advisory locks processes hold through the mount (see FileSystem+Locks).
+    public let locks = LockTable()
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
                 uploader: Uploader? = nil, logger: Logger) {
@@ -530,9 +532,14 @@ public final class DriveFileSystem: Sendable {
         try Sys.check { pread(file.fd, buf, count, off_t(offset)) }
     }
 
-    public func flush(_ file: OpenFile) throws(Errno) {}
+    /// A close of one descriptor: `lockOwner` (the closing process, sent by the kernel) loses
+    /// its POSIX locks on the file, as on a native close.
+    public func flush(_ file: OpenFile, lockOwner: UInt64? = nil) throws(Errno) {
+        if let lockOwner { dropLocks(file, owner: lockOwner) }
+    }
 
     public func release(_ file: OpenFile) {
+        releaseLocks(file)
         // Remember the version the page cache now holds, so the next open can keep it.
         let st = try? Sys.stat(fd: file.fd)
         if let st { file.inode.cachedVersion.withLock { $0 = FileVersion(st) } }

@@ -8,6 +8,7 @@
 #include <spawn.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/fsuid.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -216,3 +217,27 @@ long long dd_peer_uid(int fd) {
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &len) != 0) return -1;
     return (long long)c.uid;
 }
+const short dd_F_RDLCK = F_RDLCK;
+const short dd_F_WRLCK = F_WRLCK;
+const short dd_F_UNLCK = F_UNLCK;
+const int dd_LOCK_SH = LOCK_SH;
+const int dd_LOCK_EX = LOCK_EX;
+const int dd_LOCK_UN = LOCK_UN;
+const int dd_LOCK_NB = LOCK_NB;
+
+int dd_ofd_setlk(int fd, short type, int64_t start, int64_t len) {
+    struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len, .l_pid = 0 };
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+int dd_ofd_getlk(int fd, short *type, int64_t *start, int64_t *len, int32_t *pid) {
+    struct flock fl = { .l_type = *type, .l_whence = SEEK_SET, .l_start = *start, .l_len = *len, .l_pid = 0 };
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return -1;
+    *type = fl.l_type;
+    *start = fl.l_start;
+    *len = fl.l_len;
+    *pid = fl.l_pid;
+    return 0;
+}
+
+int dd_flock(int fd, int op) { return flock(fd, op); }

@@ -33,6 +33,9 @@ static inline void cfuse_fi_set_open_flags(struct fuse_file_info *fi, int direct
     fi->keep_cache = keep_cache ? 1 : 0;
 }
 
+static inline int cfuse_fi_flush(const struct fuse_file_info *fi) { return fi->flush; }
+static inline int cfuse_fi_flock_release(const struct fuse_file_info *fi) { return fi->flock_release; }
+
 /* Reply to a read with data taken straight from a file descriptor:
    libfuse splices it into /dev/fuse when it can, and preads otherwise. */
 static inline int cfuse_reply_data_fd(fuse_req_t req, int fd, size_t size, off_t off) {

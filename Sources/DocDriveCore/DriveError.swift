@@ -7,7 +7,7 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         private enum Raw: String, Sendable {
             case invalidConfig, invalidName, notFound, alreadyExists, notInitialized
             case alreadyMounted, notMounted, busy, io, index, mount, unsupported, invalidToken
-            case unreachable, changedDuringUpload
+            case unreachable, changedDuringUpload, lockedForWriting
         }
         private let raw: Raw
         private init(_ raw: Raw) { self.raw = raw }
@@ -30,6 +30,8 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         public static let unreachable = Code(.unreachable)
         /// The local file changed during its upload: upload it again.
         public static let changedDuringUpload = Code(.changedDuringUpload)
+        /// A process holds a write lock on the local file: upload it after the release.
+        public static let lockedForWriting = Code(.lockedForWriting)
     }
 
     public let code: Code

@@ -105,6 +105,8 @@ public final class DriveFileSystem: Sendable {
     let grantSet = Mutex<Set<String>>([])
     /// The adapter's way to drop a cached kernel entry (set once the session exists). Lock: leaf.
     let invalidator = Mutex<(@Sendable (UInt64, String) -> Void)?>(nil)
+    /// The advisory locks processes hold through the mount (see FileSystem+Locks).
+    public let locks = LockTable()
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
                 uploader: Uploader? = nil, logger: Logger) {
@@ -583,9 +585,14 @@ public final class DriveFileSystem: Sendable {
         try Sys.check { pread(file.fd, buf, count, off_t(offset)) }
     }
 
-    public func flush(_ file: OpenFile) throws(Errno) {}
+    /// A close of one descriptor: `lockOwner` (the closing process, sent by the kernel) loses
+    /// its POSIX locks on the file, as on a native close.
+    public func flush(_ file: OpenFile, lockOwner: UInt64? = nil) throws(Errno) {
+        if let lockOwner { dropLocks(file, owner: lockOwner) }
+    }
 
     public func release(_ file: OpenFile) {
+        releaseLocks(file)
         // Remember the version the page cache now holds, so the next open can keep it.
         let st = try? Sys.stat(fd: file.fd)
         if let st { file.inode.cachedVersion.withLock { $0 = FileVersion(st) } }

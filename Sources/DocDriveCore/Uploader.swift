@@ -211,6 +211,11 @@ public final class Uploader: Sendable {
                 } else {
                     try queue.complete(job)
                 }
+            } catch let e as DriveError where e.code == .lockedForWriting {
+                // Not a failure: try again a second later, without using up an attempt.
+                logger.debug("upload of \(job.path) to \(store.config.name) waits: \(e.message)")
+                try? queue.enqueue(root: key, path: job.path, due: Date().timeIntervalSince1970 + 1)
+                try? queue.complete(job)
             } catch let e as DriveError where e.code == .changedDuringUpload {
                 // Saved again while it was copied: the next save's entry takes over.
                 try? queue.enqueue(root: key, path: job.path, due: Date().timeIntervalSince1970 + store.config.writebackDelay)
@@ -243,6 +248,9 @@ public final class Uploader: Sendable {
                 throw DriveError.io("cannot read \(local)", .init(rawValue: errno))
             }
             defer { close(fd) }
+            guard Self.lockForReading(fd, waiting: 2.0) else {
+                throw DriveError(.lockedForWriting, "\(path) is locked for writing")
+            }
             _ = try store.remote.upload(from: fd, to: path)
             return .uploaded
         case S_IFDIR:
@@ -259,6 +267,25 @@ public final class Uploader: Sendable {
             return .walked
         default:
             return .walked  // symlinks, fifos and devices are not uploaded
+        }
+    }
+
+    /// The coordinated read for uploading: shared locks on the upload's own descriptor, a flock
+    /// LOCK_SH and an OFD F_RDLCK over the whole file, so no process holds a write lock (fcntl
+    /// F_WRLCK or flock LOCK_EX) while the file is read. Processes using the mount hold theirs
+    /// on the backing file (the daemon takes them there), and so do programs using the backing
+    /// folder. Tries for up to `seconds`; false if still locked. Closing `fd` releases both.
+    static func lockForReading(_ fd: Int32, waiting seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        var delay: UInt32 = 5_000
+        while true {
+            if dd_flock(fd, dd_LOCK_SH | dd_LOCK_NB) == 0 {
+                if dd_ofd_setlk(fd, dd_F_RDLCK, 0, 0) == 0 { return true }
+                _ = dd_flock(fd, dd_LOCK_UN)  // hold neither while waiting
+            }
+            if Date() >= deadline { return false }
+            usleep(delay)
+            delay = min(delay * 2, 100_000)
         }
     }
 

@@ -68,7 +68,8 @@ func opFlush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<f
     let fs = context(req).fs
     guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
     do throws(Errno) {
-        try fs.flush(f)
+        // The kernel leaves dropping the closing process's POSIX locks to us.
+        try fs.flush(f, lockOwner: cfuse_fi_flush(fi) != 0 ? fi!.pointee.lock_owner : nil)
         fuse_reply_err(req, 0)
     } catch {
         replyError(req, error)
@@ -78,6 +79,8 @@ func opFlush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<f
 func opRelease(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
     let fs = context(req).fs
     if let f = openFile(fi) {
+        // flock_release: the file held a flock; release() drops the open file's locks anyway
+        // (and closing its backing descriptor drops the flock itself).
         fs.release(f)
         Unmanaged.passUnretained(f).release()
         fi!.pointee.fh = 0

@@ -29,7 +29,9 @@ public final class FuseSession: Sendable {
     }
 
     /// Mounts, serves requests until unmounted, then returns. Throws a sentence if mounting fails.
-    public func run(maxThreads: UInt32 = 16) throws(DriveError) {
+    /// - Parameter maxThreads: libfuse's worker limit. A process waiting for a lock (F_SETLKW,
+    ///   blocking flock) occupies a worker while it waits, so there is room for many waiters.
+    public func run(maxThreads: UInt32 = 64) throws(DriveError) {
         var argStrings = ["docdrive", "-o", mountOptions]
         var cargs = argStrings.map { strdup($0) }
         defer { cargs.forEach { free($0) } }

@@ -27,7 +27,12 @@ func opInit(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<f
     dontMask.store(conn.pointee.want & UInt32(FUSE_CAP_DONT_MASK) != 0, ordering: .relaxed)
     // The kernel clears setuid/setgid on writes and chown by others: we run as root and would not.
     cfuse_conn_disable(conn, UInt32(FUSE_CAP_HANDLE_KILLPRIV))
-    ctx.logger.info("kernel connection ready: protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), max_write \(conn.pointee.max_write)")
+    // libfuse asked for POSIX and flock locks because the lock operations are set: keep them.
+    let lockCaps = UInt32(FUSE_CAP_POSIX_LOCKS) | UInt32(FUSE_CAP_FLOCK_LOCKS)
+    if conn.pointee.want & lockCaps != lockCaps {
+        ctx.logger.warning("the kernel does not pass locks on (capable \(conn.pointee.capable & lockCaps), want \(conn.pointee.want & lockCaps)): they stay local to this machine's kernel")
+    }
+    ctx.logger.info("kernel connection ready: protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), max_write \(conn.pointee.max_write), locks \(conn.pointee.want & lockCaps == lockCaps ? "served by the drive" : "kernel-local")")
     ctx.onReady()
 }
 
@@ -67,5 +72,8 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.listxattr = opListxattr
     ops.setxattr = opSetxattr
     ops.removexattr = opRemovexattr
+    ops.getlk = opGetlk
+    ops.setlk = opSetlk
+    ops.flock = opFlock
     return ops
 }

@@ -50,6 +50,22 @@ int dd_open_beneath(int dirfd, const char *path, int flags, mode_t mode);
 extern const int dd_O_TMPFILE;
 int dd_accept(int fd);
 long long dd_peer_uid(int fd);
+/* Advisory locks. fcntl takes a struct flock* through varargs and flock() shares its name with
+   that struct, so Swift reaches both through these. type: F_RDLCK, F_WRLCK or F_UNLCK;
+   len 0: to the end of the file, however far it grows. */
+extern const short dd_F_RDLCK;
+extern const short dd_F_WRLCK;
+extern const short dd_F_UNLCK;
+extern const int dd_LOCK_SH;
+extern const int dd_LOCK_EX;
+extern const int dd_LOCK_UN;
+extern const int dd_LOCK_NB;
+/* F_OFD_SETLK (never waits): 0, or -1 with errno (EAGAIN/EACCES: held by someone else). */
+int dd_ofd_setlk(int fd, short type, int64_t start, int64_t len);
+/* F_OFD_GETLK: on return *type is F_UNLCK when free, else the first conflicting lock
+   (its range and pid; -1 for an OFD lock). */
+int dd_ofd_getlk(int fd, short *type, int64_t *start, int64_t *len, int32_t *pid);
+int dd_flock(int fd, int op);
 /* The calling thread's own umask (see sys.c); returns the previous one or -1. */
 int dd_thread_umask(mode_t mask);
 /* Linux's spawn: start a detached daemon with extra descriptors. */

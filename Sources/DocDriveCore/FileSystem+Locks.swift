@@ -1,0 +1,133 @@
+// FileSystem+Locks: fcntl record locks (POSIX and OFD) and flock through the mount, held on the backing files.
+import CDocDriveSys
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension DriveFileSystem {
+    /// The lock that would keep `owner` from taking `lock` on node `id` (type F_UNLCK: none).
+    /// Locks taken through the mount are answered from the table, with the holder's pid; a
+    /// lock of another program on the backing file from the backing file itself.
+    public func getLock(_ id: UInt64, owner: UInt64, _ lock: RecordLock) throws(Errno) -> RecordLock {
+        let n = try lockable(id)
+        let key = LockTable.OwnerKey(file: fileKey(n), owner: owner)
+        enum Answer { case known(RecordLock), asked(RecordLock), failed(Int32), needProbe }
+        let answer: Answer = locks.conflict(key, lock) { found, ownFD in
+            if let found { return .known(found) }
+            guard ownFD >= 0 else { return .needProbe }
+            return Self.probe(ownFD, lock).map(Answer.asked) ?? .failed(dd_errno())
+        }
+        switch answer {
+        case .known(let l), .asked(let l):
+            return l
+        case .failed(let e):
+            throw Errno(rawValue: e)
+        case .needProbe:
+            // The owner holds nothing here: a descriptor of its own cannot hide any of its locks.
+            let fd = try openBacking(n, readOnly: true)
+            defer { Sys.close(fd) }
+            guard let l = Self.probe(fd, lock) else { throw Sys.lastErrno }
+            return l
+        }
+    }
+
+    /// F_OFD_GETLK on a backing descriptor.
+    private static func probe(_ fd: Int32, _ lock: RecordLock) -> RecordLock? {
+        var type = lock.type, start = lock.start, length = lock.length, pid: Int32 = 0
+        guard dd_ofd_getlk(fd, &type, &start, &length, &pid) == 0 else { return nil }
+        return RecordLock(type: type, start: start, length: length, pid: pid)
+    }
+
+    /// Takes, changes or releases a record lock of `owner` (F_SETLK, or F_SETLKW when `wait`).
+    /// A wait polls the backing file, which may be locked by another program too, so it cannot
+    /// sleep on a kernel wait queue; `isInterrupted` ends it with EINTR (a signal to the waiter).
+    /// `file`: the open file the request came through (an OFD lock's owner).
+    public func setLock(_ id: UInt64, owner: UInt64, _ lock: RecordLock, file: OpenFile?, wait: Bool,
+                        isInterrupted: () -> Bool) throws(Errno) {
+        let n = try lockable(id)
+        let key = LockTable.OwnerKey(file: fileKey(n), owner: owner)
+        if lock.type == dd_F_UNLCK { return try locks.unlock(key, lock) }
+        var spare: Int32 = -1
+        defer { if spare >= 0 { Sys.close(spare) } }
+        let via = file.map(ObjectIdentifier.init)
+        try poll(wait: wait, isInterrupted: isInterrupted) { () throws(Errno) -> Bool in
+            while true {
+                switch locks.tryLock(key, lock, via: via, spare: &spare) {
+                case .granted: return true
+                case .busy: return false
+                case .failed(let e): throw e
+                case .needDescriptor: spare = try openBacking(n, readOnly: false)
+                }
+            }
+        }
+    }
+
+    /// flock(2) on an open file: its own backing descriptor is its own open file description,
+    /// so flocks conflict between open files as natively, and with programs using the backing file.
+    public func flock(_ file: OpenFile, operation: Int32, pid: Int32, isInterrupted: () -> Bool) throws(Errno) {
+        let key = fileKey(file.inode)
+        let id = ObjectIdentifier(file)
+        let op = operation & ~dd_LOCK_NB
+        if op == dd_LOCK_UN {
+            _ = try Sys.check { dd_flock(file.fd, dd_LOCK_UN) }
+            locks.recordFlock(key, id, exclusive: nil, pid: pid)
+            return
+        }
+        try poll(wait: operation & dd_LOCK_NB == 0, isInterrupted: isInterrupted) { () throws(Errno) -> Bool in
+            if dd_flock(file.fd, op | dd_LOCK_NB) == 0 { return true }
+            let e = dd_errno()
+            if e == EWOULDBLOCK || e == EINTR { return false }
+            throw Errno(rawValue: e)
+        }
+        locks.recordFlock(key, id, exclusive: op == dd_LOCK_EX, pid: pid)
+    }
+
+    /// Runs `attempt` until it succeeds: once (EAGAIN if it did not) unless `wait`, else with
+    /// a 5 ms → 50 ms back-off, checking `isInterrupted` between tries (EINTR).
+    func poll(wait: Bool, isInterrupted: () -> Bool, _ attempt: () throws(Errno) -> Bool) throws(Errno) {
+        var delay: UInt32 = 5_000
+        while true {
+            if try attempt() { return }
+            guard wait else { throw .resourceTemporarilyUnavailable }
+            if isInterrupted() { throw .interrupted }
+            usleep(delay)
+            delay = min(delay * 2, 50_000)
+        }
+    }
+
+    /// A close by `owner`: its POSIX locks on the file go.
+    func dropLocks(_ file: OpenFile, owner: UInt64) {
+        locks.dropOwner(LockTable.OwnerKey(file: fileKey(file.inode), owner: owner))
+    }
+
+    /// The last close of an open file: its OFD locks and its flock go.
+    func releaseLocks(_ file: OpenFile) {
+        locks.dropOpenFile(fileKey(file.inode), ObjectIdentifier(file))
+    }
+
+    /// Locks are for regular backing files (a second descriptor on a device or fifo could
+    /// have effects of its own).
+    private func lockable(_ id: UInt64) throws(Errno) -> Inode {
+        let n = try backing(id)
+        guard n.fileType == S_IFREG else { throw .noLocks }
+        return n
+    }
+
+    /// The file the locks are on: the node's backing file, or a reference's target.
+    private func fileKey(_ n: Inode) -> LockTable.FileKey {
+        if n.reference != nil, let t = try? referenceTarget(n), let st = try? Sys.stat(fd: t) {
+            return LockTable.FileKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
+        }
+        return LockTable.FileKey(dev: n.dev, ino: n.ino)
+    }
+
+    /// A descriptor of the node's backing file that can carry OFD locks: read-write (any lock
+    /// type), or read-only when that is all the daemon may (read locks only).
+    private func openBacking(_ n: Inode, readOnly: Bool) throws(Errno) -> Int32 {
+        let (nfd, _) = try acquireContent(n)
+        defer { n.release() }
+        if !readOnly, case let fd = dd_reopen(nfd, O_RDWR), fd >= 0 { return fd }
+        return try Sys.check { dd_reopen(nfd, O_RDONLY) }
+    }
+}

@@ -14,6 +14,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -458,3 +459,30 @@ print(json.dumps(r))
     docs.cli("grants", "revoke", "--app", SECRET_ID, f"Work/{n}/shared.txt")
     r = bwrap(docs, script)
     assert r["ref"] == "EACCES" and r["own"] == "own doc\n"
+
+
+def test_locks_through_a_reference_are_on_its_target(docs):
+    target = docs.store / "locked.txt"
+    target.write_bytes(b"x\n")
+    ref = docs.open("locked.txt")
+    holder = subprocess.Popen(["flock", "-x", str(ref), "sleep", "30"], start_new_session=True)
+    try:
+        assert wait_for(lambda: subprocess.run(["flock", "-n", "-x", str(target), "true"], timeout=10).returncode != 0, timeout=5)
+        p = subprocess.run([sys.executable, "-c", "import fcntl,sys\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX|fcntl.LOCK_NB)",
+                            str(docs.store_backing / "locked.txt")], capture_output=True, timeout=10)
+        assert p.returncode == 0, "a flock must not block a POSIX lock (they are separate on Linux)"
+    finally:
+        os.killpg(holder.pid, 9)  # flock and the sleep that inherited its locked descriptor
+        holder.wait(timeout=10)
+    assert wait_for(lambda: subprocess.run(["flock", "-n", "-x", str(target), "true"], timeout=10).returncode == 0)
+    # POSIX locks too: a lock taken through the reference is seen on the backing target.
+    code = "import fcntl,sys,time\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(30)"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(ref)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        probe = "import fcntl,sys\nf=open(sys.argv[1],'r+')\ntry:\n    fcntl.lockf(f, fcntl.LOCK_EX|fcntl.LOCK_NB)\n    print('free')\nexcept OSError:\n    print('held')"
+        out = subprocess.run([sys.executable, "-c", probe, str(docs.store_backing / "locked.txt")], capture_output=True, text=True, timeout=10)
+        assert out.stdout.strip() == "held"
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)

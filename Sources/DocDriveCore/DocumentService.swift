@@ -266,6 +266,25 @@ public final class DocumentService: Sendable {
 
     func joined(_ dir: String, _ name: String) -> String { dir.isEmpty ? name : dir + "/" + name }
 
+    /// Runs `body` inside a coordinated intent on the file `fd` (O_PATH): a move writes, a copy
+    /// reads; a process's advisory lock that does not go within 10 s makes it fail, undone.
+    func coordinated<T>(_ fd: Int32, _ access: Coordinator.Access, shown: String,
+                        _ body: () throws(DriveError) -> T) throws(DriveError) -> T {
+        let lfd = dd_reopen(fd, access == .writing ? O_RDWR : O_RDONLY)
+        guard lfd >= 0 else { throw DriveError.io("Cannot open \(shown)", .init(rawValue: errno)) }
+        defer { Sys.close(lfd) }
+        do {
+            return try fs.coordinator.coordinate([.init(fd: lfd, access)], timeout: 10) { try body() }
+        } catch let e as DriveError {
+            if e.code == .busy {
+                throw DriveError(.busy, "\(shown) is in use: another program holds a lock on it; try again once it is closed.")
+            }
+            throw e
+        } catch {
+            throw DriveError(.io, "\(shown): \(error).")
+        }
+    }
+
     // MARK: the four modes
 
     /// Open mode: a reference to a store document in the app's container, and a grant.
@@ -332,7 +351,9 @@ public final class DocumentService: Sendable {
         let dest = Place(root: inbox, rel: "")
         let dirfd = try openFolder(inbox, "", shown: display(dest))
         defer { Sys.close(dirfd) }
-        let copy = try copyContent(from: fd, st: st, into: dirfd, shown: display(dest))
+        let copy = try coordinated(fd, .reading, shown: path) { () throws(DriveError) in
+            try copyContent(from: fd, st: st, into: dirfd, shown: display(dest))
+        }
         defer { Sys.close(copy) }
         let name = try link(tmp: copy, into: dirfd, names: Self.candidates(src.name), noRename: false, shown: display(dest))
         _ = fsync(dirfd)
@@ -365,52 +386,63 @@ public final class DocumentService: Sendable {
         defer { Sys.close(srcDir) }
         let dstDir = try openFolder(dst.root, dst.rel, shown: display(dst))
         defer { Sys.close(dstDir) }
-        // 1. The document into the store, under a free name (rename when on one filesystem).
-        var newName = ""
-        var copied = false
-        for cand in Self.candidates(src.name) {
-            if Self.taken(dstDir, cand) {
-                if noRename { throw DriveError(.alreadyExists, "\(display(dst))/\(cand) already exists.") }
-                continue
-            }
-            if dd_renameat2(srcDir, src.name, dstDir, cand, UInt32(dd_RENAME_NOREPLACE)) == 0 {
-                newName = cand
+        let aside = ".docdrive-moving-\(UUID().uuidString)" + ReservedNames.referenceSuffix
+        let (newName, copied, target) = try coordinated(fd, .writing, shown: path) { () throws(DriveError) -> (String, Bool, Place) in
+            // 1. The document into the store, under a free name (rename when on one filesystem).
+            var newName = ""
+            var copied = false
+            for cand in Self.candidates(src.name) {
+                if Self.taken(dstDir, cand) {
+                    if noRename { throw DriveError(.alreadyExists, "\(display(dst))/\(cand) already exists.") }
+                    continue
+                }
+                if dd_renameat2(srcDir, src.name, dstDir, cand, UInt32(dd_RENAME_NOREPLACE)) == 0 {
+                    newName = cand
+                    break
+                }
+                let e = dd_errno()
+                if e == EEXIST { continue }
+                guard e == EXDEV else { throw DriveError.io("Cannot move \(path) into \(display(dst))", .init(rawValue: e)) }
+                let copy = try copyContent(from: fd, st: st, into: dstDir, shown: display(dst))
+                defer { Sys.close(copy) }
+                newName = try link(tmp: copy, into: dstDir, names: Self.candidates(src.name), noRename: noRename, shown: display(dst))
+                // The original steps aside (under a reserved, unlisted name) for the reference.
+                guard renameat(srcDir, src.name, srcDir, aside) == 0 else {
+                    let e = errno
+                    _ = unlinkat(dstDir, newName, 0)
+                    throw DriveError.io("Cannot move \(path)", .init(rawValue: e))
+                }
+                copied = true
                 break
             }
-            let e = dd_errno()
-            if e == EEXIST { continue }
-            guard e == EXDEV else { throw DriveError.io("Cannot move \(path) into \(display(dst))", .init(rawValue: e)) }
-            let copy = try copyContent(from: fd, st: st, into: dstDir, shown: display(dst))
-            defer { Sys.close(copy) }
-            newName = try link(tmp: copy, into: dstDir, names: Self.candidates(src.name), noRename: noRename, shown: display(dst))
-            copied = true
-            break
-        }
-        guard !newName.isEmpty else { throw DriveError(.alreadyExists, "No free name is left in \(display(dst)).") }
-        _ = fsync(dstDir)
-        let target = Place(root: dst.root, rel: joined(dst.rel, newName))
-        // 2. The reference in the document's old place; if that fails, the move is undone.
-        let payload = ReferencePayload(app: app, store: String(dst.rootKey.dropFirst(6)), item: id, hint: target.rel,
-                                       handle: Data(DriveFileSystem.fileHandle(fd)).base64EncodedString(),
-                                       created: Date().timeIntervalSince1970)
-        do {
-            var dstSt = stat()
-            _ = fstatat(dstDir, newName, &dstSt, Sys.AT_SYMLINK_NOFOLLOW)
-            var pst = stat()
-            _ = fstat(dstDir, &pst)
-            try fs.index.moveItem(id: id, toRoot: dst.rootKey, ino: Int64(dstSt.st_ino), parentIno: Int64(pst.st_ino), name: newName)
-            var p = payload
-            if copied { p.handle = "" }  // the handle was the container file's
-            _ = try writeReference(p, into: srcDir, names: AnySequence([src.name]), noRename: true, shown: display(Place(root: src.root, rel: src.parent)))
-        } catch {
-            if copied {
-                _ = unlinkat(dstDir, newName, 0)
-            } else {
-                _ = dd_renameat2(dstDir, newName, srcDir, src.name, UInt32(dd_RENAME_NOREPLACE))
+            guard !newName.isEmpty else { throw DriveError(.alreadyExists, "No free name is left in \(display(dst)).") }
+            _ = fsync(dstDir)
+            let target = Place(root: dst.root, rel: joined(dst.rel, newName))
+            // 2. The reference in the document's old place; if that fails, the move is undone.
+            let payload = ReferencePayload(app: app, store: String(dst.rootKey.dropFirst(6)), item: id, hint: target.rel,
+                                           handle: Data(DriveFileSystem.fileHandle(fd)).base64EncodedString(),
+                                           created: Date().timeIntervalSince1970)
+            do throws(DriveError) {
+                var dstSt = stat()
+                _ = fstatat(dstDir, newName, &dstSt, Sys.AT_SYMLINK_NOFOLLOW)
+                var pst = stat()
+                _ = fstat(dstDir, &pst)
+                try fs.index.moveItem(id: id, toRoot: dst.rootKey, ino: Int64(dstSt.st_ino), parentIno: Int64(pst.st_ino), name: newName)
+                var p = payload
+                if copied { p.handle = "" }  // the handle was the container file's
+                _ = try writeReference(p, into: srcDir, names: AnySequence([src.name]), noRename: true, shown: display(Place(root: src.root, rel: src.parent)))
+            } catch {
+                if copied {
+                    _ = unlinkat(dstDir, newName, 0)
+                    _ = renameat(srcDir, aside, srcDir, src.name)
+                } else {
+                    _ = dd_renameat2(dstDir, newName, srcDir, src.name, UInt32(dd_RENAME_NOREPLACE))
+                }
+                throw error
             }
-            throw error
+            return (newName, copied, target)
         }
-        if copied { _ = unlinkat(srcDir, src.name, 0) }
+        if copied { _ = unlinkat(srcDir, aside, 0) }
         _ = fsync(srcDir)
         try grant(app: app, root: dst.rootKey, item: id, path: target.rel)
         fs.uploader?.noteChanged(root: dst.rootKey, path: target.rel)
@@ -436,7 +468,9 @@ public final class DocumentService: Sendable {
         let dst = try storePlace(to)
         let dstDir = try openFolder(dst.root, dst.rel, shown: display(dst))
         defer { Sys.close(dstDir) }
-        let copy = try copyContent(from: fd, st: st, into: dstDir, shown: display(dst))
+        let copy = try coordinated(fd, .reading, shown: path) { () throws(DriveError) in
+            try copyContent(from: fd, st: st, into: dstDir, shown: display(dst))
+        }
         defer { Sys.close(copy) }
         let name = try link(tmp: copy, into: dstDir, names: Self.candidates(src.name), noRename: noRename, shown: display(dst))
         _ = fsync(dstDir)

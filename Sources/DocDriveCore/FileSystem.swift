@@ -90,6 +90,8 @@ public final class DriveFileSystem: Sendable {
     public let index: ItemIndex
     /// Uploads what is saved in stores; nil when nothing is uploaded (tests of the core).
     public let uploader: Uploader?
+    /// Coordinates the drive's own reads and writes of content (uploads, document modes).
+    public let coordinator: Coordinator
     let logger: Logger
     let daemonUID = geteuid()
     let daemonGID = getegid()
@@ -111,6 +113,7 @@ public final class DriveFileSystem: Sendable {
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
                 uploader: Uploader? = nil, logger: Logger) {
         self.uploader = uploader
+        self.coordinator = uploader?.coordinator ?? Coordinator()
         self.home = home
         self.options = options
         self.index = index

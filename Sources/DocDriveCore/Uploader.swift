@@ -19,6 +19,8 @@ public final class Uploader: Sendable {
         let remote: FolderRemote
     }
 
+    /// The drive's coordinator: every upload reads its file inside a for-uploading intent.
+    public let coordinator = Coordinator()
     private let stores: [String: Store]
     private let queue: UploadQueue
     private let logger: Logger
@@ -248,10 +250,14 @@ public final class Uploader: Sendable {
                 throw DriveError.io("cannot read \(local)", .init(rawValue: errno))
             }
             defer { close(fd) }
-            guard Self.lockForReading(fd, waiting: 2.0) else {
+            // A coordinated read: no process holds a write lock while the file is copied.
+            do {
+                try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
+                    _ = try store.remote.upload(from: fd, to: path)
+                }
+            } catch let e as DriveError where e.code == .busy {
                 throw DriveError(.lockedForWriting, "\(path) is locked for writing")
             }
-            _ = try store.remote.upload(from: fd, to: path)
             return .uploaded
         case S_IFDIR:
             // A folder renamed, or created by a rename: queue what is in it, and what the remote
@@ -267,25 +273,6 @@ public final class Uploader: Sendable {
             return .walked
         default:
             return .walked  // symlinks, fifos and devices are not uploaded
-        }
-    }
-
-    /// The coordinated read for uploading: shared locks on the upload's own descriptor, a flock
-    /// LOCK_SH and an OFD F_RDLCK over the whole file, so no process holds a write lock (fcntl
-    /// F_WRLCK or flock LOCK_EX) while the file is read. Processes using the mount hold theirs
-    /// on the backing file (the daemon takes them there), and so do programs using the backing
-    /// folder. Tries for up to `seconds`; false if still locked. Closing `fd` releases both.
-    static func lockForReading(_ fd: Int32, waiting seconds: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        var delay: UInt32 = 5_000
-        while true {
-            if dd_flock(fd, dd_LOCK_SH | dd_LOCK_NB) == 0 {
-                if dd_ofd_setlk(fd, dd_F_RDLCK, 0, 0) == 0 { return true }
-                _ = dd_flock(fd, dd_LOCK_UN)  // hold neither while waiting
-            }
-            if Date() >= deadline { return false }
-            usleep(delay)
-            delay = min(delay * 2, 100_000)
         }
     }
 

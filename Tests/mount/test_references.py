@@ -486,3 +486,22 @@ def test_locks_through_a_reference_are_on_its_target(docs):
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_move_waits_for_an_apps_lock_on_the_document(docs):
+    doc = docs.notes / "locked-doc.txt"
+    doc.write_bytes(b"being edited\n")
+    code = ("import fcntl,sys,time\nf=open(sys.argv[1],'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\n"
+            "time.sleep(1.5)\nf.write('saved\\n')\nf.flush()\nopen(sys.argv[2],'w').write(repr(time.time()))\nf.close()")
+    marker = docs.drive.base.parent / f"{docs.name}.released"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(doc), str(marker)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = docs.json("move", "--app", NOTES_ID, f"Notes/{docs.name}/locked-doc.txt", "--to", f"Work/{docs.name}")
+        done = time.time()
+    finally:
+        holder.wait(timeout=30)
+    assert float(marker.read_text()) <= done, "the move ran while the app held its write lock"
+    target = Path(r["target_absolute"])
+    assert target.read_bytes() == b"saved\nedited\n", "the app's last save before it let go must be what moved"
+    assert doc.read_bytes() == target.read_bytes()

@@ -29,7 +29,7 @@ public final class BandwidthLimit: Sendable {
     var chunkSize: Int { Int(min(1 << 20, max(16 << 10, bytesPerSecond / 4))) }
 
     /// Waits until `bytes` more fit under the limit.
-    func spend(_ bytes: Int) {
+    public func spend(_ bytes: Int) {
         let now = Date().timeIntervalSince1970
         let until = freeAt.withLock { t -> Double in
             // An idle limit gives no credit for the past: a burst after a pause still obeys it.

@@ -50,9 +50,7 @@ struct Store: ParsableCommand {
                 let config = try home.loadConfig()
                 if json {
                     printJSON(config.stores.map { s -> [String: Any] in
-                        var r: [String: Any] = ["name": s.name, "display": s.displayName, "cache": home.cachePath(s.name), "remoteType": s.remote.kind,
-                                                "workers": s.workers, "writeback": s.writebackDelay]
-                        if let b = s.bandwidth { r["bandwidth"] = b }
+                        var r: [String: Any] = ["name": s.name, "display": s.displayName, "cache": home.cachePath(s.name), "remoteType": s.remote.kind]
                         if case .folder(let p) = s.remote { r["remotePath"] = p }
                         return r
                     })

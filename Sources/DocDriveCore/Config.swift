@@ -34,14 +34,49 @@ public struct StoreConfig: Equatable, Sendable {
     public var remote: RemoteConfig
     /// Seconds between a save and its upload, so that repeated saves become one upload.
     public var writebackDelay: Double
+    /// Upload workers of this store: how many files go to its remote at once.
+    public var workers: Int
+    /// Bytes per second all of the store's uploads together may send; nil is no limit.
+    public var bandwidth: Int64?
 
     public static let defaultWritebackDelay = 2.0
+    public static let defaultWorkers = 4
+    public static let workerRange = 1...64
 
-    public init(name: String, displayName: String, remote: RemoteConfig, writebackDelay: Double = StoreConfig.defaultWritebackDelay) {
+    public init(name: String, displayName: String, remote: RemoteConfig, writebackDelay: Double = StoreConfig.defaultWritebackDelay,
+                workers: Int = StoreConfig.defaultWorkers, bandwidth: Int64? = nil) {
         self.name = name
         self.displayName = displayName
         self.remote = remote
         self.writebackDelay = writebackDelay
+        self.workers = workers
+        self.bandwidth = bandwidth
+    }
+
+    /// Reads a rate such as `500K`, `10M`, `1G` or plain bytes (binary units, per second);
+    /// nil when the text is not one. `0` means no limit.
+    public static func parseBandwidth(_ text: String) -> Int64? {
+        var t = text.trimmingCharacters(in: .whitespaces).uppercased()
+        if t.hasSuffix("/S") { t.removeLast(2) }
+        if t.hasSuffix("B") { t.removeLast() }  // "10MB" is "10M", "100B" is 100
+        var unit: Int64 = 1
+        if let last = t.last, let i = "KMG".firstIndex(of: last) {
+            unit = Int64(1) << (10 * ("KMG".distance(from: "KMG".startIndex, to: i) + 1))
+            t.removeLast()
+        }
+        guard let v = Double(t), v >= 0, v.isFinite, v * Double(unit) < 1e15 else { return nil }
+        return Int64(v * Double(unit))
+    }
+
+    /// Problems of the upload settings, as one clause, or nil.
+    func uploadSettingsProblem() -> String? {
+        if !Self.workerRange.contains(workers) {
+            return "the workers of store \(name) must be between \(Self.workerRange.lowerBound) and \(Self.workerRange.upperBound), not \(workers)"
+        }
+        if let b = bandwidth, b < 1024 {
+            return "the bandwidth of store \(name) must be at least 1K (bytes per second), not \(b)"
+        }
+        return nil
     }
 
     /// The key the index and the file system know the store by.
@@ -95,6 +130,9 @@ public struct DriveConfig: Equatable, Sendable {
             if let other = shown.updateValue("store \(store.name)", forKey: store.displayName) {
                 throw DriveError(.invalidConfig, "\(file): store \(store.name) and \(other) both show as \"\(store.displayName)\"; give one another name.")
             }
+            if let p = store.uploadSettingsProblem() {
+                throw DriveError(.invalidConfig, "\(file): \(p).")
+            }
             switch store.remote {
             case .folder(let path):
                 if !path.hasPrefix("/") {
@@ -134,7 +172,7 @@ extension DriveConfig {
         }
         if let stores = top["stores"] {
             for node in try reader.sequence(stores, "stores") {
-                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback"])
+                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback", "workers", "bandwidth"])
                 let name = try reader.string(m, "name", in: node, what: "a store")
                 guard let remoteNode = m["remote"] else {
                     throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
@@ -152,8 +190,23 @@ extension DriveConfig {
                 guard delay >= 0 && delay <= 3600 else {
                     throw reader.error(m["writeback"]!, "the writeback delay of store \(name) must be between 0 and 3600 seconds")
                 }
+                let workers = try reader.optionalInt(m, "workers") ?? StoreConfig.defaultWorkers
+                guard StoreConfig.workerRange.contains(workers) else {
+                    throw reader.error(m["workers"]!, "the workers of store \(name) must be between \(StoreConfig.workerRange.lowerBound) and \(StoreConfig.workerRange.upperBound), not \(workers)")
+                }
+                var bandwidth: Int64?
+                if let node = m["bandwidth"] {
+                    guard case .scalar(let sc) = node, let b = StoreConfig.parseBandwidth(sc.string) else {
+                        throw reader.error(node, "the bandwidth of store \(name) must be bytes per second, like 500K or 10M")
+                    }
+                    guard b == 0 || b >= 1024 else {
+                        throw reader.error(node, "the bandwidth of store \(name) must be at least 1K (bytes per second), or 0 for no limit")
+                    }
+                    bandwidth = b == 0 ? nil : b
+                }
                 config.stores.append(StoreConfig(
-                    name: name, displayName: try reader.optionalString(m, "display") ?? name, remote: remote, writebackDelay: delay))
+                    name: name, displayName: try reader.optionalString(m, "display") ?? name, remote: remote, writebackDelay: delay,
+                    workers: workers, bandwidth: bandwidth))
             }
         }
         try config.validate(file: file)
@@ -219,6 +272,12 @@ private struct NodeReader {
         return d
     }
 
+    func optionalInt(_ m: [String: Node], _ key: String) throws(DriveError) -> Int? {
+        guard let node = m[key] else { return nil }
+        guard let i = node.int else { throw error(node, "\"\(key)\" must be a whole number") }
+        return i
+    }
+
     func optionalBool(_ m: [String: Node], _ key: String) throws(DriveError) -> Bool? {
         guard let node = m[key] else { return nil }
         guard let b = node.bool else { throw error(node, "\"\(key)\" must be true or false") }
@@ -239,7 +298,9 @@ extension DriveConfig {
         #          of the mount under `name`; Data/ is always private.
         # stores:  provider stores, shown under `display`; each keeps a local copy
         #          under the drive home and has a remote (type: folder, path: ...);
-        #          `writeback` is the seconds between a save and its upload.
+        #          `writeback` is the seconds between a save and its upload,
+        #          `workers` how many files upload at once (1-64, default 4),
+        #          `bandwidth` an optional limit in bytes per second (500K, 10M).
 
         """
         out += "apps:\n"
@@ -252,6 +313,8 @@ extension DriveConfig {
         for store in stores {
             out += "  - name: \(Self.quote(store.name))\n    display: \(Self.quote(store.displayName))\n"
             out += "    writeback: \(store.writebackDelay)\n"
+            out += "    workers: \(store.workers)\n"
+            if let b = store.bandwidth { out += "    bandwidth: \(b)\n" }
             switch store.remote {
             case .folder(let path):
                 out += "    remote:\n      type: folder\n      path: \(Self.quote(path))\n"

@@ -37,6 +37,9 @@ extension DriveHome {
         if let p = Names.problem(withStoreName: store.name) {
             throw DriveError(.invalidName, "The store name \"\(store.name)\" is not valid: \(p).")
         }
+        if let p = store.uploadSettingsProblem() {
+            throw DriveError(.invalidConfig, p.prefix(1).uppercased() + p.dropFirst() + ".")
+        }
         if case .folder(let path) = store.remote {
             var isDir: ObjCBool = false
             if !FileManager.default.fileExists(atPath: path, isDirectory: &isDir) {

@@ -118,7 +118,10 @@ public final class DriveFileSystem: Sendable {
         self.options = options
         self.index = index
         self.logger = logger
-        self.namespace = Namespace(home: home, config: config)
+        // A store added while mounted shows in the mount and starts uploading at the same moment.
+        var onReload: (@Sendable (DriveConfig, timespec) -> Void)?
+        if let uploader { onReload = { c, m in uploader.apply(c, mtime: m) } }
+        self.namespace = Namespace(home: home, config: config, onReload: onReload)
         self.driveKey = try? DriveKey.load(from: home)
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))
         table.addPermanent(Inode(nodeID: Self.byAppID, kind: .byApp))

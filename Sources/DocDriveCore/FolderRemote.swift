@@ -2,6 +2,7 @@
 // verified uploads, and the marker that tells a reachable remote from an empty mount point.
 import Crypto
 import Foundation
+import Synchronization
 import SystemPackage
 #if canImport(Glibc)
 import Glibc
@@ -11,6 +12,33 @@ import Glibc
 public struct UploadReceipt: Equatable, Sendable {
     public var size: Int64
     public var sha256: String
+}
+
+/// A limit on the bytes per second that all uploads of one store send together: each chunk
+/// reserves its share of time and the uploader sleeps until that share has passed.
+public final class BandwidthLimit: Sendable {
+    public let bytesPerSecond: Int64
+    /// When the bytes reserved so far have all been sent at the limit (seconds since 1970).
+    private let freeAt = Mutex<Double>(0)
+
+    public init(bytesPerSecond: Int64) {
+        self.bytesPerSecond = max(1, bytesPerSecond)
+    }
+
+    /// A chunk size that keeps progress smooth under the limit (about 4 chunks a second).
+    var chunkSize: Int { Int(min(1 << 20, max(16 << 10, bytesPerSecond / 4))) }
+
+    /// Waits until `bytes` more fit under the limit.
+    public func spend(_ bytes: Int) {
+        let now = Date().timeIntervalSince1970
+        let until = freeAt.withLock { t -> Double in
+            // An idle limit gives no credit for the past: a burst after a pause still obeys it.
+            t = max(t, now) + Double(bytes) / Double(bytesPerSecond)
+            return t
+        }
+        let wait = until - now
+        if wait > 0 { usleep(UInt32(min(wait, 60) * 1_000_000)) }
+    }
 }
 
 /// A folder remote. Uploads land under a temporary name, are fsynced, verified (size and
@@ -71,8 +99,10 @@ public struct FolderRemote: Sendable {
     /// Copies the open local file to `path` on the remote. `source` is read through its own
     /// offsets (pread), so the caller's descriptor position does not matter. Throws
     /// `.changedDuringUpload` if the local file changed while it was copied: what reaches the
-    /// remote is always a whole version that existed locally.
-    public func upload(from source: Int32, to path: String, afterCopy: (() -> Void)? = nil) throws(DriveError) -> UploadReceipt {
+    /// remote is always a whole version that existed locally. `progress` hears (bytes copied,
+    /// size) after every chunk; `limit` paces the copy.
+    public func upload(from source: Int32, to path: String, limit: BandwidthLimit? = nil,
+                       progress: ((Int64, Int64) -> Void)? = nil, afterCopy: (() -> Void)? = nil) throws(DriveError) -> UploadReceipt {
         try Self.checkRelative(path)
         try checkReachable()
         let target = root + "/" + path
@@ -89,8 +119,9 @@ public struct FolderRemote: Sendable {
             if !keep { unlink(tmp) }
         }
         var hasher = SHA256()
-        var buf = [UInt8](repeating: 0, count: 1 << 20)
+        var buf = [UInt8](repeating: 0, count: limit?.chunkSize ?? 1 << 20)
         var offset: off_t = 0
+        progress?(0, Int64(before.st_size))
         while true {
             let n = buf.withUnsafeMutableBytes { pread(source, $0.baseAddress, $0.count, offset) }
             if n < 0 {
@@ -109,6 +140,8 @@ public struct FolderRemote: Sendable {
                 written += w
             }
             offset += off_t(n)
+            limit?.spend(n)
+            progress?(Int64(offset), Int64(before.st_size))
         }
         _ = fchmod(out, before.st_mode & 0o777)
         var times = [before.st_atim, before.st_mtim]

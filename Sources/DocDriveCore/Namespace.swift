@@ -26,9 +26,12 @@ final class Namespace: Sendable {
     /// BackingRoot objects by key, kept across reloads so live inodes keep theirs.
     private let roots = Mutex<[String: BackingRoot]>([:])
     private let lastCheck = Mutex<Double>(0)
+    /// Hears every reloaded config (the uploader starts and stops stores with it).
+    private let onReload: (@Sendable (DriveConfig, timespec) -> Void)?
 
-    init(home: DriveHome, config: DriveConfig) {
+    init(home: DriveHome, config: DriveConfig, onReload: (@Sendable (DriveConfig, timespec) -> Void)? = nil) {
         self.home = home
+        self.onReload = onReload
         self.layout = Mutex(Layout(config: config, topLevel: [:], topLevelOrder: [], appFolders: [:], configMTime: timespec()))
         let l = build(config, mtime: Self.mtime(home.configPath))
         layout.withLock { $0 = l }
@@ -85,6 +88,7 @@ final class Namespace: Sendable {
                     try? home.prepareFolders(for: config)
                     let l = build(config, mtime: m)
                     layout.withLock { $0 = l }
+                    onReload?(config, m)
                     return l
                 }
             }

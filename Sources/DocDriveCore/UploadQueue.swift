@@ -2,6 +2,9 @@
 // with coalescing, a generation per entry (a file changed during its upload goes again) and back-off.
 import Foundation
 import GRDB
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One file waiting for (or in) an upload.
 public struct UploadJob: Equatable, Sendable {
@@ -121,6 +124,38 @@ public final class UploadQueue: Sendable {
             }
         } catch {
             throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+    }
+
+    /// The paths of `root` still to upload (pending or uploading; not the whole-store entry).
+    public func waitingPaths(root: String) throws(DriveError) -> [String] {
+        do {
+            return try pool.read { db in
+                try String.fetchAll(db, sql: "SELECT path FROM upload WHERE root = ? AND state IN ('pending', 'uploading') AND path != ''",
+                                    arguments: [root])
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+    }
+
+    /// Bytes still to upload for `root`: the sizes of its local files that are pending or
+    /// uploading (a deleted path or a folder counts nothing). One lstat per waiting path, so no
+    /// size has to be kept up to date in the queue.
+    public func bytesLeft(root: String, cache: String) throws(DriveError) -> Int64 {
+        var total: Int64 = 0
+        for path in try waitingPaths(root: root) {
+            var st = stat()
+            if lstat(cache + "/" + path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG { total += Int64(st.st_size) }
+        }
+        return total
+    }
+
+    /// The store's paths that are not synced yet are forgotten (the store left the config;
+    /// the comparison at its next start finds whatever still differs).
+    public func forgetWaiting(root: String) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: "DELETE FROM upload WHERE root = ? AND state != 'synced'", arguments: [root])
         }
     }
 

@@ -13,18 +13,38 @@ import Glibc
 /// file is uploaded, a deleted one removed, a renamed folder walked. So saves, deletes and
 /// renames need no separate operations, and a crash loses nothing a re-walk cannot find.
 public final class Uploader: Sendable {
-    struct Store: Sendable {
+    /// A store as the uploader runs it. Replaced (and the old one stopped) when its config
+    /// changes; stopped when it leaves the config.
+    final class Store: Sendable {
         let config: StoreConfig
         let cache: String
         let remote: FolderRemote
+        let limit: BandwidthLimit?
+        /// Set when the store left the config or was replaced: its workers finish their file and end.
+        let stopped = Atomic<Bool>(false)
+
+        init(config: StoreConfig, cache: String, remote: FolderRemote) {
+            self.config = config
+            self.cache = cache
+            self.remote = remote
+            self.limit = config.bandwidth.map { BandwidthLimit(bytesPerSecond: $0) }
+        }
     }
 
     /// The drive's coordinator: every upload reads its file inside a for-uploading intent.
     public let coordinator = Coordinator()
-    private let stores: [String: Store]
+    private let home: DriveHome
+    /// The running stores by root key; read on every save (a dictionary lookup under the lock).
+    /// Lock: leaf.
+    private let stores = Mutex<[String: Store]>([:])
+    /// The config file's mtime the store list was last built from. Lock: serializes reloads
+    /// (held while stores start or stop; never taken under another lock).
+    private let configSeen = Mutex<timespec>(timespec())
+    private let owner: String
     private let queue: UploadQueue
     private let logger: Logger
-    private let workersPerStore: Int
+    /// The index's last write failure, published for `docdrive status`.
+    private let indexWriteError: @Sendable () -> String?
     /// Paths noted but not yet in the queue (root key, path, due). Lock: leaf.
     private let noted = Mutex<[(String, String, Double)]>([])
     private let stopping = Atomic<Bool>(false)
@@ -33,28 +53,42 @@ public final class Uploader: Sendable {
     private let remotesDown = Mutex<Set<String>>([])
     /// Stores with a whole-store comparison scheduled. Lock: leaf.
     private let compareScheduled = Mutex<Set<String>>([])
+    /// Files being copied, by upload number, with their progress. Lock: leaf.
+    private let inFlight = Mutex<[Int: InFlightUpload]>([:])
+    private let uploadNumbers = Atomic<Int>(0)
+    /// The last activity written to run/uploads.json (only the committer thread writes it).
+    /// Lock: leaf.
+    private let published = Mutex<UploadActivity?>(nil)
 
-    public init(home: DriveHome, config: DriveConfig, queue: UploadQueue, logger: Logger, workersPerStore: Int = 4) {
-        var s = [String: Store]()
-        let owner = SHA256.hash(data: Data(home.path.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
-        for store in config.stores {
-            if case .folder(let path) = store.remote {
-                s[store.rootKey] = Store(config: store, cache: home.cachePath(store.name), remote: FolderRemote(root: path, owner: owner))
-            }
-        }
-        self.stores = s
+    public init(home: DriveHome, config: DriveConfig, queue: UploadQueue, logger: Logger,
+                indexWriteError: @escaping @Sendable () -> String? = { nil }) {
+        self.home = home
+        self.owner = SHA256.hash(data: Data(home.path.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
         self.queue = queue
         self.logger = logger
-        self.workersPerStore = workersPerStore
+        self.indexWriteError = indexWriteError
+        var s = [String: Store]()
+        for store in config.stores { if let r = makeStore(store) { s[store.rootKey] = r } }
+        stores.withLock { $0 = s }
+        configSeen.withLock { $0 = Self.mtime(home.configPath) }
     }
 
+    private func makeStore(_ config: StoreConfig) -> Store? {
+        guard case .folder(let path) = config.remote else { return nil }
+        return Store(config: config, cache: home.cachePath(config.name), remote: FolderRemote(root: path, owner: owner))
+    }
+
+    private func store(_ rootKey: String) -> Store? { stores.withLock { $0[rootKey] } }
+
+    private func allStores() -> [String: Store] { stores.withLock { $0 } }
+
     /// Whether files under this root key are uploaded (stores are; app containers are not).
-    public func uploads(_ rootKey: String) -> Bool { stores[rootKey] != nil }
+    public func uploads(_ rootKey: String) -> Bool { store(rootKey) != nil }
 
     /// A path changed (saved, deleted, renamed from or to): it will be made equal on the remote
     /// after the store's write-back delay. Cheap: the queue gets it with the next group commit.
     public func noteChanged(root rootKey: String, path: String) {
-        guard let store = stores[rootKey], !path.isEmpty else { return }
+        guard let store = store(rootKey), !path.isEmpty else { return }
         let due = Date().timeIntervalSince1970 + store.config.writebackDelay
         noted.withLock { $0.append((rootKey, path, due)) }
     }
@@ -62,14 +96,14 @@ public final class Uploader: Sendable {
     /// A file with several names was saved: its other names (unknown here) changed too. The
     /// whole store is compared with the remote after the write-back delay (hard links are rare).
     public func noteSavedWithOtherNames(root rootKey: String) {
-        guard let store = stores[rootKey] else { return }
+        guard let store = store(rootKey) else { return }
         guard compareScheduled.withLock({ s in s.insert(rootKey).inserted }) else { return }
         try? queue.enqueue(root: rootKey, path: Self.wholeStore, due: 0)
         let t = Thread { [self] in
             dd_background_thread()
             usleep(UInt32(min(store.config.writebackDelay, 60) * 1_000_000))
             compareScheduled.withLock { _ = $0.remove(rootKey) }
-            if (try? store.remote.checkReachable()) != nil { reconcile(rootKey, store) }
+            if !store.stopped.load(ordering: .relaxed), (try? store.remote.checkReachable()) != nil { reconcile(rootKey, store) }
         }
         t.start()
     }
@@ -106,42 +140,112 @@ public final class Uploader: Sendable {
                 usleep(50_000)
                 commitNoted()
                 tick += 1
-                if tick % 5 == 0 { retryWhereRemotesCameBack() }
+                if tick % 5 == 0 {
+                    retryWhereRemotesCameBack()
+                    publishActivity()
+                }
+                if tick % 10 == 0 { reloadIfConfigChanged() }
             }
         }
         committer.name = "docdrive-queue"
         committer.start()
-        for (key, store) in stores {
-            // An entry for the whole store stands in the queue until the local copy has been
-            // compared with the remote, so `docdrive sync` waits for that too.
-            try? queue.enqueue(root: key, path: Self.wholeStore, due: 0)
-            if (try? store.remote.checkReachable()) != nil {
-                // Before the mount serves anything: no file is open yet, so whatever differs
-                // is a finished save (or one a crash interrupted).
-                prepare(key, store)
-                reconcile(key, store)
-                startWorkers(key, store)
-                continue
+        for (key, store) in allStores() {
+            // Before the mount serves anything: no file is open yet, so whatever differs is a
+            // finished save (or one a crash interrupted).
+            startStore(key, store, inBackground: false)
+        }
+    }
+
+    /// Queues the whole-store comparison, then compares and starts the workers: at once when
+    /// the remote is reachable (and `inBackground` is false), else on a thread that waits for it.
+    private func startStore(_ key: String, _ store: Store, inBackground: Bool) {
+        // An entry for the whole store stands in the queue until the local copy has been
+        // compared with the remote, so `docdrive sync` waits for that too.
+        try? queue.enqueue(root: key, path: Self.wholeStore, due: 0)
+        if !inBackground, (try? store.remote.checkReachable()) != nil {
+            prepare(key, store)
+            reconcile(key, store)
+            startWorkers(key, store)
+            return
+        }
+        let t = Thread { [self] in
+            dd_background_thread()
+            var warned = false
+            while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed)
+                    && (try? store.remote.checkReachable()) == nil {
+                if !warned { logger.warning("store \(store.config.name): remote not reachable; uploads wait for it") }
+                warned = true
+                usleep(1_000_000)
             }
-            let t = Thread { [self] in
-                dd_background_thread()
-                logger.warning("store \(store.config.name): remote not reachable; uploads wait for it")
-                while !stopping.load(ordering: .relaxed) && (try? store.remote.checkReachable()) == nil {
-                    usleep(1_000_000)
+            if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return }
+            prepare(key, store)
+            startWorkers(key, store)
+            reconcile(key, store)
+        }
+        t.name = "docdrive-reconcile"
+        t.start()
+    }
+
+    private static func mtime(_ path: String) -> timespec {
+        var st = stat()
+        return lstat(path, &st) == 0 ? st.st_mtim : timespec()
+    }
+
+    /// Picks up stores added to or removed from config.yaml while mounted (cheap when the
+    /// file did not change: one stat). A config that does not parse changes nothing.
+    func reloadIfConfigChanged() {
+        let m = Self.mtime(home.configPath)
+        let changed = configSeen.withLock { seen -> Bool in
+            m.tv_sec != seen.tv_sec || m.tv_nsec != seen.tv_nsec
+        }
+        guard changed else { return }
+        guard let config = try? home.loadConfig() else { return }
+        apply(config, mtime: m)
+    }
+
+    /// Makes the running stores those of `config`: new ones start like at mount (comparison,
+    /// workers), removed ones stop (their files not yet uploaded are forgotten), changed ones
+    /// restart with their new settings.
+    func apply(_ config: DriveConfig, mtime: timespec) {
+        configSeen.withLock { seen in
+            guard mtime.tv_sec != seen.tv_sec || mtime.tv_nsec != seen.tv_nsec else { return }
+            seen = mtime
+            let wanted = Dictionary(config.stores.map { ($0.rootKey, $0) }, uniquingKeysWith: { a, _ in a })
+            var started = [(String, Store, Bool)](), ended = [(String, Store, Bool)]()
+            stores.withLock { s in
+                for (key, old) in s where wanted[key] != old.config {
+                    s[key] = nil
+                    ended.append((key, old, wanted[key] == nil))
                 }
-                if stopping.load(ordering: .relaxed) { return }
-                prepare(key, store)
-                startWorkers(key, store)
-                reconcile(key, store)
+                for (key, c) in wanted where s[key] == nil {
+                    guard let r = makeStore(c) else { continue }
+                    s[key] = r
+                    let previous = ended.first { $0.0 == key }?.1
+                    started.append((key, r, previous == nil || previous?.config.remote != c.remote))
+                }
             }
-            t.name = "docdrive-reconcile"
-            t.start()
+            for (key, old, removed) in ended {
+                old.stopped.store(true, ordering: .relaxed)
+                if removed {
+                    try? queue.forgetWaiting(root: key)
+                    logger.info("store \(old.config.name): removed from the config; its uploads stop")
+                }
+            }
+            for (key, r, isNew) in started {
+                if isNew {
+                    logger.info("store \(r.config.name): added to the config; comparing it with its remote")
+                    startStore(key, r, inBackground: true)
+                } else {
+                    logger.info("store \(r.config.name): settings changed; restarting its workers")
+                    startWorkers(key, r)
+                }
+            }
         }
     }
 
     /// A remote that was unreachable and is back: what waits for its back-off goes now.
     private func retryWhereRemotesCameBack() {
-        for (key, store) in stores {
+        for (key, store) in allStores() {
             let up = (try? store.remote.checkReachable()) != nil
             let wasDown: Bool = remotesDown.withLock { down in
                 if up { return down.remove(key) != nil }
@@ -165,7 +269,9 @@ public final class Uploader: Sendable {
     }
 
     private func startWorkers(_ key: String, _ store: Store) {
-        for i in 0..<workersPerStore where !stopping.load(ordering: .relaxed) {
+        let n = store.config.workers
+        logger.info("store \(store.config.name): \(n) upload worker\(n == 1 ? "" : "s")\(store.limit.map { ", at most \($0.bytesPerSecond) bytes/s" } ?? "")")
+        for i in 0..<n where !stopping.load(ordering: .relaxed) {
             let w = Thread { [self] in self.work(key, store) }
             w.name = "docdrive-upload-\(store.config.name)-\(i)"
             w.start()
@@ -187,6 +293,7 @@ public final class Uploader: Sendable {
         while running.load(ordering: .relaxed) > 0 { usleep(10_000) }
         commitNoted()
         try? queue.recoverInterrupted()
+        home.removeActivity()
         let c = (try? queue.counts()) ?? [:]
         return (c[.pending] ?? 0) + (c[.failed] ?? 0)
     }
@@ -195,7 +302,7 @@ public final class Uploader: Sendable {
         dd_background_thread()  // uploads yield the CPU and the disk to what the user is doing
         running.add(1, ordering: .relaxed)
         defer { running.subtract(1, ordering: .relaxed) }
-        while !stopping.load(ordering: .relaxed) {
+        while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
             let job: UploadJob?
             do {
                 job = try queue.claim(root: key)
@@ -251,9 +358,14 @@ public final class Uploader: Sendable {
             }
             defer { close(fd) }
             // A coordinated read: no process holds a write lock while the file is copied.
+            let number = uploadNumbers.add(1, ordering: .relaxed).newValue
+            defer { _ = inFlight.withLock { $0.removeValue(forKey: number) } }
+            let name = store.config.name
             do {
                 try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
-                    _ = try store.remote.upload(from: fd, to: path)
+                    _ = try store.remote.upload(from: fd, to: path, limit: store.limit) { [self] done, total in
+                        inFlight.withLock { $0[number] = InFlightUpload(store: name, path: path, done: done, total: total) }
+                    }
                 }
             } catch let e as DriveError where e.code == .busy {
                 throw DriveError(.lockedForWriting, "\(path) is locked for writing")
@@ -293,7 +405,7 @@ public final class Uploader: Sendable {
         let base = URL(fileURLWithPath: store.cache)
         guard let e = FileManager.default.enumerator(at: base, includingPropertiesForKeys: [.isRegularFileKey, .isSymbolicLinkKey]) else { return }
         for case let url as URL in e {
-            if stopping.load(ordering: .relaxed) { return }
+            if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return }
             let full = url.path
             guard full.hasPrefix(store.cache + "/") else { continue }
             let rel = String(full.dropFirst(store.cache.count + 1))
@@ -311,6 +423,24 @@ public final class Uploader: Sendable {
         try? queue.remove(root: key, path: Self.wholeStore)
         logger.info("store \(store.config.name): compared the local copy with the remote")
     }
+
+    /// Rewrites run/uploads.json when what it says changed (called every 250 ms), so that
+    /// `docdrive status` can show progress; an idle daemon leaves it unchanged.
+    func publishActivity() {
+        let now = inFlight.withLock { Array($0.values) }.sorted { ($0.store, $0.path) < ($1.store, $1.path) }
+        let settings = allStores().values.map { StoreActivity(name: $0.config.name, workers: $0.config.workers, bandwidth: $0.config.bandwidth) }
+            .sorted { $0.name < $1.name }
+        let a = UploadActivity(pid: getpid(), stores: settings, uploads: now, indexWriteError: indexWriteError())
+        let fresh = published.withLock { last -> Bool in
+            if last == a { return false }
+            last = a
+            return true
+        }
+        if fresh { home.writeActivity(a) }
+    }
+
+    /// The files being uploaded now, with their progress.
+    public func uploadsInFlight() -> [InFlightUpload] { inFlight.withLock { Array($0.values) } }
 
     /// The user.docdrive.status of a store file.
     public func status(root: String, path: String) -> String {

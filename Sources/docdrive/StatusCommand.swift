@@ -1,61 +1,171 @@
-// StatusCommand: `docdrive status`: the drive, its mount, apps, stores and index.
+// StatusCommand: `docdrive status`: the drive, its mount, apps, stores, uploads (with progress) and index.
 import ArgumentParser
 import DocDriveCore
 import Foundation
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the drive: where it is, whether it is mounted, apps, stores, items.")
+    static let configuration = CommandConfiguration(
+        abstract: "Show the drive: where it is, whether it is mounted, apps, stores, uploads and their progress, items.")
 
     @OptionGroup var drive: DriveOptions
     @Flag(help: "Print JSON.") var json = false
+    @Flag(help: "Redraw every half second until nothing is left to upload (or Ctrl-C).") var watch = false
+
+    /// One store's uploads, from the queue, its local copy and the daemon's activity file.
+    struct StoreUploads {
+        var config: StoreConfig
+        var counts: [UploadState: Int]
+        var bytesLeft: Int64
+        var failed: [(path: String, error: String)]
+        /// The workers the daemon runs the store with (nil when not mounted or not started yet).
+        var runningWorkers: Int?
+        var inFlight: [InFlightUpload]
+    }
+
+    /// Everything the report shows, read once per drawing.
+    struct Snapshot {
+        var config: DriveConfig
+        var record: MountRecord?
+        var items = 0
+        var totals = [UploadState: Int]()
+        var stores = [StoreUploads]()
+        var indexWriteError: String?
+        var waiting = 0
+        /// Reference entries and their state (asked of the daemon; empty when not mounted).
+        var references = [[String: Any]]()
+    }
 
     func run() throws {
         try guarded {
             let home = drive.driveHome
-            let config = try home.loadConfig()
-            let record = home.liveMountRecord()
-            var counts = [String: Int]()
-            var uploads = [UploadState: Int]()
-            if FileManager.default.fileExists(atPath: home.indexPath), let index = try? ItemIndex(path: home.indexPath) {
-                counts = (try? index.counts()) ?? [:]
-                uploads = (try? index.uploads.counts()) ?? [:]
-            }
-            let uploadCounts = Dictionary(uniqueKeysWithValues: UploadState.allCases.map { ($0.rawValue, uploads[$0] ?? 0) })
-            let items = counts.values.reduce(0, +)
-            // Reference entries whose document is gone, altered or revoked (asked of the daemon).
-            let refs = record == nil ? [] : ((try? ControlClient.call(home, ["command": "references"], timeout: 30))?["references"] as? [[String: Any]] ?? [])
-            let badRefs = refs.filter { $0["status"] as? String != "ok" }
             if json {
-                var out: [String: Any] = [
-                    "home": home.path, "config": home.configPath, "mounted": record != nil, "items": items, "uploads": uploadCounts,
-                    "apps": config.apps.map { ["id": $0.id, "name": $0.name, "public": $0.isPublic] as [String: Any] },
-                    "stores": config.stores.map { ["name": $0.name, "display": $0.displayName, "remote": $0.remote.summary] },
-                ]
-                out["references"] = refs
-                if let r = record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started] }
-                printJSON(out)
+                printJSON(Self.json(home, try Self.snapshot(home)))
                 return
             }
-            print("Drive:   \(home.path)")
-            if let r = record {
-                print("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options))")
-            } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
-                print("Mounted: dead mount at \(dead.mountpoint) (daemon pid \(dead.pid) is gone; `docdrive mount` or `docdrive unmount` clears it)")
-            } else {
-                print("Mounted: no")
+            let tty = isatty(1) != 0
+            guard watch else {
+                print(Self.render(home, try Self.snapshot(home), bars: tty), terminator: "")
+                return
             }
-            print("Apps:    \(config.apps.isEmpty ? "none" : "")")
-            for a in config.apps { print("  \(a.id)  \"\(a.name)\"  \(a.isPublic ? "public" : "private")") }
-            print("Stores:  \(config.stores.isEmpty ? "none" : "")")
-            for s in config.stores { print("  \(s.name)  \"\(s.displayName)\"  \(s.remote.summary)") }
-            print("Items:   \(items) with a stable id in the index")
-            if record != nil {
-                print("References: \(refs.count)\(badRefs.isEmpty ? "" : ", \(badRefs.count) not working:")")
-                for r in badRefs {
-                    print("  \(r["path"] as? String ?? "")  \(r["status"] as? String ?? "")  -> \(r["target"] as? String ?? "?")")
-                }
+            while true {
+                let s = try Self.snapshot(home)
+                let text = Self.render(home, s, bars: tty)
+                print(tty ? "\u{1B}[H\u{1B}[2J" + text : text, terminator: "")
+                fflush(nil)  // all streams: stdout is not concurrency-safe to name
+                if s.waiting == 0 { break }
+                usleep(500_000)
             }
-            print("Uploads: \(UploadState.allCases.map { "\(uploadCounts[$0.rawValue]!) \($0.rawValue)" }.joined(separator: ", "))")
         }
+    }
+
+    static func snapshot(_ home: DriveHome) throws(DriveError) -> Snapshot {
+        let config = try home.loadConfig()
+        var s = Snapshot(config: config, record: home.liveMountRecord())
+        let activity = home.liveActivity()
+        s.indexWriteError = activity?.indexWriteError
+        var queue: UploadQueue?
+        if FileManager.default.fileExists(atPath: home.indexPath), let index = try? ItemIndex(path: home.indexPath) {
+            s.items = ((try? index.counts()) ?? [:]).values.reduce(0, +)
+            queue = index.uploads
+            s.totals = (try? index.uploads.counts()) ?? [:]
+            s.waiting = (try? index.uploads.waitingCount()) ?? 0
+        }
+        if s.record != nil {
+            s.references = (try? ControlClient.call(home, ["command": "references"], timeout: 30))?["references"] as? [[String: Any]] ?? []
+        }
+        let failures = (try? queue?.failures()) ?? []
+        for c in config.stores {
+            s.stores.append(StoreUploads(
+                config: c,
+                counts: (try? queue?.counts(root: c.rootKey)) ?? [:],
+                bytesLeft: (try? queue?.bytesLeft(root: c.rootKey, cache: home.cachePath(c.name))) ?? 0,
+                failed: failures.filter { $0.root == c.rootKey }.map { ($0.path, $0.error) },
+                runningWorkers: activity?.stores.first { $0.name == c.name }?.workers,
+                inFlight: activity?.uploads.filter { $0.store == c.name } ?? []))
+        }
+        return s
+    }
+
+    static func json(_ home: DriveHome, _ s: Snapshot) -> [String: Any] {
+        let counts = { (c: [UploadState: Int]) in Dictionary(uniqueKeysWithValues: UploadState.allCases.map { ($0.rawValue, c[$0] ?? 0) }) }
+        let inFlight = { (u: InFlightUpload) -> [String: Any] in ["store": u.store, "path": u.path, "done": u.done, "total": u.total] }
+        var out: [String: Any] = [
+            "home": home.path, "config": home.configPath, "mounted": s.record != nil, "items": s.items,
+            "uploads": counts(s.totals),
+            "bytesLeft": s.stores.map(\.bytesLeft).reduce(0, +),
+            "inFlight": s.stores.flatMap(\.inFlight).map(inFlight),
+            "apps": s.config.apps.map { ["id": $0.id, "name": $0.name, "public": $0.isPublic] as [String: Any] },
+            "stores": s.stores.map { st -> [String: Any] in
+                var r: [String: Any] = [
+                    "name": st.config.name, "display": st.config.displayName, "remote": st.config.remote.summary,
+                    "workers": st.config.workers, "uploads": counts(st.counts), "bytesLeft": st.bytesLeft,
+                    "failed": st.failed.map { ["path": $0.path, "error": $0.error] },
+                    "inFlight": st.inFlight.map(inFlight),
+                ]
+                if let b = st.config.bandwidth { r["bandwidth"] = b }
+                if let w = st.runningWorkers { r["runningWorkers"] = w }
+                return r
+            },
+        ]
+        if let e = s.indexWriteError { out["indexWriteError"] = e }
+        out["references"] = s.references
+        if let r = s.record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started] }
+        return out
+    }
+
+    static func render(_ home: DriveHome, _ s: Snapshot, bars: Bool) -> String {
+        var out = ""
+        func line(_ l: String) { out += l + "\n" }
+        line("Drive:   \(home.path)")
+        if let r = s.record {
+            line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options))")
+        } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
+            line("Mounted: dead mount at \(dead.mountpoint) (daemon pid \(dead.pid) is gone; `docdrive mount` or `docdrive unmount` clears it)")
+        } else {
+            line("Mounted: no")
+        }
+        line("Apps:    \(s.config.apps.isEmpty ? "none" : "")")
+        for a in s.config.apps { line("  \(a.id)  \"\(a.name)\"  \(a.isPublic ? "public" : "private")") }
+        line("Stores:  \(s.config.stores.isEmpty ? "none" : "")")
+        for st in s.stores {
+            let c = st.config
+            let limit = c.bandwidth.map { ", at most \(bytes($0))/s" } ?? ""
+            line("  \(c.name)  \"\(c.displayName)\"  \(c.remote.summary)  (\(c.workers) worker\(c.workers == 1 ? "" : "s")\(limit))")
+            line("    \(UploadState.allCases.map { "\(st.counts[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", ")); \(bytes(st.bytesLeft)) left")
+            for f in st.failed { line("    failed: \(f.path): \(f.error)") }
+            for u in st.inFlight {
+                line(bars ? "    " + progressBar(u) : "    uploading \(u.path): \(bytes(u.done)) of \(bytes(u.total))")
+            }
+        }
+        line("Items:   \(s.items) with a stable id in the index")
+        if let e = s.indexWriteError { line("Index:   the last write to the index failed: \(e)") }
+        if s.record != nil {
+            let bad = s.references.filter { $0["status"] as? String != "ok" }
+            line("References: \(s.references.count)\(bad.isEmpty ? "" : ", \(bad.count) not working:")")
+            for r in bad {
+                line("  \(r["path"] as? String ?? "")  \(r["status"] as? String ?? "")  -> \(r["target"] as? String ?? "?")")
+            }
+        }
+        line("Uploads: \(UploadState.allCases.map { "\(s.totals[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", "))")
+        return out
+    }
+
+    /// `name  [#######-------]  12.0 MB / 30.0 MB  40%`
+    static func progressBar(_ u: InFlightUpload, width: Int = 24) -> String {
+        let fraction = u.total > 0 ? min(1, Double(u.done) / Double(u.total)) : 1
+        let filled = Int(fraction * Double(width))
+        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+        return "\(u.path)  [\(bar)]  \(bytes(u.done)) / \(bytes(u.total))  \(Int(fraction * 100))%"
+    }
+
+    /// Sizes the way people read them (binary units, one decimal).
+    static func bytes(_ n: Int64) -> String {
+        if n < 1024 { return "\(n) B" }
+        var v = Double(n) / 1024
+        for unit in ["KB", "MB", "GB", "TB"] {
+            if v < 1024 || unit == "TB" { return String(format: "%.1f", v) + " " + unit }
+            v /= 1024
+        }
+        return "\(n) B"
     }
 }

@@ -16,12 +16,24 @@ struct Store: ParsableCommand {
         @Option(help: "The folder remote: a directory elsewhere (a NAS mount, a USB disk).") var folder: String
         @Option(help: ArgumentHelp("Seconds between a save and its upload (repeated saves become one upload).", valueName: "seconds"))
         var writeback: Double = StoreConfig.defaultWritebackDelay
+        @Option(help: ArgumentHelp("Files uploaded at once (1-64).", valueName: "n"))
+        var workers: Int = StoreConfig.defaultWorkers
+        @Option(help: ArgumentHelp("Limit the store's uploads to this many bytes per second (500K, 10M; default: no limit).", valueName: "rate"))
+        var bandwidth: String?
 
         func run() throws {
             try guarded {
                 let home = drive.driveHome
                 let path = DriveHome.absolute(folder)
-                try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: path), writebackDelay: writeback))
+                var limit: Int64?
+                if let bandwidth {
+                    guard let b = StoreConfig.parseBandwidth(bandwidth) else {
+                        throw DriveError(.invalidConfig, "--bandwidth \(bandwidth) is not a rate in bytes per second (like 500K or 10M).")
+                    }
+                    limit = b == 0 ? nil : b
+                }
+                try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: path), writebackDelay: writeback,
+                                              workers: workers, bandwidth: limit))
                 print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(path).")
             }
         }

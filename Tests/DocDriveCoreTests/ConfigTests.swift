@@ -93,4 +93,49 @@ final class ConfigTests: XCTestCase {
         XCTAssertEqual(try DriveConfig.parse("", file: "c"), DriveConfig())
         XCTAssertEqual(try DriveConfig.parse("# only a comment\n", file: "c"), DriveConfig())
     }
+
+    func testUploadSettingsAreReadWithDefaults() throws {
+        let text = """
+        stores:
+          - name: a
+            remote: {type: folder, path: /a}
+          - name: b
+            workers: 12
+            bandwidth: 10M
+            remote: {type: folder, path: /b}
+          - name: c
+            bandwidth: 2048
+            remote: {type: folder, path: /c}
+        """
+        let c = try DriveConfig.parse(text, file: "c.yaml")
+        XCTAssertEqual(c.stores.map(\.workers), [StoreConfig.defaultWorkers, 12, 4])
+        XCTAssertEqual(c.stores.map(\.bandwidth), [nil, 10 << 20, 2048])
+        // And they are written back
+        XCTAssertEqual(try DriveConfig.parse(c.yaml(), file: "c"), c)
+    }
+
+    func testBadUploadSettingsNameTheLine() {
+        for (line, what) in [("workers: 0", "workers"), ("workers: 65", "between 1 and 64"), ("workers: 2.5", "whole number"),
+                             ("bandwidth: fast", "bandwidth"), ("bandwidth: 100", "at least 1K")] {
+            let text = "stores:\n  - name: a\n    \(line)\n    remote: {type: folder, path: /a}\n"
+            XCTAssertThrowsError(try DriveConfig.parse(text, file: "c.yaml"), line) { e in
+                let msg = (e as! DriveError).message
+                XCTAssertTrue(msg.hasPrefix("c.yaml: line 3: "), msg)
+                XCTAssertTrue(msg.contains(what), msg)
+                XCTAssertEqual((e as! DriveError).code, .invalidConfig)
+            }
+        }
+    }
+
+    func testBandwidthRates() {
+        XCTAssertEqual(StoreConfig.parseBandwidth("500K"), 500 * 1024)
+        XCTAssertEqual(StoreConfig.parseBandwidth("10M"), 10 << 20)
+        XCTAssertEqual(StoreConfig.parseBandwidth("1.5MB/s"), 3 << 19)
+        XCTAssertEqual(StoreConfig.parseBandwidth("1g"), 1 << 30)
+        XCTAssertEqual(StoreConfig.parseBandwidth("4096"), 4096)
+        XCTAssertEqual(StoreConfig.parseBandwidth("0"), 0)
+        XCTAssertNil(StoreConfig.parseBandwidth("fast"))
+        XCTAssertNil(StoreConfig.parseBandwidth("-1M"))
+        XCTAssertNil(StoreConfig.parseBandwidth(""))
+    }
 }

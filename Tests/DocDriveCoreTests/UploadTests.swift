@@ -168,4 +168,36 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertEqual(job.path, "b")
         XCTAssertNil(try queue.claim(root: "r", now: 1))
     }
+
+    func testBytesLeftAreTheSizesOfTheWaitingLocalFiles() throws {
+        // Given a local copy with three files and a folder, and queue entries in every state
+        let cache = dir + "/cache"
+        try FileManager.default.createDirectory(atPath: cache + "/sub", withIntermediateDirectories: true)
+        for (name, size) in [("a", 100), ("sub/b", 2000), ("c", 50_000)] {
+            FileManager.default.createFile(atPath: cache + "/" + name, contents: Data(count: size))
+        }
+        try queue.enqueueAll([("r", "a", 0), ("r", "sub/b", 0), ("r", "c", 0), ("r", "gone", 0), ("r", "sub", 0), ("r", "", 0),
+                              ("other", "a", 0)], now: 0)
+        let synced = try XCTUnwrap(try queue.claim(root: "r", now: 1))
+        try queue.complete(synced)
+        _ = try XCTUnwrap(try queue.claim(root: "r", now: 1))            // one more is uploading
+        // Then pending and uploading files count, synced ones, deleted paths and folders do not
+        let sizes: [String: Int64] = ["a": 100, "sub/b": 2000, "c": 50_000]
+        XCTAssertEqual(try queue.bytesLeft(root: "r", cache: cache), 52_100 - (sizes[synced.path] ?? 0))
+        XCTAssertEqual(try queue.bytesLeft(root: "other", cache: cache), 100)
+        // And a store that leaves the config forgets what waited, but keeps what is synced
+        try queue.forgetWaiting(root: "r")
+        XCTAssertEqual(try queue.counts(root: "r"), [.synced: 1])
+        XCTAssertEqual(try queue.bytesLeft(root: "r", cache: cache), 0)
+    }
+
+    func testBandwidthLimitPacesSpending() {
+        // Given a limit of 100 KB/s, spending 50 KB three times takes about a second
+        let limit = BandwidthLimit(bytesPerSecond: 100_000)
+        let start = Date()
+        for _ in 0..<3 { limit.spend(50_000) }
+        let took = Date().timeIntervalSince(start)
+        XCTAssertGreaterThan(took, 1.4)
+        XCTAssertLessThan(took, 3)
+    }
 }

@@ -1,0 +1,218 @@
+"""What `docdrive status` tells about uploads, the upload settings of a store, and stores added
+or removed while mounted.
+
+Each test uses its own drive (new_drive). Covered: `status --json` shows per store the pending
+count and the bytes left of files waiting for a long write-back delay; a file uploaded under a
+bandwidth limit shows in `inFlight` with bytes done / total, and `status` on a pseudo-terminal
+draws a progress bar line with its name and a percent (plain `status` names it without a bar);
+`status --watch` ends when nothing is left; `workers:` is honoured (never more files in flight
+than workers, and as many when enough are waiting); bad `workers:`/`bandwidth:` values and
+`store add --workers 65` fail with exit 4 and a line-precise sentence; a store added with
+`docdrive store add` while mounted shows in the mount and its files reach its remote without a
+remount; a store removed while mounted stops being uploaded, `docdrive sync` does not wait for
+it and the daemon lives on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ddtest import pid_alive, run, wait_until
+
+MARKER = ".docdrive-store"
+
+
+# --------------------------------------------------------------------------- helpers (as in test_uploads.py)
+
+def add_store(d, name, *options) -> Path:
+    """`docdrive store add NAME --name NAME.title() --folder REMOTE OPTIONS...`; returns the remote."""
+    remote = d.base / f"{name}-remote"
+    d.cli("store", "add", name, "--name", name.title(), "--folder", str(remote), *options)
+    assert (remote / MARKER).is_file(), "store add did not write the marker"
+    return remote
+
+
+def status(d) -> dict:
+    return json.loads(d.cli("status", "--json", timeout=30).stdout)
+
+
+def store_status(d, name) -> dict | None:
+    return next((s for s in status(d)["stores"] if s["name"] == name), None)
+
+
+def write(path: Path, data: bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def sync(d, timeout=30):
+    p = d.cli("sync", "--timeout", str(timeout), timeout=timeout + 30, check=False)
+    assert p.returncode == 0, f"sync exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}\nlog:\n{d.log_tail()}"
+
+
+def on_terminal(d, *args, timeout=30) -> str:
+    """Runs `docdrive ARGS` with its stdout on a pseudo-terminal (script(1)); returns what it printed."""
+    cmd = " ".join([d.bin, *args])
+    p = subprocess.run(["script", "-qec", cmd, "/dev/null"], env=d.env(), timeout=timeout,
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, f"{cmd} on a terminal exited {p.returncode}: {p.stdout}{p.stderr}"
+    return p.stdout
+
+
+# --------------------------------------------------------------------------- counts and bytes left
+
+@pytest.mark.timeout(90)
+def test_status_shows_pending_files_and_bytes_left(new_drive):
+    d = new_drive()
+    add_store(d, "slow", "--writeback", "30")
+    d.mount()
+    sizes = {"a.bin": 1000, "sub/b.bin": 20_000, "c.txt": 300_000}
+    for rel, n in sizes.items():
+        write(d.mnt / "Slow" / rel, os.urandom(n))
+    s = wait_until(lambda: (lambda s: s if s and s["uploads"]["pending"] == 3 else None)(store_status(d, "slow")), 10)
+    assert s, f"3 pending files expected: {store_status(d, 'slow')}"
+    assert s["bytesLeft"] == sum(sizes.values()), s
+    assert s["uploads"]["synced"] == 0 and s["failed"] == [] and s["inFlight"] == [], s
+    top = status(d)
+    assert top["bytesLeft"] >= sum(sizes.values()), top
+    text = d.cli("status", timeout=30).stdout
+    assert re.search(r"3 pending, 0 uploading, 0 synced, 0 failed; 313\.5 KB left", text), text
+    # A file deleted before its upload counts no bytes any more.
+    os.unlink(d.mnt / "Slow" / "c.txt")
+    assert wait_until(lambda: store_status(d, "slow")["bytesLeft"] == 21_000, 10), store_status(d, "slow")
+
+
+# --------------------------------------------------------------------------- progress
+
+@pytest.mark.timeout(120)
+def test_upload_in_flight_shows_progress_and_a_bar_on_a_terminal(new_drive):
+    d = new_drive()
+    remote = add_store(d, "big", "--writeback", "0.2", "--bandwidth", "4M")
+    d.mount()
+    data = os.urandom(24 << 20)  # about 6 s at 4 MB/s
+    write(d.mnt / "Big" / "movie.bin", data)
+
+    def moving():
+        s = store_status(d, "big")
+        f = [u for u in s["inFlight"] if u["path"] == "movie.bin"]
+        return f[0] if f and 0 < f[0]["done"] < f[0]["total"] else None
+
+    first = wait_until(moving, 15, 0.1)
+    assert first, f"no progress entry for movie.bin: {store_status(d, 'big')}\n{d.log_tail()}"
+    assert first["total"] == len(data) and first["store"] == "big", first
+    top = status(d)
+    assert any(u["path"] == "movie.bin" for u in top["inFlight"]), top
+    later = wait_until(lambda: (lambda u: u if u and u["done"] > first["done"] else None)(moving()), 10, 0.1)
+    assert later, "the bytes done did not grow"
+
+    shown = on_terminal(d, "status")
+    assert re.search(r"movie\.bin\s+\[[#-]+\]\s+[\d.]+ [KMG]?B / 24\.0 MB\s+\d{1,3}%", shown), shown
+    plain = d.cli("status", timeout=30).stdout
+    assert "uploading movie.bin:" in plain and "[#" not in plain, plain
+
+    sync(d, 60)
+    assert (remote / "movie.bin").read_bytes() == data
+    assert wait_until(lambda: store_status(d, "big")["inFlight"] == [], 5), store_status(d, "big")
+    # Nothing is left: --watch draws once and ends.
+    watched = on_terminal(d, "status", "--watch", timeout=20)
+    assert "0 pending, 0 uploading, 1 synced, 0 failed; 0 B left" in watched, watched
+
+
+# --------------------------------------------------------------------------- workers
+
+@pytest.mark.timeout(120)
+def test_workers_setting_bounds_the_uploads_in_flight(new_drive):
+    d = new_drive()
+    remote = add_store(d, "two", "--writeback", "0.2", "--workers", "2", "--bandwidth", "1M")
+    assert "workers: 2" in (d.home / "config.yaml").read_text()
+    d.mount()
+    files = {f"f{i}.bin": os.urandom(1 << 20) for i in range(6)}  # 6 MB at 1 MB/s shared
+    for name, data in files.items():
+        write(d.mnt / "Two" / name, data)
+    seen = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        s = store_status(d, "two")
+        seen.append(len(s["inFlight"]))
+        if s["uploads"]["synced"] >= 4:
+            break
+        time.sleep(0.1)
+    assert max(seen) == 2, f"files in flight over time with 2 workers: {seen}"
+    assert store_status(d, "two")["runningWorkers"] == 2
+    assert "two: 2 upload workers" in d.log_path.read_text()
+    sync(d, 60)
+    for name, data in files.items():
+        assert (remote / name).read_bytes() == data, name
+
+
+@pytest.mark.timeout(60)
+def test_bad_upload_settings_are_clear_errors(new_drive):
+    d = new_drive()
+    config = d.home / "config.yaml"
+    good = config.read_text()
+    lines = good.splitlines()
+    i = next(n for n, l in enumerate(lines) if l.strip().startswith("workers:"))
+    for bad, what in (("workers: 0", "workers"), ("workers: 65", "workers"), ("workers: many", "workers"),
+                      ("bandwidth: fast", "bandwidth"), ("bandwidth: 10", "bandwidth")):
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        changed = lines[:i] + [indent + bad] + lines[i + 1:]
+        config.write_text("\n".join(changed) + "\n")
+        p = d.cli("store", "list", check=False)
+        assert p.returncode == 4, (bad, p.returncode, p.stderr)
+        assert f"line {i + 1}" in p.stderr and what in p.stderr, (bad, p.stderr)
+    config.write_text(good)
+    p = d.cli("store", "add", "many", "--folder", str(d.base / "many-remote"), "--workers", "65", check=False)
+    assert p.returncode == 4 and "between 1 and 64" in p.stderr, (p.returncode, p.stderr)
+    p = d.cli("store", "add", "fast", "--folder", str(d.base / "fast-remote"), "--bandwidth", "lots", check=False)
+    assert p.returncode == 4 and "--bandwidth" in p.stderr, (p.returncode, p.stderr)
+    assert config.read_text() == good, "a refused store add changed the config"
+
+
+# --------------------------------------------------------------------------- stores added and removed while mounted
+
+@pytest.mark.timeout(90)
+def test_store_added_while_mounted_is_uploaded_without_remount(new_drive):
+    d = new_drive()
+    d.mount()
+    pid = d.pid
+    remote = add_store(d, "late", "--writeback", "0.2", "--workers", "3")
+    assert wait_until(lambda: (d.mnt / "Late").is_dir(), 10), os.listdir(d.mnt)
+    data = os.urandom(500_000)
+    write(d.mnt / "Late" / "docs" / "new.bin", data)
+    sync(d, 30)
+    assert (remote / "docs" / "new.bin").read_bytes() == data, "the file did not reach the new store's remote"
+    assert d.pid == pid and pid_alive(pid), "the daemon was restarted"
+    assert wait_until(lambda: store_status(d, "late").get("runningWorkers") == 3, 5), store_status(d, "late")
+    assert "late: 3 upload workers" in d.log_path.read_text()
+
+
+@pytest.mark.timeout(90)
+def test_store_removed_while_mounted_stops_uploading(new_drive):
+    d = new_drive()
+    remote = add_store(d, "gone", "--writeback", "3")
+    d.mount()
+    write(d.mnt / "Gone" / "early.txt", b"uploaded before the removal\n")
+    sync(d, 30)
+    assert (remote / "early.txt").is_file()
+    write(d.mnt / "Gone" / "later.txt", b"saved right before the removal\n")
+    assert wait_until(lambda: store_status(d, "gone")["uploads"]["pending"] == 1, 5), store_status(d, "gone")
+    d.cli("store", "remove", "gone")
+    assert wait_until(lambda: not (d.mnt / "Gone").exists(), 10), os.listdir(d.mnt)
+    time.sleep(5)  # past the write-back delay: an upload would have happened by now
+    assert not (remote / "later.txt").exists(), "a removed store was still uploaded"
+    sync(d, 20)  # nothing waits for the removed store
+    assert pid_alive(d.pid), f"the daemon died:\n{d.log_tail()}"
+    s = status(d)
+    assert all(st["name"] != "gone" for st in s["stores"]), s
+    assert s["uploads"]["pending"] == 0, s
+    # The other store still uploads.
+    write(d.mnt / "Work" / "still.txt", b"work goes on\n")
+    sync(d, 30)
+    assert (d.remote / "still.txt").read_bytes() == b"work goes on\n"

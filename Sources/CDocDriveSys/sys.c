@@ -147,15 +147,22 @@ int dd_open_by_handle(int mountfd, const unsigned char *buf, int len, int flags)
     return open_by_handle_at(mountfd, &u.fh, flags | O_CLOEXEC);
 }
 
-/* Sets the calling thread's umask. Threads share one umask (their fs context) until the first
-   call gives this thread its own. Returns the previous umask, or -1 if that is not possible. */
+/* Sets the calling thread's umask. Threads share one umask (the daemon's, 0) until the first
+   call with another mask gives this thread its own. The thread's current mask is remembered,
+   so a run of creations with one caller's umask costs no system call after the first.
+   Returns the previous umask, or -1 if the thread cannot have its own. */
 int dd_thread_umask(mode_t mask) {
     static __thread int own = 0;
+    static __thread int current = 0;
     if (!own) {
+        if (mask == 0) return 0;  /* the shared umask is already 0 */
         if (unshare(CLONE_FS) != 0) return -1;
         own = 1;
     }
-    return (int)umask(mask);
+    if ((int)mask == current) return current;
+    int old = (int)umask(mask);
+    current = (int)mask;
+    return old;
 }
 
 int dd_errno(void) { return errno; }

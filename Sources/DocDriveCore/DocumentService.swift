@@ -367,18 +367,22 @@ public final class DocumentService: Sendable {
         return ["copy": display(Place(root: inbox, rel: name)), "source": display(src), "app": app]
     }
 
-    /// MoveToService: the document goes into the store; a reference takes its place.
-    public func move(app: String, path: String, to: String, noRename: Bool) throws(DriveError) -> [String: Any] {
+    /// A document of the app's own container (not a reference), for move and export.
+    func ownDocument(app: String, path: String, verb: String) throws(DriveError) -> (Place, Int32, stat) {
         try requireApp(app)
         let src = try place(path)
         guard src.appID == app else {
-            throw DriveError(.invalidName, "\(path) is not in the container of \(app); move takes one of its own documents.")
+            throw DriveError(.invalidName, "\(path) is not in the container of \(app); \(verb) takes one of its own documents.")
         }
-        let (fd, st): (Int32, stat)
         switch try item(at: src, shown: path) {
-        case .file(let f, let s): (fd, st) = (f, s)
-        case .reference: throw DriveError(.invalidName, "\(path) is already a reference to a document in a store.")
+        case .file(let f, let s): return (src, f, s)
+        case .reference: throw DriveError(.invalidName, "\(path) is a reference to a document that is already in a store.")
         }
+    }
+
+    /// MoveToService: the document goes into the store; a reference takes its place.
+    public func move(app: String, path: String, to: String, noRename: Bool) throws(DriveError) -> [String: Any] {
+        let (src, fd, st) = try ownDocument(app: app, path: path, verb: "move")
         defer { Sys.close(fd) }
         let id = try itemID(fd: fd, st: st, root: src.root, rel: src.rel)
         let dst = try storePlace(to)
@@ -454,16 +458,7 @@ public final class DocumentService: Sendable {
 
     /// ExportToService: a copy in the store; the original stays, no reference.
     public func export(app: String, path: String, to: String, noRename: Bool) throws(DriveError) -> [String: Any] {
-        try requireApp(app)
-        let src = try place(path)
-        guard src.appID == app else {
-            throw DriveError(.invalidName, "\(path) is not in the container of \(app); export takes one of its own documents.")
-        }
-        let (fd, st): (Int32, stat)
-        switch try item(at: src, shown: path) {
-        case .file(let f, let s): (fd, st) = (f, s)
-        case .reference: throw DriveError(.invalidName, "\(path) is a reference to a document that is already in a store.")
-        }
+        let (src, fd, st) = try ownDocument(app: app, path: path, verb: "export")
         defer { Sys.close(fd) }
         let dst = try storePlace(to)
         let dstDir = try openFolder(dst.root, dst.rel, shown: display(dst))

@@ -82,19 +82,28 @@ struct ImportDocument: ParsableCommand {
     }
 }
 
-struct MoveDocument: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "move",
-        abstract: "MoveToService: move an app's document into a store, leaving a reference in its place.")
+/// What move and export take: an app's document and the store (and folder) it goes to.
+struct TransferOptions: ParsableArguments {
     @OptionGroup var options: RequestOptions
     @Option(help: "The app's id.") var app: String
     @Argument(help: "The document in the app's container.") var path: String
     @Option(help: "STORE or STORE/FOLDER (a store's name or display name).") var to: String
     @Flag(help: "Fail on a name clash instead of choosing a free name.") var noRename = false
 
-    func run() throws {
+    func send(_ command: String, _ describe: ([String: Any], String) -> String) throws {
         let rel = try mountRelativeOrExit(path, options)
-        try options.send(["command": "move", "app": app, "path": rel, "to": to, "noRename": noRename]) { r, _ in
+        try options.send(["command": command, "app": app, "path": rel, "to": to, "noRename": noRename], describe)
+    }
+}
+
+struct MoveDocument: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "move",
+        abstract: "MoveToService: move an app's document into a store, leaving a reference in its place.")
+    @OptionGroup var transfer: TransferOptions
+
+    func run() throws {
+        try transfer.send("move") { r, _ in
             "\(r["target_absolute"] as? String ?? "") (reference left at \(r["reference_absolute"] as? String ?? ""))"
         }
     }
@@ -104,17 +113,10 @@ struct ExportDocument: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "export",
         abstract: "ExportToService: copy an app's document into a store; the original stays.")
-    @OptionGroup var options: RequestOptions
-    @Option(help: "The app's id.") var app: String
-    @Argument(help: "The document in the app's container.") var path: String
-    @Option(help: "STORE or STORE/FOLDER (a store's name or display name).") var to: String
-    @Flag(help: "Fail on a name clash instead of choosing a free name.") var noRename = false
+    @OptionGroup var transfer: TransferOptions
 
     func run() throws {
-        let rel = try mountRelativeOrExit(path, options)
-        try options.send(["command": "export", "app": app, "path": rel, "to": to, "noRename": noRename]) { r, _ in
-            r["copy_absolute"] as? String ?? ""
-        }
+        try transfer.send("export") { r, _ in r["copy_absolute"] as? String ?? "" }
     }
 }
 

@@ -8,6 +8,7 @@ import Glibc
 extension DriveFileSystem {
     /// Attributes the drive computes; they are read-only and not stored on the backing file.
     static let ownPrefix = "user.docdrive."
+    static let capabilityName = "security.capability"
 
     /// The value of the drive's own attribute `name`, or nil if it is not one of ours.
     func ownAttribute(_ n: Inode, _ name: String) throws(Errno) -> [UInt8]? {
@@ -89,10 +90,18 @@ extension DriveFileSystem {
             return own
         }
         guard n.kind == .backing, !n.isSymlink else { throw .noData }
+        let isCapability = s == Self.capabilityName
+        if isCapability, n.hasNoCapability.load(ordering: .relaxed) { throw .noData }
         let (nfd, _) = try acquireContent(n)
         defer { n.release() }
         if size == 0 {
-            let len = try Sys.check { dd_getxattr_path(nfd, name, nil, 0) }
+            let len: Int
+            do {
+                len = try Sys.check { dd_getxattr_path(nfd, name, nil, 0) }
+            } catch {
+                if isCapability, error == .noData { n.hasNoCapability.store(true, ordering: .relaxed) }
+                throw error
+            }
             return [UInt8](repeating: 0, count: len)  // the caller only wants the size
         }
         var buf = [UInt8](repeating: 0, count: size)
@@ -135,6 +144,7 @@ extension DriveFileSystem {
         if n.isSymlink { throw .notPermitted }
         let (nfd, _) = try acquireContent(n)
         defer { n.release() }
+        n.hasNoCapability.store(false, ordering: .relaxed)
         _ = try Sys.check { dd_setxattr_path(nfd, name, value, size, flags) }
     }
 

@@ -593,8 +593,14 @@ public final class DriveFileSystem: Sendable {
 
     /// A close of one descriptor: `lockOwner` (the closing process, sent by the kernel) loses
     /// its POSIX locks on the file, as on a native close.
+    /// A close(2) of a descriptor of the file (release, the last close, comes later and
+    /// asynchronously): a written file is a save as soon as close returns, so `status` and
+    /// `user.docdrive.status` say "pending" right after it.
     public func flush(_ file: OpenFile, lockOwner: UInt64? = nil) throws(Errno) {
         if let lockOwner { dropLocks(file, owner: lockOwner) }
+        if file.dirty.load(ordering: .relaxed) {
+            noteSaved(file, links: (try? Sys.stat(fd: file.fd)).map { UInt64($0.st_nlink) })
+        }
     }
 
     public func release(_ file: OpenFile) {

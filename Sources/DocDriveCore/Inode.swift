@@ -74,6 +74,9 @@ public final class Inode: Sendable {
 
     /// Content version (mtime, ctime, size) the kernel's page cache holds, to decide keep_cache.
     let cachedVersion = Mutex<FileVersion?>(nil)
+    /// The backing file was found to have no `security.capability`: the kernel asks for it
+    /// before every write (to drop it), and the answer is kept until one is set through the mount.
+    let hasNoCapability = Atomic<Bool>(false)
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
          fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,

@@ -119,7 +119,8 @@ public struct FolderRemote: Sendable {
             if !keep { unlink(tmp) }
         }
         var hasher = SHA256()
-        var buf = [UInt8](repeating: 0, count: limit?.chunkSize ?? 1 << 20)
+        // Sized to the file (a zeroed 1 MiB buffer per small file cost more than its copy).
+        var buf = [UInt8](repeating: 0, count: Self.bufferSize(for: Int64(before.st_size), max: limit?.chunkSize ?? 1 << 20))
         var offset: off_t = 0
         progress?(0, Int64(before.st_size))
         while true {
@@ -212,12 +213,20 @@ public struct FolderRemote: Sendable {
         if Glibc.rename(root + "/" + from, target) != 0 && errno != ENOENT { throw remoteError("cannot rename on", target, errno) }
     }
 
+    /// A copy buffer for a file of `size` bytes: the whole file and a little (so one read
+    /// also sees the end), at least 4 KiB, at most `max`.
+    static func bufferSize(for size: Int64, max: Int) -> Int {
+        Int(Swift.min(Int64(max), Swift.max(4096, size + 4096)))
+    }
+
     public static func sha256(ofFile path: String) throws(DriveError) -> UploadReceipt {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw DriveError.io("cannot read \(path)", Errno(rawValue: errno)) }
         defer { close(fd) }
         var hasher = SHA256()
-        var buf = [UInt8](repeating: 0, count: 1 << 20)
+        var st = stat()
+        let size = fstat(fd, &st) == 0 ? Int64(st.st_size) : Int64(1 << 20)
+        var buf = [UInt8](repeating: 0, count: bufferSize(for: size, max: 1 << 20))
         var total: Int64 = 0
         while true {
             let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }

@@ -22,36 +22,29 @@ def names(n, prefix="f"):
 
 # --------------------------------------------------------------------- timed loops
 
-def cmd_create(d, n):
-    """Create n empty files in d with os.open/os.close."""
+def timed_loop(d, n, op):
+    """Runs op(path) on n files of d and prints the seconds and the files per second."""
     n = int(n)
     paths = [os.path.join(d, x) for x in names(n)]
-    flags = os.O_CREAT | os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC
     t = time.perf_counter()
     for p in paths:
-        os.close(os.open(p, flags, 0o644))
+        op(p)
     el = time.perf_counter() - t
     out(seconds=f"{el:.6f}", rate=f"{n / el:.1f}")
+
+
+def cmd_create(d, n):
+    """Create n empty files in d with os.open/os.close."""
+    flags = os.O_CREAT | os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC
+    timed_loop(d, n, lambda p: os.close(os.open(p, flags, 0o644)))
 
 
 def cmd_stat(d, n):
-    n = int(n)
-    paths = [os.path.join(d, x) for x in names(n)]
-    t = time.perf_counter()
-    for p in paths:
-        os.lstat(p)
-    el = time.perf_counter() - t
-    out(seconds=f"{el:.6f}", rate=f"{n / el:.1f}")
+    timed_loop(d, n, os.lstat)
 
 
 def cmd_unlink(d, n):
-    n = int(n)
-    paths = [os.path.join(d, x) for x in names(n)]
-    t = time.perf_counter()
-    for p in paths:
-        os.unlink(p)
-    el = time.perf_counter() - t
-    out(seconds=f"{el:.6f}", rate=f"{n / el:.1f}")
+    timed_loop(d, n, os.unlink)
 
 
 def cmd_smallfiles(d, n, size):

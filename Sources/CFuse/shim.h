@@ -34,7 +34,6 @@ static inline void cfuse_fi_set_open_flags(struct fuse_file_info *fi, int direct
 }
 
 static inline int cfuse_fi_flush(const struct fuse_file_info *fi) { return fi->flush; }
-static inline int cfuse_fi_flock_release(const struct fuse_file_info *fi) { return fi->flock_release; }
 
 /* Reply to a read with data taken straight from a file descriptor:
    libfuse splices it into /dev/fuse when it can, and preads otherwise. */

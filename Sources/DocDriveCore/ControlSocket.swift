@@ -161,16 +161,7 @@ public enum ControlClient {
         }
         if obj["ok"] as? Bool == true { return obj["result"] as? [String: Any] ?? [:] }
         let message = obj["error"] as? String ?? "The daemon refused the request."
-        throw DriveError(DriveError.Code.named(obj["code"] as? String ?? ""), message)
-    }
-}
-
-extension DriveError.Code {
-    /// The code a daemon's answer names (unknown names are plain failures).
-    static func named(_ s: String) -> DriveError.Code {
-        let all: [DriveError.Code] = [.invalidConfig, .invalidName, .notFound, .alreadyExists, .notInitialized, .alreadyMounted,
-                                      .notMounted, .busy, .io, .index, .mount, .unsupported, .invalidToken, .unreachable]
-        return all.first { $0.description == s } ?? .io
+        throw DriveError(DriveError.Code(named: obj["code"] as? String ?? ""), message)
     }
 }
 

@@ -144,15 +144,6 @@ public final class DocumentService: Sendable {
         return (root, found.fd, found.path)
     }
 
-    func itemID(fd: Int32, st: stat, root: BackingRoot, rel: String) throws(DriveError) -> String {
-        let name = String(rel.split(separator: "/").last ?? "")
-        var parentIno: Int64 = 0
-        var pst = stat()
-        let parentPath = root.path + (rel.contains("/") ? "/" + rel[..<rel.lastIndex(of: "/")!] : "")
-        if dd_stat(parentPath, &pst) == 0 { parentIno = Int64(pst.st_ino) }
-        return try fs.index.itemID(root: root.key, ino: Int64(st.st_ino), parentIno: parentIno, name: name, kind: .file)
-    }
-
     // MARK: free names and new files
 
     /// "report.odt", "report 2.odt", "report 3.odt", ... (the Finder's way).
@@ -300,7 +291,7 @@ public final class DocumentService: Sendable {
         case .reference: throw DriveError(.invalidName, "\(path) is a reference entry; open its document instead.")
         }
         defer { Sys.close(fd) }
-        let id = try itemID(fd: fd, st: st, root: src.root, rel: src.rel)
+        let id = try fs.itemID(fd: fd, st: st, root: src.root)
         let name = newName ?? src.name
         if let p = Names.problem(withFileName: name) ?? (ReservedNames.isReserved(name) ? "it ends with a reserved suffix" : nil) {
             throw DriveError(.invalidName, "The name \"\(name)\" is not valid: \(p).")
@@ -384,7 +375,7 @@ public final class DocumentService: Sendable {
     public func move(app: String, path: String, to: String, noRename: Bool) throws(DriveError) -> [String: Any] {
         let (src, fd, st) = try ownDocument(app: app, path: path, verb: "move")
         defer { Sys.close(fd) }
-        let id = try itemID(fd: fd, st: st, root: src.root, rel: src.rel)
+        let id = try fs.itemID(fd: fd, st: st, root: src.root)
         let dst = try storePlace(to)
         let srcDir = try openFolder(src.root, src.parent, shown: display(Place(root: src.root, rel: src.parent)))
         defer { Sys.close(srcDir) }
@@ -511,7 +502,7 @@ public final class DocumentService: Sendable {
             if let owner = p.appID, owner != app {
                 throw DriveError(.notFound, "\(path) is in the container of \(owner), not of \(app).")
             }
-            let id = try itemID(fd: fd, st: st, root: p.root, rel: p.rel)
+            let id = try fs.itemID(fd: fd, st: st, root: p.root)
             if p.appID == nil, !fs.hasGrant(app: app, root: p.rootKey, item: id) {
                 throw DriveError(.notFound, "App \(app) holds no grant for \(path) (open it with `docdrive open` first).")
             }

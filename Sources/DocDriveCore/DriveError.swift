@@ -11,6 +11,8 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         }
         private let raw: Raw
         private init(_ raw: Raw) { self.raw = raw }
+        /// The code a name stands for (a daemon's answer names it); unknown names are `io`.
+        init(named s: String) { raw = Raw(rawValue: s) ?? .io }
         public var description: String { raw.rawValue }
 
         public static let invalidConfig = Code(.invalidConfig)

@@ -90,10 +90,13 @@ extension DriveFileSystem {
     // MARK: finding items by id
 
     /// The path of `fd` inside `root` ("" for the root itself), nil when outside it or deleted.
+    /// On the save path (every close of a written store file): the buffer is not zeroed.
     func relativePath(fd: Int32, root: BackingRoot) -> String? {
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        guard dd_proc_path(fd, &buf, buf.count) > 0 else { return nil }
-        let path = String(decoding: buf.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let path: String? = withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(PATH_MAX) + 1) { buf in
+            guard dd_proc_path(fd, buf.baseAddress, buf.count) > 0 else { return nil }
+            return String(cString: buf.baseAddress!)
+        }
+        guard let path else { return nil }
         if path == root.path { return "" }
         guard path.hasPrefix(root.path + "/"), !path.hasSuffix(" (deleted)") else { return nil }
         return String(path.dropFirst(root.path.count + 1))

@@ -57,29 +57,31 @@ extension DriveFileSystem {
 
     /// The stable id of a node's item, assigned on first request.
     public func itemID(_ n: Inode, root: BackingRoot) throws(Errno) -> String {
-        // Name and parent are hints: identity is (root, inode number).
-        var name = "", parentIno: Int64 = 0
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let nfd = try n.acquire()
-        let len = dd_proc_path(nfd, &buf, buf.count)
-        n.release()
-        if len > 0 {
-            let path = String(decoding: buf.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if path.hasPrefix(root.path) {
-                let rel = path.dropFirst(root.path.count)
-                name = String(rel.split(separator: "/").last ?? "")
-                let parentPath = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
-                var st = stat()
-                if !rel.isEmpty, dd_stat(parentPath, &st) == 0 { parentIno = Int64(st.st_ino) }
-            }
-        }
-        let kind: ItemKind = n.isDirectory ? .directory : n.isSymlink ? .symlink : n.fileType == S_IFREG ? .file : .other
+        defer { n.release() }
         do {
-            return try index.itemID(root: root.key, ino: Int64(n.ino), parentIno: parentIno, name: name, kind: kind)
-        } catch {
-            logger.error("\(error.message)")
+            return try itemID(fd: nfd, st: try Sys.stat(fd: nfd), root: root)
+        } catch let e as DriveError {
+            logger.error("\(e.message)")
             throw .ioError
+        } catch {
+            throw error as? Errno ?? .ioError
         }
+    }
+
+    /// The stable id of the item `fd` (any descriptor of it) in `root`, assigned on first
+    /// request. Identity is (root, inode number); its name and parent are hints kept with it.
+    func itemID(fd: Int32, st: stat, root: BackingRoot) throws(DriveError) -> String {
+        var name = "", parentIno: Int64 = 0
+        if let rel = relativePath(fd: fd, root: root), !rel.isEmpty {
+            name = String(rel.split(separator: "/").last ?? "")
+            let parentPath = root.path + (rel.contains("/") ? "/" + rel[..<rel.lastIndex(of: "/")!] : "")
+            var pst = stat()
+            if dd_stat(parentPath, &pst) == 0 { parentIno = Int64(pst.st_ino) }
+        }
+        let type = st.st_mode & S_IFMT
+        let kind: ItemKind = type == S_IFDIR ? .directory : type == S_IFLNK ? .symlink : type == S_IFREG ? .file : .other
+        return try index.itemID(root: root.key, ino: Int64(st.st_ino), parentIno: parentIno, name: name, kind: kind)
     }
 
     public func getxattr(_ id: UInt64, name: UnsafePointer<CChar>, size: Int) throws(Errno) -> [UInt8] {

@@ -40,6 +40,7 @@ let package = Package(
             name: "DocDriveFUSE",
             dependencies: [
                 "CFuse",
+                "CDocDriveSys",
                 "DocDriveCore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),

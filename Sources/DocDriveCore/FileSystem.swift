@@ -58,13 +58,23 @@ public final class OpenFile: Sendable {
     public let keepCache: Bool
     /// Written since the last save was noted (set by every write, taken at close and fsync).
     let dirty = Atomic<Bool>(false)
+    /// Opened for writing (O_WRONLY or O_RDWR).
+    let writable: Bool
+    /// The kernel writes this file's backing file itself (FUSE passthrough): its writes never
+    /// reach `write`, so a save is noticed by the file's version changing (`noticeBypassedWrites`).
+    let writesBypass = Atomic<Bool>(false)
+    /// The file's version when it was opened, then when last checked. Lock: leaf.
+    let seenVersion: Mutex<FileVersion?>
 
-    init(fd: Int32, inode: Inode, directIO: Bool, keepCache: Bool, contentRoot: BackingRoot? = nil) {
+    init(fd: Int32, inode: Inode, flags: Int32, version: FileVersion?, directIO: Bool, keepCache: Bool,
+         contentRoot: BackingRoot? = nil) {
         self.fd = fd
         self.inode = inode
         self.contentRoot = contentRoot ?? inode.root
         self.directIO = directIO
         self.keepCache = keepCache
+        self.writable = flags & O_ACCMODE != O_RDONLY
+        self.seenVersion = Mutex(version)
     }
 }
 
@@ -435,7 +445,8 @@ public final class DriveFileSystem: Sendable {
             let existing = try Sys.check { openat(pfd, name, f | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) }
             do throws(Errno) {
                 let e = try lookupBacking(parent: p, name: name)
-                return (e, OpenFile(fd: existing, inode: e.inode, directIO: direct, keepCache: false))
+                let version = (try? Sys.stat(fd: existing)).map(FileVersion.init)
+                return (e, OpenFile(fd: existing, inode: e.inode, flags: flags, version: version, directIO: direct, keepCache: false))
             } catch {
                 Sys.close(existing)
                 throw error
@@ -444,7 +455,7 @@ public final class DriveFileSystem: Sendable {
         do {
             let e = try created(parent: p, name: name, caller, kind: .file, mode: mode)
             e.inode.cachedVersion.withLock { $0 = FileVersion(e.attr) }
-            let f = OpenFile(fd: fd, inode: e.inode, directIO: direct, keepCache: false)
+            let f = OpenFile(fd: fd, inode: e.inode, flags: flags, version: FileVersion(e.attr), directIO: direct, keepCache: false)
             f.dirty.store(true, ordering: .relaxed)  // a new file, even empty, is a save
             return (e, f)
         } catch {
@@ -562,8 +573,10 @@ public final class DriveFileSystem: Sendable {
         defer { n.release() }
         let fd = try Sys.check { dd_reopen(nfd, f) }
         var keep = false
+        var version: FileVersion?
         if let st = try? Sys.stat(fd: fd) {
             let v = FileVersion(st)
+            version = v
             keep = n.cachedVersion.withLock { old in
                 defer { old = v }
                 return old == v
@@ -577,7 +590,8 @@ public final class DriveFileSystem: Sendable {
                 if kill != 0 { _ = fchmod(fd, mode & ~kill) }
             }
         }
-        let file = OpenFile(fd: fd, inode: n, directIO: direct, keepCache: keep, contentRoot: contentRoot)
+        let file = OpenFile(fd: fd, inode: n, flags: flags, version: version, directIO: direct, keepCache: keep,
+                            contentRoot: contentRoot)
         if flags & O_TRUNC != 0 { file.dirty.store(true, ordering: .relaxed) }
         return file
     }
@@ -598,8 +612,11 @@ public final class DriveFileSystem: Sendable {
     /// `user.docdrive.status` say "pending" right after it.
     public func flush(_ file: OpenFile, lockOwner: UInt64? = nil) throws(Errno) {
         if let lockOwner { dropLocks(file, owner: lockOwner) }
-        if file.dirty.load(ordering: .relaxed) {
-            noteSaved(file, links: (try? Sys.stat(fd: file.fd)).map { UInt64($0.st_nlink) })
+        let bypass = file.writable && file.writesBypass.load(ordering: .relaxed)
+        if bypass || file.dirty.load(ordering: .relaxed) {
+            let st = try? Sys.stat(fd: file.fd)
+            if bypass { noticeBypassedWrites(file, st) }
+            noteSaved(file, links: st.map { UInt64($0.st_nlink) })
         }
     }
 
@@ -608,13 +625,35 @@ public final class DriveFileSystem: Sendable {
         // Remember the version the page cache now holds, so the next open can keep it.
         let st = try? Sys.stat(fd: file.fd)
         if let st { file.inode.cachedVersion.withLock { $0 = FileVersion(st) } }
+        noticeBypassedWrites(file, st)
         noteSaved(file, links: st.map { UInt64($0.st_nlink) })
         Sys.close(file.fd)
     }
 
     public func fsync(_ file: OpenFile, dataOnly: Bool) throws(Errno) {
         _ = try Sys.check { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
-        noteSaved(file, links: (try? Sys.stat(fd: file.fd)).map { UInt64($0.st_nlink) })
+        let st = try? Sys.stat(fd: file.fd)
+        noticeBypassedWrites(file, st)
+        noteSaved(file, links: st.map { UInt64($0.st_nlink) })
+    }
+
+    /// The kernel will write `file`'s backing file without calling `write` (FUSE passthrough).
+    public func writesBypass(_ file: OpenFile) {
+        file.writesBypass.store(true, ordering: .relaxed)
+    }
+
+    /// For a file whose writes bypass the drive: a changed version (size, mtime or ctime, which
+    /// every write moves) since the last look means it was written, so its close is a save.
+    /// Filesystems with fine-grained change times (ext4, xfs, btrfs, tmpfs on Linux 6.13+)
+    /// give a write right after the open a new ctime, because the open looked at it.
+    private func noticeBypassedWrites(_ file: OpenFile, _ st: stat?) {
+        guard file.writable, file.writesBypass.load(ordering: .relaxed), let st else { return }
+        let now = FileVersion(st)
+        let changed = file.seenVersion.withLock { seen in
+            defer { seen = now }
+            return seen != now
+        }
+        if changed { file.dirty.store(true, ordering: .relaxed) }
     }
 
     public func fallocate(_ file: OpenFile, mode: Int32, offset: Int64, length: Int64) throws(Errno) {

@@ -12,12 +12,17 @@ public struct MountRecord: Codable, Sendable, Equatable {
     public var mountpoint: String
     public var started: Double
     public var options: String
+    /// How open files are read and written: "passthrough" (the kernel uses the backing files
+    /// itself) or "daemon" (every read and write goes through the drive). Nil in records
+    /// written before it existed.
+    public var fileIO: String?
 
-    public init(pid: Int32, mountpoint: String, started: Double, options: String) {
+    public init(pid: Int32, mountpoint: String, started: Double, options: String, fileIO: String? = nil) {
         self.pid = pid
         self.mountpoint = mountpoint
         self.started = started
         self.options = options
+        self.fileIO = fileIO
     }
 }
 

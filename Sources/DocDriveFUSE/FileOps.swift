@@ -1,4 +1,5 @@
 // FileOps: FUSE callbacks for open files (open/create, read/write, flush/release, fsync, fallocate, lseek, copy_file_range).
+import CDocDriveSys
 import CFuse
 import DocDriveCore
 import SystemPackage
@@ -20,7 +21,16 @@ func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fu
     do throws(Errno) {
         let f = try fs.open(ino, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
-        if fuse_reply_open(req, fi) != 0 {
+        let ctx = context(req)
+        let backingID = ctx.passthrough.opened(f)
+        if backingID > 0 {
+            fs.writesBypass(f)
+            dd_fuse_mark_reply(Int32(DD_REPLY_OPEN_PASSTHROUGH.rawValue), backingID)
+        }
+        let rc = fuse_reply_open(req, fi)
+        dd_fuse_mark_reply(Int32(DD_REPLY_PLAIN.rawValue), 0)
+        if rc != 0 {
+            ctx.passthrough.released(f)
             fs.release(f)
             Unmanaged.passUnretained(f).release()
         }
@@ -36,7 +46,16 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
         let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
         var p = entryParam(e, fs)
-        if fuse_reply_create(req, &p, fi) != 0 {
+        let ctx = context(req)
+        let backingID = ctx.passthrough.opened(f)
+        if backingID > 0 {
+            fs.writesBypass(f)
+            dd_fuse_mark_reply(Int32(DD_REPLY_CREATE_PASSTHROUGH.rawValue), backingID)
+        }
+        let rc = fuse_reply_create(req, &p, fi)
+        dd_fuse_mark_reply(Int32(DD_REPLY_PLAIN.rawValue), 0)
+        if rc != 0 {
+            ctx.passthrough.released(f)
             fs.forget(e.inode.nodeID, 1)
             fs.release(f)
             Unmanaged.passUnretained(f).release()
@@ -79,6 +98,7 @@ func opFlush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<f
 func opRelease(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
     let fs = context(req).fs
     if let f = openFile(fi) {
+        context(req).passthrough.released(f)
         // flock_release: the file held a flock; release() drops the open file's locks anyway
         // (and closing its backing descriptor drops the flock itself).
         fs.release(f)

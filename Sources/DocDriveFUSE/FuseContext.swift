@@ -8,12 +8,15 @@ import Synchronization
 public final class FuseContext: Sendable {
     let fs: DriveFileSystem
     let logger: Logger
-    let onReady: @Sendable () -> Void
+    /// Called once INIT is answered; the argument says whether file I/O is passed through.
+    let onReady: @Sendable (Bool) -> Void
+    let passthrough: Passthrough
 
-    init(fs: DriveFileSystem, logger: Logger, onReady: @escaping @Sendable () -> Void) {
+    init(fs: DriveFileSystem, logger: Logger, passthrough: Bool, onReady: @escaping @Sendable (Bool) -> Void) {
         self.fs = fs
         self.logger = logger
         self.onReady = onReady
+        self.passthrough = Passthrough(wanted: passthrough, logger: logger)
     }
 }
 

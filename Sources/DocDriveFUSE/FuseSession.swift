@@ -1,4 +1,5 @@
 // FuseSession: mounts the drive with libfuse, runs the multi-threaded loop, and unmounts on signal.
+import CDocDriveSys
 import CFuse
 import DocDriveCore
 import Foundation
@@ -19,13 +20,18 @@ public final class FuseSession: Sendable {
 
     /// - Parameters:
     ///   - options: comma-separated mount options, already checked by the caller.
-    ///   - onReady: called once the kernel has completed INIT (requests are being served).
+    ///   - onReady: called once the kernel has completed INIT (requests are being served), with
+    ///     whether file I/O is passed through.
+    ///   - passthrough: let the kernel read and write open files' backing files itself when it
+    ///     can (Linux 6.9+, a daemon running as root); otherwise file I/O goes through the drive.
     public init(fs: DriveFileSystem, mountpoint: String, options: String, logger: Logger,
-                onReady: @escaping @Sendable () -> Void) {
+                passthrough: Bool = true, onReady: @escaping @Sendable (Bool) -> Void) {
         self.mountpoint = mountpoint
         self.mountOptions = options
         self.logger = logger
-        self.context = FuseContext(fs: fs, logger: logger, onReady: onReady)
+        self.context = FuseContext(fs: fs, logger: logger,
+                                   passthrough: passthrough && geteuid() == 0 && !fs.options.writebackCache,
+                                   onReady: onReady)
     }
 
     /// Mounts, serves requests until unmounted, then returns. Throws a sentence if mounting fails.
@@ -50,6 +56,16 @@ public final class FuseSession: Sendable {
         if fuse_session_mount(se, mountpoint) != 0 {
             throw DriveError(.mount, "Cannot mount on \(mountpoint): the kernel refused (is /dev/fuse available and fuse3 installed? the daemon log has libfuse's reason).")
         }
+        if context.passthrough.wanted {
+            // Requests and replies pass through our I/O functions, which add passthrough to the
+            // replies libfuse 3.14 cannot express (see docdrive_passthrough.h).
+            var io = fuse_custom_io(writev: dd_fuse_io_writev, read: dd_fuse_io_read,
+                                    splice_receive: nil, splice_send: dd_fuse_io_splice_send)
+            if fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0 {
+                logger.warning("libfuse refused the custom I/O; file I/O goes through the drive")
+            }
+        }
+        context.passthrough.setDevice(fuse_session_fd(se))
         session.withLock { $0 = SessionPointer(se) }
         // Commands of the control socket change folders behind the kernel's back: they drop
         // its cached entries so the change shows at once.

@@ -32,8 +32,9 @@ func opInit(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<f
     if conn.pointee.want & lockCaps != lockCaps {
         ctx.logger.warning("the kernel does not pass locks on (capable \(conn.pointee.capable & lockCaps), want \(conn.pointee.want & lockCaps)): they stay local to this machine's kernel")
     }
-    ctx.logger.info("kernel connection ready: protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), max_write \(conn.pointee.max_write), locks \(conn.pointee.want & lockCaps == lockCaps ? "served by the drive" : "kernel-local")")
-    ctx.onReady()
+    ctx.passthrough.negotiate()
+    ctx.logger.info("kernel connection ready: protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), max_write \(conn.pointee.max_write), locks \(conn.pointee.want & lockCaps == lockCaps ? "served by the drive" : "kernel-local"), file I/O \(ctx.passthrough.isEnabled ? "passed through to the backing files" : "through the drive")")
+    ctx.onReady(ctx.passthrough.isEnabled)
 }
 
 func makeOperations() -> fuse_lowlevel_ops {

@@ -17,6 +17,8 @@ struct Daemon {
     let readyFD: Int32?
     /// Seconds the daemon keeps uploading after the unmount before it exits.
     let uploadGrace: Double
+    /// Let the kernel read and write open files' backing files itself where it can.
+    let passthrough: Bool
 
     /// Tells the waiting `docdrive mount` how it went (once), through the ready pipe.
     static func tell(_ fd: Int32?, _ message: String) {
@@ -63,7 +65,10 @@ struct Daemon {
         control.start()
         let ready = Mutex<Int32?>(readyFD)
         let record = MountRecord(pid: getpid(), mountpoint: mountpoint, started: Date().timeIntervalSince1970, options: options)
-        let session = FuseSession(fs: fs, mountpoint: mountpoint, options: options, logger: logger) { [home] in
+        let session = FuseSession(fs: fs, mountpoint: mountpoint, options: options, logger: logger,
+                                  passthrough: passthrough) { [home] passedThrough in
+            var record = record
+            record.fileIO = passedThrough ? "passthrough" : "daemon"
             try? home.writeMountRecord(record)
             ready.withLock { fd in
                 Daemon.tell(fd, "ready")

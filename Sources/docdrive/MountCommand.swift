@@ -28,6 +28,9 @@ struct Mount: ParsableCommand {
     @Option(help: ArgumentHelp("Seconds to keep uploading after an unmount before the daemon exits (the rest waits for the next mount).", valueName: "seconds"))
     var uploadGrace: Double = 30
 
+    @Flag(help: "Send file reads and writes through the daemon, even where the kernel could pass them straight to the backing files (FUSE passthrough: Linux 6.9+, daemon run as root).")
+    var noPassthrough = false
+
     @Option(help: .hidden) var readyFD: Int32?
 
     static let allowedOptions: Set<String> = [
@@ -60,7 +63,8 @@ struct Mount: ParsableCommand {
             Self.clearDeadMount(of: home)
             let mp = try Self.prepareMountpoint(mountpoint)
             if foreground || readyFD != nil {
-                try Daemon(home: home, config: config, mountpoint: mp, options: opts, readyFD: readyFD, uploadGrace: uploadGrace).run()
+                try Daemon(home: home, config: config, mountpoint: mp, options: opts, readyFD: readyFD, uploadGrace: uploadGrace,
+                           passthrough: !noPassthrough).run()
             } else {
                 try startDaemon(home: home, mountpoint: mp, options: opts)
             }
@@ -117,6 +121,7 @@ struct Mount: ParsableCommand {
         _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         let args = [exe, "mount", mp, "--home", home.path, "-o", opts, "--upload-grace", String(uploadGrace), "--ready-fd", "3"]
+            + (noPassthrough ? ["--no-passthrough"] : [])
         var cargs: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
         defer { cargs.forEach { free($0) } }
         var pid: pid_t = 0

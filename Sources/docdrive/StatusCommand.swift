@@ -109,7 +109,8 @@ struct Status: ParsableCommand {
         ]
         if let e = s.indexWriteError { out["indexWriteError"] = e }
         out["references"] = s.references
-        if let r = s.record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started] }
+        if let r = s.record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started,
+                                              "fileIO": r.fileIO ?? "unknown"] }
         return out
     }
 
@@ -118,7 +119,7 @@ struct Status: ParsableCommand {
         func line(_ l: String) { out += l + "\n" }
         line("Drive:   \(home.path)")
         if let r = s.record {
-            line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options))")
+            line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options)\(r.fileIO == "passthrough" ? ", file I/O passed through" : ""))")
         } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
             line("Mounted: dead mount at \(dead.mountpoint) (daemon pid \(dead.pid) is gone; `docdrive mount` or `docdrive unmount` clears it)")
         } else {

@@ -73,4 +73,5 @@ int dd_spawn_daemon(const char *path, char *const argv[], int ready_fd_child, in
 /* Lowers the calling thread's CPU and I/O priority (background uploads yield to the user's work). */
 void dd_background_thread(void);
 
+#include "docdrive_passthrough.h"
 #endif

@@ -1,0 +1,103 @@
+// FUSE passthrough on libfuse 3.14: see docdrive_passthrough.h.
+// The kernel's protocol structures are stable ABI; their offsets are written out here because
+// the installed <linux/fuse.h> may predate passthrough (protocol 7.40).
+#define _GNU_SOURCE
+#include "docdrive_passthrough.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+
+#define FUSE_INIT_OPCODE 26
+#define IN_HEADER_SIZE 40           /* struct fuse_in_header */
+#define OUT_HEADER_SIZE 16          /* struct fuse_out_header: len, error, unique */
+#define INIT_EXT (1u << 30)         /* FUSE_INIT_EXT: flags2 is valid */
+#define PASSTHROUGH_FLAG2 (1u << 5) /* FUSE_PASSTHROUGH is bit 37, that is bit 5 of flags2 */
+#define FOPEN_PASSTHROUGH (1u << 7)
+/* The open flags the kernel accepts with passthrough (FOPEN_PASSTHROUGH_MASK): direct_io,
+   parallel_direct_writes, noflush. Any other, such as keep_cache, makes the open fail (EIO). */
+#define FOPEN_PASSTHROUGH_MASK ((1u << 0) | (1u << 6) | (1u << 5) | FOPEN_PASSTHROUGH)
+#define OPEN_OUT_SIZE 16            /* struct fuse_open_out: fh, open_flags, backing_id */
+#define ENTRY_OUT_SIZE 128          /* struct fuse_entry_out (protocol 7.9+) */
+/* The fuse mount's own stack depth: its backing files may live on a plain filesystem
+   (depth 0), and an overlay may still be stacked on the mount. */
+#define MAX_STACK_DEPTH 1
+
+struct dd_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
+#define DD_IOC_BACKING_OPEN _IOW(229, 1, struct dd_backing_map)
+#define DD_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+static atomic_int offered = 0;
+static __thread int pending_mark = DD_REPLY_PLAIN;
+static __thread int32_t pending_id = 0;
+
+static uint32_t get32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static void put32(char *p, uint32_t v) { memcpy(p, &v, 4); }
+
+ssize_t dd_fuse_io_read(int fd, void *buf, size_t len, void *userdata) {
+    (void)userdata;
+    ssize_t n = read(fd, buf, len);
+    const char *p = buf;
+    /* fuse_init_in after the header: major, minor, max_readahead, flags, flags2. */
+    if (n >= IN_HEADER_SIZE + 20 && get32(p + 4) == FUSE_INIT_OPCODE) {
+        uint32_t flags = get32(p + IN_HEADER_SIZE + 12), flags2 = get32(p + IN_HEADER_SIZE + 16);
+        atomic_store(&offered, (flags & INIT_EXT) && (flags2 & PASSTHROUGH_FLAG2));
+    }
+    return n;
+}
+
+static void patch_open_out(char *o, int32_t id) {
+    put32(o + 8, (get32(o + 8) | FOPEN_PASSTHROUGH) & FOPEN_PASSTHROUGH_MASK);
+    memcpy(o + 12, &id, 4);
+}
+
+ssize_t dd_fuse_io_writev(int fd, struct iovec *iov, int count, void *userdata) {
+    (void)userdata;
+    int mark = pending_mark;
+    if (mark != DD_REPLY_PLAIN) {
+        pending_mark = DD_REPLY_PLAIN;
+        int32_t error;
+        if (count >= 2 && iov[0].iov_len == OUT_HEADER_SIZE
+            && (memcpy(&error, (char *)iov[0].iov_base + 4, 4), error == 0)) {
+            char *a = iov[1].iov_base;
+            size_t l = iov[1].iov_len;
+            if (mark == DD_REPLY_INIT_PASSTHROUGH && l >= 40) {
+                /* fuse_init_out: flags at 12, flags2 at 32, max_stack_depth at 36. */
+                put32(a + 12, get32(a + 12) | INIT_EXT);
+                put32(a + 32, get32(a + 32) | PASSTHROUGH_FLAG2);
+                put32(a + 36, MAX_STACK_DEPTH);
+            } else if (mark == DD_REPLY_OPEN_PASSTHROUGH && l == OPEN_OUT_SIZE) {
+                patch_open_out(a, pending_id);
+            } else if (mark == DD_REPLY_CREATE_PASSTHROUGH && l == ENTRY_OUT_SIZE + OPEN_OUT_SIZE) {
+                patch_open_out(a + ENTRY_OUT_SIZE, pending_id);
+            }
+        }
+    }
+    return writev(fd, iov, count);
+}
+
+ssize_t dd_fuse_io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                               unsigned int flags, void *userdata) {
+    (void)userdata;
+    return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+void dd_fuse_mark_reply(int mark, int32_t backing_id) {
+    pending_mark = mark;
+    pending_id = backing_id;
+}
+
+int dd_fuse_kernel_offers_passthrough(void) { return atomic_load(&offered); }
+
+int32_t dd_fuse_backing_open(int devfd, int fd) {
+    struct dd_backing_map map = { .fd = fd, .flags = 0, .padding = 0 };
+    int r = ioctl(devfd, DD_IOC_BACKING_OPEN, &map);
+    return r < 0 ? -errno : r;
+}
+
+int dd_fuse_backing_close(int devfd, int32_t backing_id) {
+    uint32_t id = (uint32_t)backing_id;
+    return ioctl(devfd, DD_IOC_BACKING_CLOSE, &id) < 0 ? -errno : 0;
+}

@@ -417,9 +417,21 @@ wl_small() {
 }
 
 # ----------------------------------------------------------------------------- rounds
+# The order of the targets turns by one each round (native mergerfs docdrive, then mergerfs
+# docdrive native, ...): every target follows each other one equally often. The disk keeps a
+# memory of the last target's work (ext4 skips recently deleted inodes when it allocates, the
+# write-back of its files goes on), and a fixed order would hand the same neighbour's to the
+# same target every round.
+order_of_round() {  # round -> the targets in the order of that round
+    local -a t=($TARGETS)
+    local n=${#t[@]} k i out=""
+    k=$(( ($1 - 1) % n ))
+    for i in $(seq 0 $((n - 1))); do out+="${t[$(( (k + i) % n ))]} "; done
+    echo "$out"
+}
 for r in $(seq "$ROUNDS"); do
     for wl in seq rand meta tree small; do
-        for t in $TARGETS; do
+        for t in $(order_of_round "$r"); do
             settle
             "wl_$wl" "$t" "$r"
         done
@@ -491,7 +503,7 @@ unmount_mergerfs
 RUNTIME=$(elapsed | xargs printf '%.0f')
 
 mkdir -p "$HERE/results"
-NOTES+=("Each round runs every workload on native, mergerfs, docdrive in that order. Before each workload on each target the caches are dropped ('sync; echo 3 > /proc/sys/vm/drop_caches'), so every workload starts cold (tar x reads its tarball from the page cache); 'echo 2' (dentries and inodes) is dropped again before stat, readdir and du.")
+NOTES+=("Each round runs every workload on every target, interleaved; the order turns by one each round (native mergerfs docdrive, then mergerfs docdrive native, then docdrive native mergerfs), so that no target always follows the same neighbour on the shared disk. Before each workload on each target the caches are dropped ('sync; echo 3 > /proc/sys/vm/drop_caches'), so every workload starts cold (tar x reads its tarball from the page cache); 'echo 2' (dentries and inodes) is dropped again before stat, readdir and du.")
 NOTES+=("fio: psync engine, queue depth 1, one job, --fallocate=none --invalidate=0; cold random reads touch each block at most once (capped at ${COLD_RT} s), warm random reads run ${WARM_RT} s after a sequential pass over the file, in a new fio process (a new open).")
 NOTES+=("The memory rows: peak is VmHWM, the highest over the daemons of the run (DocDrive and mergerfs are restarted before the listing); the listing row is VmRSS of the fresh daemon after a readdir+lstat walk of the tree.")
 NOTES+=("The upload check looks for files named like the written ones anywhere under the folder remote ($DD_REMOTE), with the right size.")

@@ -622,6 +622,12 @@ public final class DriveFileSystem: Sendable {
 
     public func release(_ file: OpenFile) {
         releaseLocks(file)
+        // A file read through passthrough left nothing to note: no save, and the FUSE page
+        // cache was never used.
+        if file.writesBypass.load(ordering: .relaxed), !file.writable, !file.dirty.load(ordering: .relaxed) {
+            Sys.close(file.fd)
+            return
+        }
         // Remember the version the page cache now holds, so the next open can keep it.
         let st = try? Sys.stat(fd: file.fd)
         if let st { file.inode.cachedVersion.withLock { $0 = FileVersion(st) } }
@@ -635,6 +641,20 @@ public final class DriveFileSystem: Sendable {
         let st = try? Sys.stat(fd: file.fd)
         noticeBypassedWrites(file, st)
         noteSaved(file, links: st.map { UInt64($0.st_nlink) })
+    }
+
+    /// Runs `body` with an O_PATH descriptor of the file `file` reads and writes, one that is
+    /// not `file`'s own open file description (the kernel may keep it after `file` is closed):
+    /// the node's own path descriptor, or a new one for a reference's target. Nil if there is none.
+    public func withContentPath<T>(_ file: OpenFile, _ body: (Int32) -> T) -> T? {
+        if file.inode.reference == nil, let fd = try? file.inode.acquire() {
+            defer { file.inode.release() }
+            return body(fd)
+        }
+        let fd = dd_reopen(file.fd, Sys.O_PATH | Sys.O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Sys.close(fd) }
+        return body(fd)
     }
 
     /// The kernel will write `file`'s backing file without calling `write` (FUSE passthrough).

@@ -22,7 +22,7 @@ func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fu
         let f = try fs.open(ino, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
         let ctx = context(req)
-        let backingID = ctx.passthrough.opened(f)
+        let backingID = ctx.passthrough.opened(f, in: fs)
         if backingID > 0 {
             fs.writesBypass(f)
             dd_fuse_mark_reply(Int32(DD_REPLY_OPEN_PASSTHROUGH.rawValue), backingID)
@@ -47,7 +47,7 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
         fillOpen(fi!, f)
         var p = entryParam(e, fs)
         let ctx = context(req)
-        let backingID = ctx.passthrough.opened(f)
+        let backingID = ctx.passthrough.opened(f, in: fs)
         if backingID > 0 {
             fs.writesBypass(f)
             dd_fuse_mark_reply(Int32(DD_REPLY_CREATE_PASSTHROUGH.rawValue), backingID)

@@ -55,7 +55,7 @@ final class Passthrough: Sendable {
 
     /// Counts a newly opened file of `node` and returns the backing id its open reply must carry
     /// (0: open it the ordinary way).
-    func opened(_ file: OpenFile) -> Int32 {
+    func opened(_ file: OpenFile, in fs: DriveFileSystem) -> Int32 {
         guard isEnabled else { return 0 }
         let node = file.inode.nodeID
         let id: Int32 = nodes.withLock { table in
@@ -64,7 +64,7 @@ final class Passthrough: Sendable {
                 table[node] = n
                 return n.backingID
             }
-            let r = register(file.fd)
+            let r = register(file, fs)
             table[node] = NodeFiles(backingID: max(r, 0), openCount: 1)
             if r < 0, !refusalLogged.exchange(true, ordering: .relaxed) {
                 logger.notice("the kernel refused a passthrough file (\(String(cString: strerror(-r)))); such files are read and written through the drive")
@@ -74,16 +74,14 @@ final class Passthrough: Sendable {
         return id
     }
 
-    /// Registers a backing file for `fd`'s file: a backing id, or -errno.
+    /// Registers a backing file for `file`'s content: a backing id, or -errno.
     ///
     /// The kernel keeps the registered open file description until the id is closed, so it is
-    /// a new one (an O_PATH descriptor of the same file), never the open file's own: a flock
-    /// on that would otherwise outlive the close that must drop it.
-    private func register(_ fd: Int32) -> Int32 {
-        let pathFD = dd_reopen(fd, dd_O_PATH | O_CLOEXEC)
-        guard pathFD >= 0 else { return -errno }
-        defer { close(pathFD) }
-        return dd_fuse_backing_open(deviceFD.load(ordering: .relaxed), pathFD)
+    /// an O_PATH descriptor of the same file, never the open file's own: a flock on that would
+    /// outlive the close that must drop it, and its write access would keep exec away (ETXTBSY).
+    private func register(_ file: OpenFile, _ fs: DriveFileSystem) -> Int32 {
+        let device = deviceFD.load(ordering: .relaxed)
+        return fs.withContentPath(file) { dd_fuse_backing_open(device, $0) } ?? -EBADF
     }
 
     /// The file counted by `opened` is released (or its open reply could not be sent).

@@ -116,7 +116,7 @@ extension DriveFileSystem {
                 let isDot = name[0] == 0x2E && (name[1] == 0 || (name[1] == 0x2E && name[2] == 0))
                 if plus && !isDot {
                     do throws(Errno) {
-                        di.entry = try lookupBacking(parent: d.inode, name: name)
+                        di.entry = try lookupBacking(parent: d.inode, name: name, type: type)
                     } catch {
                         // Gone since it was listed: skip it. Any other failure (EMFILE...)
                         // still lists the name, without attributes (node id 0 in the reply).

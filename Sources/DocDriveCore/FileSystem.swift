@@ -239,10 +239,33 @@ public final class DriveFileSystem: Sendable {
         return NodeEntry(inode: inode, attr: st)
     }
 
-    func lookupBacking(parent: Inode, name: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {
+    /// Looks `name` up in `parent`. A regular file with one link is only stat'ed: its node is
+    /// opened on first use (most looked-up files are only stat'ed or listed, and the kernel
+    /// forgets them again), which saves an open and a close per file. Folders, symlinks and
+    /// files with several links are opened at once, and so is everything when `eager` (a file
+    /// about to be opened). `type`: the entry's d_type when a listing gave it.
+    func lookupBacking(parent: Inode, name: UnsafePointer<CChar>, eager: Bool = false,
+                       type: UInt8 = UInt8(DT_UNKNOWN)) throws(Errno) -> NodeEntry {
         if ReservedNames.isReserved(name) { throw .noSuchFileOrDirectory }
         let pfd = try parent.acquire()
         defer { parent.release() }
+        if !eager, type == UInt8(DT_REG) || type == UInt8(DT_UNKNOWN) {
+            var st = stat()
+            if fstatat(pfd, name, &st, Sys.AT_SYMLINK_NOFOLLOW) == 0 {
+                if st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1 {
+                    let lazy = Inode.LazyName(parent: parent, name: Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1)))
+                    let inode = table.insertOrFind(fd: -1, st: st, root: parent.root!, view: parent.view,
+                                                   isTopLevel: false, lazy: lazy)
+                    return NodeEntry(inode: inode, attr: st)
+                }
+            } else {
+                let error = Sys.lastErrno
+                if error == .noSuchFileOrDirectory, Self.isContainer(parent.root) {
+                    return try lookupReference(parent: parent, pfd: pfd, name: name)
+                }
+                throw error
+            }
+        }
         let fd: Int32
         do {
             fd = try Sys.openPath(pfd, name)
@@ -267,6 +290,7 @@ public final class DriveFileSystem: Sendable {
         let n = try node(id)
         guard n.kind == .backing else { return virtualAttr(n) }
         if n.reference != nil { return try referenceAttr(n) }
+        if let st = n.statUnopened() { return st }
         let nfd = try n.acquire()
         defer { n.release() }
         return try Sys.stat(fd: nfd)
@@ -349,7 +373,7 @@ public final class DriveFileSystem: Sendable {
             }
             throw error
         }
-        var e = try lookupBacking(parent: parent, name: name)
+        var e = try lookupBacking(parent: parent, name: name, eager: kind == .file)
         // chown cleared the setuid/setgid bits the caller asked for on its own new file (a
         // native create by the caller keeps them): put them back, on the node, never by name.
         let special = mode & (S_ISUID | S_ISGID)
@@ -444,7 +468,7 @@ public final class DriveFileSystem: Sendable {
             guard error == .fileExists, flags & O_EXCL == 0 else { throw error }
             let existing = try Sys.check { openat(pfd, name, f | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) }
             do throws(Errno) {
-                let e = try lookupBacking(parent: p, name: name)
+                let e = try lookupBacking(parent: p, name: name, eager: true)
                 let version = (try? Sys.stat(fd: existing)).map(FileVersion.init)
                 return (e, OpenFile(fd: existing, inode: e.inode, flags: flags, version: version, directIO: direct, keepCache: false))
             } catch {
@@ -531,6 +555,9 @@ public final class DriveFileSystem: Sendable {
             _ = try Sys.check { dd_renameat2(pfd, name, npfd, newName, flags) }
         }
         if let shadowed { _ = unlinkat(npfd, shadowed, 0) }
+        // Nodes not opened yet follow by name (an opened node's descriptor follows by itself).
+        table.seen(view: p.view, dev: UInt64(src.st_dev), ino: UInt64(src.st_ino), at: np, newName)
+        if exchange, let dst { table.seen(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino), at: p, name) }
         noteChanged(parent: p, name: name)
         noteChanged(parent: np, name: newName)
         let root = p.root!.key

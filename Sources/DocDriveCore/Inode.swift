@@ -52,6 +52,17 @@ public final class Inode: Sendable {
         /// File handle and an open folder on the same filesystem, set at eviction.
         var handle: [UInt8]? = nil
         var anchor: Int32 = -1
+        /// Not opened yet: where the node was last seen, to open it on first use.
+        var lazy: LazyName? = nil
+    }
+
+    /// A regular file looked up but not opened (most looked-up files are only stat'ed): its
+    /// folder's node and its name there. The first use opens it and checks that the name
+    /// still leads to the same file; if not, it answers ESTALE, which makes the kernel look
+    /// the path up again (LOOKUP_REVAL) and find whatever is there now.
+    struct LazyName: Sendable {
+        let parent: Inode
+        let name: [CChar]
     }
 
     public let nodeID: UInt64
@@ -80,11 +91,13 @@ public final class Inode: Sendable {
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
          fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,
-         budget: DescriptorBudget? = nil, reference: ReferenceLink? = nil) {
+         budget: DescriptorBudget? = nil, reference: ReferenceLink? = nil, lazy: LazyName? = nil) {
         self.reference = reference
         self.nodeID = nodeID
         self.kind = kind
-        self.slot = Mutex(Slot(fd: fd))
+        var slot = Slot(fd: fd)
+        slot.lazy = lazy
+        self.slot = Mutex(slot)
         self.dev = dev
         self.ino = ino
         self.fileType = fileType
@@ -101,35 +114,74 @@ public final class Inode: Sendable {
     /// Virtual nodes answer -1 and need no release (it is a no-op for them).
     func acquire() throws(Errno) -> Int32 {
         guard kind == .backing else { return -1 }
-        enum Next { case ready(Int32), reopen([UInt8], Int32), gone }
+        enum Next { case ready(Int32), reopen([UInt8], Int32), open(LazyName), gone }
         let next: Next = slot.withLock { s in
             if s.fd >= 0 {
                 s.users += 1
                 s.referenced = true
                 return .ready(s.fd)
             }
-            guard !s.dead, let h = s.handle else { return .gone }
+            guard !s.dead else { return .gone }
+            if let l = s.lazy { return .open(l) }
+            guard let h = s.handle else { return .gone }
             return .reopen(h, s.anchor)
         }
+        let fresh: Int32
         switch next {
         case .ready(let fd):
             return fd
         case .gone:
             throw .staleNFSFileHandle
         case .reopen(let handle, let anchor):
-            let fresh = try Sys.check {
+            fresh = try Sys.check {
                 handle.withUnsafeBufferPointer { dd_open_by_handle(anchor, $0.baseAddress, Int32($0.count), Sys.O_PATH | Sys.O_NOFOLLOW) }
             }
-            let (fd, spare): (Int32, Int32) = slot.withLock { s in
-                s.users += 1
-                s.referenced = true
-                if s.fd >= 0 { return (s.fd, fresh) }  // another thread reopened it first
-                s.fd = fresh
-                return (fresh, -1)
-            }
-            if spare >= 0 { Sys.close(spare) } else { budget?.opened() }
-            return fd
+        case .open(let l):
+            fresh = try openLazily(l)
         }
+        let (fd, spare): (Int32, Int32) = slot.withLock { s in
+            s.users += 1
+            s.referenced = true
+            s.lazy = nil
+            if s.fd >= 0 { return (s.fd, fresh) }  // another thread reopened it first
+            s.fd = fresh
+            return (fresh, -1)
+        }
+        if spare >= 0 { Sys.close(spare) } else { budget?.opened() }
+        return fd
+    }
+
+    /// Opens a lazy node at its name, if that is still this file (else ESTALE: see LazyName).
+    private func openLazily(_ l: LazyName) throws(Errno) -> Int32 {
+        let pfd = try l.parent.acquire()
+        defer { l.parent.release() }
+        let fd = l.name.withUnsafeBufferPointer { openat(pfd, $0.baseAddress!, Sys.O_PATH | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) }
+        guard fd >= 0 else {
+            let e = Sys.lastErrno
+            throw e == .noSuchFileOrDirectory || e == .notDirectory ? .staleNFSFileHandle : e
+        }
+        guard let st = try? Sys.stat(fd: fd), UInt64(st.st_dev) == dev, UInt64(st.st_ino) == ino else {
+            Sys.close(fd)
+            throw .staleNFSFileHandle
+        }
+        return fd
+    }
+
+    /// The attributes of a node not opened yet, stat'ed at its name without opening it; nil if
+    /// it is open (or the name no longer leads to it: the caller then opens it, which tells).
+    func statUnopened() -> stat? {
+        guard let l = slot.withLock({ $0.fd < 0 && !$0.dead ? $0.lazy : nil }),
+              let pfd = try? l.parent.acquire() else { return nil }
+        defer { l.parent.release() }
+        var st = stat()
+        let r = l.name.withUnsafeBufferPointer { fstatat(pfd, $0.baseAddress!, &st, Sys.AT_SYMLINK_NOFOLLOW) }
+        guard r == 0, UInt64(st.st_dev) == dev, UInt64(st.st_ino) == ino else { return nil }
+        return st
+    }
+
+    /// The node was just found at `lazy`: remember that place if it is still unopened.
+    func seen(at lazy: LazyName) {
+        slot.withLock { s in if s.lazy != nil { s.lazy = lazy } }
     }
 
     func release() {
@@ -165,6 +217,7 @@ public final class Inode: Sendable {
         let taken: Bool = slot.withLock { s in
             guard s.fd < 0, !s.dead else { return false }
             s.fd = fd
+            s.lazy = nil
             s.referenced = true
             return true
         }
@@ -394,8 +447,10 @@ final class InodeTable: Sendable {
 
     /// Returns the inode for a backing file, creating it if new, and counts one lookup.
     /// Takes ownership of `fd`: closes it when an inode for the same file already exists.
+    /// `fd`: the node's O_PATH descriptor, or -1 with `lazy` for a regular file to open on
+    /// first use (a node already known then only learns where it was seen).
     func insertOrFind(fd: Int32, st: stat, root: BackingRoot, view: View, isTopLevel: Bool,
-                      reference: ReferenceLink? = nil) -> Inode {
+                      reference: ReferenceLink? = nil, lazy: Inode.LazyName? = nil) -> Inode {
         let key = Key(view: view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino), isReference: reference != nil)
         let (inode, duplicate): (Inode, Bool) = state.withLock { s in
             if let id = s.byKey[key], var e = s.byID[id] {
@@ -407,14 +462,18 @@ final class InodeTable: Sendable {
             s.nextID += 1
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: key.dev, ino: key.ino,
                               fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel,
-                              budget: budget, reference: reference)
+                              budget: budget, reference: reference, lazy: fd < 0 ? lazy : nil)
             s.byID[id] = Entry(inode: inode, lookups: 1)
             s.byKey[key] = id
             return (inode, false)
         }
         if duplicate {
-            if !inode.adopt(fd) { Sys.close(fd) }
-        } else {
+            if fd < 0 {
+                if let lazy { inode.seen(at: lazy) }
+            } else if !inode.adopt(fd) {
+                Sys.close(fd)
+            }
+        } else if fd >= 0 {
             budget.opened()
             // Every filesystem met gets an anchor from its first folder, so that any of its
             // nodes can be closed and reopened by handle.
@@ -440,6 +499,13 @@ final class InodeTable: Sendable {
         // Nothing more could close (busy, deleted, no file handles): do not sweep on every
         // lookup from here on, only once the count has grown again.
         budget.postpone()
+    }
+
+    /// A file moved to `name` in `parent`: its node, if it was never opened, is to be opened there.
+    func seen(view: View, dev: UInt64, ino: UInt64, at parent: Inode, _ name: UnsafePointer<CChar>) {
+        let key = Key(view: view, dev: dev, ino: ino, isReference: false)
+        guard let inode = state.withLock({ s in s.byKey[key].flatMap { s.byID[$0]?.inode } }) else { return }
+        inode.seen(at: Inode.LazyName(parent: parent, name: Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1))))
     }
 
     /// Counts one more lookup of a node already known (readdirplus of a cached entry, link).

@@ -60,6 +60,9 @@ public final class OpenFile: Sendable {
     let dirty = Atomic<Bool>(false)
     /// Opened for writing (O_WRONLY or O_RDWR).
     let writable: Bool
+    /// Opened for reading too: only such a file can be mapped shared and writable, so only
+    /// its mapping can change it after its last close.
+    let readable: Bool
     /// The kernel writes this file's backing file itself (FUSE passthrough): its writes never
     /// reach `write`, so a save is noticed by the file's version changing (`noticeBypassedWrites`).
     let writesBypass = Atomic<Bool>(false)
@@ -74,6 +77,7 @@ public final class OpenFile: Sendable {
         self.directIO = directIO
         self.keepCache = keepCache
         self.writable = flags & O_ACCMODE != O_RDONLY
+        self.readable = flags & O_ACCMODE != O_WRONLY
         self.seenVersion = Mutex(version)
     }
 }
@@ -649,9 +653,11 @@ public final class DriveFileSystem: Sendable {
 
     public func release(_ file: OpenFile) {
         releaseLocks(file)
-        // A file read through passthrough left nothing to note: no save, and the FUSE page
-        // cache was never used.
-        if file.writesBypass.load(ordering: .relaxed), !file.writable, !file.dirty.load(ordering: .relaxed) {
+        // A passthrough file left nothing to note when it was only read, or only written (the
+        // last close's flush looked at its version, and without read access it cannot be
+        // mapped, so nothing can have written it since); the FUSE page cache was never used.
+        if file.writesBypass.load(ordering: .relaxed), !file.writable || !file.readable,
+           !file.dirty.load(ordering: .relaxed) {
             Sys.close(file.fd)
             return
         }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/fsuid.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -248,3 +249,17 @@ int dd_ofd_getlk(int fd, short *type, int64_t *start, int64_t *len, int32_t *pid
 }
 
 int dd_flock(int fd, int op) { return flock(fd, op); }
+
+/* Fills buf with random bytes from the kernel (getrandom); returns how many. */
+long dd_random(void *buf, size_t len) {
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = getrandom((char *)buf + done, len - done, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        done += (size_t)n;
+    }
+    return (long)done;
+}

@@ -1,5 +1,6 @@
 // FileSystem+Changes: what the file system tells the uploader: which store paths changed.
 import CDocDriveSys
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,8 +22,11 @@ extension DriveFileSystem {
     }
 
     /// Tells the uploader that `name` in `parent` changed (saved, removed, renamed from or to).
-    func noteChanged(parent: Inode, name: UnsafePointer<CChar>) {
-        guard let uploader, let root = parent.root, uploader.uploads(root.key), let dir = storePath(parent) else { return }
+    /// `removal`: `name` was removed, so the folder's path may come from `folderPaths`.
+    func noteChanged(parent: Inode, name: UnsafePointer<CChar>, removal: Bool = false) {
+        guard let uploader, let root = parent.root, uploader.uploads(root.key) else { return }
+        let folder = removal ? folderPaths.path(of: parent.nodeID) { storePath(parent) } : storePath(parent)
+        guard let dir = folder else { return }
         let n = String(cString: name)
         uploader.noteChanged(root: root.key, path: dir.isEmpty ? n : dir + "/" + n)
     }
@@ -46,5 +50,49 @@ extension DriveFileSystem {
         }
         guard let uploader, let root = n.root, uploader.uploads(root.key), let path = storePath(n), !path.isEmpty else { return nil }
         return uploader.status(root: root.key, path: path)
+    }
+}
+
+/// Store paths of folders that files were just removed from. `rm -rf` removes thousands of
+/// files per folder, and the note of each removal needs its folder's path (a readlink of
+/// /proc/self/fd). A path is reused for up to 2 s unless a rename or a folder removal went
+/// through the mount in between. A folder renamed behind the mount's back in that time is
+/// harmless for a removal: its note only makes the uploader compare that path with the
+/// remote, and nothing is at the old path any more. Saves never use these paths.
+final class FolderPathCache: Sendable {
+    private struct Entry {
+        var path: String
+        var generation: UInt64
+        var time: Int64
+    }
+    /// By node id. Lock: leaf.
+    private let entries = Mutex<[UInt64: Entry]>([:])
+    private let generation = Atomic<UInt64>(0)
+    private static let lifetimeNanoseconds: Int64 = 2_000_000_000
+    private static let maxEntries = 256
+
+    /// A rename or a folder removal went through the mount: every kept path may be wrong.
+    func invalidate() {
+        generation.add(1, ordering: .relaxed)
+    }
+
+    func path(of node: UInt64, compute: () -> String?) -> String? {
+        let now = Self.monotonicNanoseconds()
+        let gen = generation.load(ordering: .relaxed)
+        if let e = entries.withLock({ $0[node] }), e.generation == gen, now - e.time < Self.lifetimeNanoseconds {
+            return e.path
+        }
+        guard let path = compute() else { return nil }
+        entries.withLock { m in
+            if m.count >= Self.maxEntries { m.removeAll(keepingCapacity: true) }
+            m[node] = Entry(path: path, generation: gen, time: now)
+        }
+        return path
+    }
+
+    private static func monotonicNanoseconds() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
     }
 }

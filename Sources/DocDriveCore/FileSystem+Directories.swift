@@ -22,6 +22,8 @@ public final class DirectoryStream: Sendable {
         var offset: Int64 = 0
         /// An entry read but not yet handed out (the reply buffer was full).
         var pending: Pending?
+        /// Read from at least once (a fresh stream needs no rewind for offset 0).
+        var started = false
     }
 
     public let inode: Inode
@@ -55,12 +57,9 @@ extension DriveFileSystem {
         case .backing:
             let nfd = try n.acquire()
             defer { n.release() }
-            let fd = try Sys.check { dd_reopen(nfd, O_RDONLY | Sys.O_DIRECTORY) }
-            guard let dir = fdopendir(fd) else {
-                let e = Sys.lastErrno
-                Sys.close(fd)
-                throw e
-            }
+            // opendir of the descriptor's /proc link opens and checks it in two system calls;
+            // a reopen and fdopendir take four.
+            guard let dir = Glibc.opendir("/proc/self/fd/\(nfd)") else { throw Sys.lastErrno }
             return DirectoryStream(inode: n, dir: dir, virtualEntries: nil)
         case .root:
             let l = namespace.current()
@@ -105,11 +104,12 @@ extension DriveFileSystem {
         let isContainer = Self.isContainer(d.inode.root)
         try d.state.withLock { (s: inout DirectoryStream.State) throws(Errno) in
             guard let dir = s.dir else { throw .badFileDescriptor }
-            if offset != s.offset || (offset == 0 && s.pending == nil) {
+            if offset != s.offset || (offset == 0 && s.pending == nil && s.started) {
                 if offset == 0 { rewinddir(dir) } else { seekdir(dir, Int(offset)) }
                 s.offset = offset
                 s.pending = nil
             }
+            s.started = true
             // One entry: looked up for readdirplus, handed to `emit`; false if it did not fit.
             func hand(_ name: UnsafePointer<CChar>, _ ino: UInt64, _ type: UInt8, _ next: Int64) -> Bool {
                 var di = DirectoryItem(entry: nil, ino: ino, mode: mode_t(type) << 12)

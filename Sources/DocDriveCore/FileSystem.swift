@@ -121,6 +121,8 @@ public final class DriveFileSystem: Sendable {
     let grantSet = Mutex<Set<String>>([])
     /// The adapter's way to drop a cached kernel entry (set once the session exists). Lock: leaf.
     let invalidator = Mutex<(@Sendable (UInt64, String) -> Void)?>(nil)
+    /// Folder paths for the notes of removals (see FolderPathCache).
+    let folderPaths = FolderPathCache()
     /// The advisory locks processes hold through the mount (see FileSystem+Locks).
     public let locks = LockTable()
 
@@ -510,7 +512,7 @@ public final class DriveFileSystem: Sendable {
             return
         }
         _ = try Sys.check { unlinkat(pfd, name, 0) }
-        noteChanged(parent: p, name: name)
+        noteChanged(parent: p, name: name, removal: true)
         if st.st_nlink <= 1 {
             index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
         }
@@ -522,7 +524,8 @@ public final class DriveFileSystem: Sendable {
         defer { p.release() }
         let st = try Sys.stat(pfd, name)
         _ = try Sys.check { unlinkat(pfd, name, Sys.AT_REMOVEDIR) }
-        noteChanged(parent: p, name: name)
+        folderPaths.invalidate()
+        noteChanged(parent: p, name: name, removal: true)
         index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
     }
 
@@ -559,6 +562,7 @@ public final class DriveFileSystem: Sendable {
             _ = try Sys.check { dd_renameat2(pfd, name, npfd, newName, flags) }
         }
         if let shadowed { _ = unlinkat(npfd, shadowed, 0) }
+        folderPaths.invalidate()
         // Nodes not opened yet follow by name (an opened node's descriptor follows by itself).
         table.seen(view: p.view, dev: UInt64(src.st_dev), ino: UInt64(src.st_ino), at: np, newName)
         if exchange, let dst { table.seen(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino), at: p, name) }

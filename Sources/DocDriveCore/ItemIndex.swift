@@ -1,4 +1,5 @@
 // ItemIndex: the drive's SQLite index (GRDB): stable item ids, written in batches off the hot path.
+import CDocDriveSys
 import Foundation
 import GRDB
 import Synchronization
@@ -163,7 +164,25 @@ public final class ItemIndex: Sendable {
         }
     }
 
-    static func newID() -> String { UUID().uuidString.lowercased() }
+    /// A new item id: a random (version 4) UUID in lower case. Foundation's UUID() opens and
+    /// reads /dev/urandom for each one; ids are taken from a buffer filled by getrandom instead.
+    static func newID() -> String {
+        var b = idRandomness.withLock { $0.next16() }
+        b[6] = (b[6] & 0x0F) | 0x40
+        b[8] = (b[8] & 0x3F) | 0x80
+        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(36)
+        for (i, byte) in b.enumerated() {
+            if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
+            out.append(hex[Int(byte >> 4)])
+            out.append(hex[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Random bytes for item ids. Lock: leaf.
+    private static let idRandomness = Mutex(RandomBuffer())
 
     // MARK: reading
 
@@ -211,5 +230,29 @@ public final class ItemIndex: Sendable {
         } catch {
             throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
         }
+    }
+}
+
+/// Random bytes drawn from the system generator 4 KiB at a time.
+struct RandomBuffer: ~Copyable {
+    private var bytes = [UInt8](repeating: 0, count: 4096)
+    private var used = 4096
+
+    mutating func next16() -> [UInt8] {
+        if used + 16 > bytes.count {
+            let filled = bytes.withUnsafeMutableBytes { dd_random($0.baseAddress, $0.count) }
+            if filled != bytes.count {
+                // getrandom cannot fail for 4 KiB once the pool is ready; never hand out zeros.
+                var g = SystemRandomNumberGenerator()
+                bytes.withUnsafeMutableBytes { raw in
+                    for i in stride(from: 0, to: raw.count, by: 8) {
+                        raw.storeBytes(of: g.next(), toByteOffset: i, as: UInt64.self)
+                    }
+                }
+            }
+            used = 0
+        }
+        defer { used += 16 }
+        return Array(bytes[used..<(used + 16)])
     }
 }

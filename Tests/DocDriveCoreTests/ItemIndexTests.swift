@@ -32,6 +32,19 @@ final class ItemIndexTests: XCTestCase {
         XCTAssertEqual(rec.parentIno, 7)
     }
 
+    func testIdsAreDistinctVersion4UUIDs() throws {
+        let index = try ItemIndex(path: dir + "/ids.sqlite")
+        defer { index.stop() }
+        var seen = Set<String>()
+        let pattern = try NSRegularExpression(pattern: "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+        for ino in 1...600 {  // more than one 4 KiB buffer of randomness
+            let id = try index.itemID(root: "store:w", ino: Int64(ino), parentIno: 2, name: "f\(ino)", kind: .file)
+            XCTAssertEqual(pattern.numberOfMatches(in: id, range: NSRange(id.startIndex..., in: id)), 1, id)
+            seen.insert(id)
+        }
+        XCTAssertEqual(seen.count, 600)
+    }
+
     func testUnknownItemGetsIdOnceAndKeepsIt() throws {
         let index = try ItemIndex(path: dir + "/i.sqlite")
         let a = try index.itemID(root: "app:x:Documents", ino: 5, parentIno: 1, name: "n", kind: .file)

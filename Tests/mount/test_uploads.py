@@ -318,6 +318,28 @@ def test_renames_and_deletes_are_carried_over(new_drive):
 
 
 @pytest.mark.timeout(60)
+def test_deletes_right_after_a_folder_rename_reach_the_right_remote_path(new_drive):
+    """A removal's note reuses its folder's path for a moment (rm -rf removes thousands of
+    files per folder). Removals just before and after a folder rename, and a new folder under
+    the old name, must leave the remote exactly like the local copy."""
+    u = up_drive(new_drive, writeback=0.2)
+    for i in range(6):
+        write(u.dir / "f1" / f"n{i}.txt", f"{i}".encode())
+    u.sync(30, check=0)
+    os.unlink(u.dir / "f1" / "n0.txt")            # the path of f1 is now known
+    os.rename(u.dir / "f1", u.dir / "f2")
+    os.unlink(u.dir / "f2" / "n1.txt")            # must be noted as f2/n1.txt
+    os.mkdir(u.dir / "f1")                         # a new folder under the old name
+    write(u.dir / "f1" / "n1.txt", b"new file, old name")
+    os.unlink(u.dir / "f2" / "n2.txt")
+    u.sync(30, check=0)
+    remote = tree(u.remote)
+    assert remote == {"f1/n1.txt": b"new file, old name", "f2/n3.txt": b"3", "f2/n4.txt": b"4", "f2/n5.txt": b"5"}, \
+        f"remote after deletes around a folder rename: {sorted(remote)}"
+    assert_remote_matches(u, "after the deletes")
+
+
+@pytest.mark.timeout(60)
 def test_rename_and_delete_before_the_upload(new_drive):
     u = up_drive(new_drive, writeback=1.0)
     write(u.dir / "draft.txt", b"draft")

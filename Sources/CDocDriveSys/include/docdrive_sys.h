@@ -73,5 +73,7 @@ int dd_spawn_daemon(const char *path, char *const argv[], int ready_fd_child, in
 /* Lowers the calling thread's CPU and I/O priority (background uploads yield to the user's work). */
 void dd_background_thread(void);
 
+/* Fills buf with random bytes from the kernel (getrandom); returns how many. */
+long dd_random(void *buf, size_t len);
 #include "docdrive_passthrough.h"
 #endif

@@ -110,7 +110,7 @@ public struct FolderRemote: Sendable {
         try makeParents(dir)
         var before = stat()
         guard fstat(source, &before) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
-        let tmp = dir + "/" + Self.temporaryPrefix + owner + "-" + UUID().uuidString
+        let tmp = dir + "/" + Self.temporaryPrefix + owner + "-" + ItemIndex.newID()
         let out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard out >= 0 else { throw remoteError("cannot write to", dir, errno) }
         var keep = false

@@ -173,26 +173,39 @@ public final class UploadQueue: Sendable {
 
     /// Takes the most overdue entry of `root` and marks it uploading.
     public func claim(root: String, now: Double = Date().timeIntervalSince1970) throws(DriveError) -> UploadJob? {
-        try write { db -> UploadJob? in
-            guard let row = try Row.fetchOne(db, sql: """
-                SELECT path, generation, attempts FROM upload
-                WHERE root = ? AND state IN ('pending', 'failed') AND due <= ? AND path != '' ORDER BY due LIMIT 1
-                """, arguments: [root, now]) else { return nil }
+        // Idle workers poll: look first in a read transaction, which takes no write lock and
+        // lets the index writer and the other workers go on.
+        let anyDue: Bool
+        do {
+            anyDue = try pool.read { db in
+                try Row.fetchOne(db.cachedStatement(sql: Self.dueSQL), arguments: [root, now]) != nil
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+        guard anyDue else { return nil }
+        return try write { db -> UploadJob? in
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: Self.dueSQL), arguments: [root, now]) else { return nil }
             let job = UploadJob(root: root, path: row["path"], generation: row["generation"], attempts: row["attempts"])
-            try db.execute(sql: "UPDATE upload SET state = 'uploading', updated = ? WHERE root = ? AND path = ?",
-                           arguments: [now, root, job.path])
+            try db.cachedStatement(sql: "UPDATE upload SET state = 'uploading', updated = ? WHERE root = ? AND path = ?")
+                .execute(arguments: [now, root, job.path])
             return job
         }
     }
+
+    private static let dueSQL = """
+        SELECT path, generation, attempts FROM upload
+        WHERE root = ? AND state IN ('pending', 'failed') AND due <= ? AND path != '' ORDER BY due LIMIT 1
+        """
 
     /// The upload of `job` reached the remote. If the file was saved again meanwhile, the entry
     /// goes back to pending instead (at its own due time).
     public func complete(_ job: UploadJob, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
         try write { db in
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE upload SET state = CASE WHEN generation = ? THEN 'synced' ELSE 'pending' END,
                   error = NULL, attempts = 0, updated = ? WHERE root = ? AND path = ?
-                """, arguments: [job.generation, now, job.root, job.path])
+                """).execute(arguments: [job.generation, now, job.root, job.path])
         }
     }
 

@@ -255,25 +255,16 @@ public final class DriveFileSystem: Sendable {
         if ReservedNames.isReserved(name) { throw .noSuchFileOrDirectory }
         let pfd = try parent.acquire()
         defer { parent.release() }
-        if !eager, type == UInt8(DT_REG) || type == UInt8(DT_UNKNOWN) {
-            var st = stat()
-            if fstatat(pfd, name, &st, Sys.AT_SYMLINK_NOFOLLOW) == 0 {
-                if st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1 {
-                    let lazy = Inode.LazyName(parent: parent, name: Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1)))
-                    let inode = table.insertOrFind(fd: -1, st: st, root: parent.root!, view: parent.view,
-                                                   isTopLevel: false, lazy: lazy)
-                    return NodeEntry(inode: inode, attr: st)
-                }
-            } else {
-                let error = Sys.lastErrno
-                if error == .noSuchFileOrDirectory, Self.isContainer(parent.root) {
-                    return try lookupReference(parent: parent, pfd: pfd, name: name)
-                }
-                throw error
-            }
-        }
         let fd: Int32
         do {
+            if !eager, type == UInt8(DT_REG) || type == UInt8(DT_UNKNOWN) {
+                let st = try Sys.stat(pfd, name)
+                if st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1 {
+                    let inode = table.insertOrFind(fd: -1, st: st, root: parent.root!, view: parent.view,
+                                                   isTopLevel: false, lazy: Inode.LazyName(parent: parent, name))
+                    return NodeEntry(inode: inode, attr: st)
+                }
+            }
             fd = try Sys.openPath(pfd, name)
         } catch {
             // In an app's container, a name may be a reference entry (kept under a reserved name).
@@ -647,10 +638,9 @@ public final class DriveFileSystem: Sendable {
     /// `user.docdrive.status` say "pending" right after it.
     public func flush(_ file: OpenFile, lockOwner: UInt64? = nil) throws(Errno) {
         if let lockOwner { dropLocks(file, owner: lockOwner) }
-        let bypass = file.writable && file.writesBypass.load(ordering: .relaxed)
-        if bypass || file.dirty.load(ordering: .relaxed) {
+        if (file.writable && file.writesBypass.load(ordering: .relaxed)) || file.dirty.load(ordering: .relaxed) {
             let st = try? Sys.stat(fd: file.fd)
-            if bypass { noticeBypassedWrites(file, st) }
+            noticeBypassedWrites(file, st)
             noteSaved(file, links: st.map { UInt64($0.st_nlink) })
         }
     }

@@ -62,7 +62,13 @@ public final class Inode: Sendable {
     /// the path up again (LOOKUP_REVAL) and find whatever is there now.
     struct LazyName: Sendable {
         let parent: Inode
+        /// NUL-terminated.
         let name: [CChar]
+
+        init(parent: Inode, _ name: UnsafePointer<CChar>) {
+            self.parent = parent
+            self.name = Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1))
+        }
     }
 
     public let nodeID: UInt64
@@ -505,7 +511,7 @@ final class InodeTable: Sendable {
     func seen(view: View, dev: UInt64, ino: UInt64, at parent: Inode, _ name: UnsafePointer<CChar>) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
         guard let inode = state.withLock({ s in s.byKey[key].flatMap { s.byID[$0]?.inode } }) else { return }
-        inode.seen(at: Inode.LazyName(parent: parent, name: Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1))))
+        inode.seen(at: Inode.LazyName(parent: parent, name))
     }
 
     /// Counts one more lookup of a node already known (readdirplus of a cached entry, link).

@@ -16,21 +16,28 @@ private func fillOpen(_ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile)
     cfuse_fi_set_open_flags(fi, 0, f.keepCache ? 1 : 0)
 }
 
+/// Sends the reply to an OPEN or CREATE (`send`), passed through to the backing file when the
+/// node's other open files allow it (`mark` says which reply it is). False if the kernel did
+/// not take the reply (the request was interrupted): the caller then releases `f`.
+private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, _ mark: dd_fuse_reply_mark, _ send: () -> Int32) -> Bool {
+    let backingID = ctx.passthrough.opened(f, in: ctx.fs)
+    if backingID > 0 {
+        ctx.fs.writesBypass(f)
+        dd_fuse_mark_reply(Int32(mark.rawValue), backingID)
+    }
+    let rc = send()
+    dd_fuse_mark_reply(Int32(DD_REPLY_PLAIN.rawValue), 0)
+    if rc != 0 { ctx.passthrough.released(f) }
+    return rc == 0
+}
+
 func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-    let fs = context(req).fs
+    let ctx = context(req)
+    let fs = ctx.fs
     do throws(Errno) {
         let f = try fs.open(ino, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
-        let ctx = context(req)
-        let backingID = ctx.passthrough.opened(f, in: fs)
-        if backingID > 0 {
-            fs.writesBypass(f)
-            dd_fuse_mark_reply(Int32(DD_REPLY_OPEN_PASSTHROUGH.rawValue), backingID)
-        }
-        let rc = fuse_reply_open(req, fi)
-        dd_fuse_mark_reply(Int32(DD_REPLY_PLAIN.rawValue), 0)
-        if rc != 0 {
-            ctx.passthrough.released(f)
+        if !replyOpened(ctx, f, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
             fs.release(f)
             Unmanaged.passUnretained(f).release()
         }
@@ -41,21 +48,13 @@ func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fu
 
 func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t,
               _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-    let fs = context(req).fs
+    let ctx = context(req)
+    let fs = ctx.fs
     do throws(Errno) {
         let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
         var p = entryParam(e, fs)
-        let ctx = context(req)
-        let backingID = ctx.passthrough.opened(f, in: fs)
-        if backingID > 0 {
-            fs.writesBypass(f)
-            dd_fuse_mark_reply(Int32(DD_REPLY_CREATE_PASSTHROUGH.rawValue), backingID)
-        }
-        let rc = fuse_reply_create(req, &p, fi)
-        dd_fuse_mark_reply(Int32(DD_REPLY_PLAIN.rawValue), 0)
-        if rc != 0 {
-            ctx.passthrough.released(f)
+        if !replyOpened(ctx, f, DD_REPLY_CREATE_PASSTHROUGH, { fuse_reply_create(req, &p, fi) }) {
             fs.forget(e.inode.nodeID, 1)
             fs.release(f)
             Unmanaged.passUnretained(f).release()
@@ -96,12 +95,12 @@ func opFlush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<f
 }
 
 func opRelease(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-    let fs = context(req).fs
+    let ctx = context(req)
     if let f = openFile(fi) {
-        context(req).passthrough.released(f)
+        ctx.passthrough.released(f)
         // flock_release: the file held a flock; release() drops the open file's locks anyway
         // (and closing its backing descriptor drops the flock itself).
-        fs.release(f)
+        ctx.fs.release(f)
         Unmanaged.passUnretained(f).release()
         fi!.pointee.fh = 0
     }

@@ -89,6 +89,16 @@ int dd_fchmod_path(int pathfd, mode_t mode) {
     return chmod(p, mode);
 }
 
+int dd_access_fd(int pathfd, int mode) {
+    /* faccessat2 (Linux 5.8+) checks the descriptor's own file with the effective ids; the
+       /proc link is the fallback where it is missing. */
+    long r = syscall(SYS_faccessat2, pathfd, "", mode, AT_EMPTY_PATH | AT_EACCESS);
+    if (r == 0 || errno != ENOSYS) return (int)r;
+    char p[64];
+    proc_name(pathfd, p, sizeof p);
+    return faccessat(AT_FDCWD, p, mode, AT_EACCESS);
+}
+
 int dd_truncate_path(int pathfd, off_t size) {
     char p[64];
     proc_name(pathfd, p, sizeof p);

@@ -293,6 +293,20 @@ public final class DriveFileSystem: Sendable {
         return try Sys.stat(fd: nfd)
     }
 
+    /// access(2) and chdir on a private mount, where the kernel leaves permission checks to the
+    /// drive: the caller is the daemon's own user, so the backing file answers for the daemon's
+    /// credentials (its mode, ACLs and read-only mounts). The drive's own levels are read-only.
+    public func access(_ id: UInt64, mask: Int32) throws(Errno) {
+        let n = try node(id)
+        guard n.kind == .backing else {
+            if mask & W_OK != 0 { throw .permissionDenied }
+            return
+        }
+        let (nfd, _) = try acquireContent(n)
+        defer { n.release() }
+        _ = try Sys.check { dd_access_fd(nfd, mask) }
+    }
+
     public func setattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?) throws(Errno) -> stat {
         let n = try backing(id)
         let (nfd, contentRoot) = try acquireContent(n)

@@ -11,12 +11,28 @@ public final class FuseContext: Sendable {
     /// Called once INIT is answered; the argument says whether file I/O is passed through.
     let onReady: @Sendable (Bool) -> Void
     let passthrough: Passthrough
+    /// Mounted with default_permissions: the kernel checks permissions from the attributes we
+    /// report. Without it (a private mount), the backing files check them, for the daemon's
+    /// user, who is the only caller.
+    let kernelChecksPermissions: Bool
+    /// The libfuse session, set while mounted (for notifications).
+    let session = Mutex<SessionPointer>(SessionPointer(nil))
 
-    init(fs: DriveFileSystem, logger: Logger, passthrough: Bool, onReady: @escaping @Sendable (Bool) -> Void) {
+    init(fs: DriveFileSystem, logger: Logger, passthrough: Bool, kernelChecksPermissions: Bool,
+         onReady: @escaping @Sendable (Bool) -> Void) {
         self.fs = fs
         self.logger = logger
         self.onReady = onReady
         self.passthrough = Passthrough(wanted: passthrough, logger: logger)
+        self.kernelChecksPermissions = kernelChecksPermissions
+    }
+
+    /// Makes the kernel fetch a node's attributes again on next use.
+    func invalidateAttributes(_ ino: UInt64) {
+        session.withLock { s in
+            guard let se = s.pointer else { return }
+            _ = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0)
+        }
     }
 }
 

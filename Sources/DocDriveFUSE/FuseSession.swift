@@ -15,8 +15,6 @@ public final class FuseSession: Sendable {
     private let context: FuseContext
     private let mountOptions: String
     private let logger: Logger
-    /// The libfuse session, set while mounted.
-    private let session = Mutex<SessionPointer>(SessionPointer(nil))
 
     /// - Parameters:
     ///   - options: comma-separated mount options, already checked by the caller.
@@ -31,6 +29,7 @@ public final class FuseSession: Sendable {
         self.logger = logger
         self.context = FuseContext(fs: fs, logger: logger,
                                    passthrough: passthrough && geteuid() == 0 && !fs.options.writebackCache,
+                                   kernelChecksPermissions: options.split(separator: ",").contains("default_permissions"),
                                    onReady: onReady)
     }
 
@@ -66,18 +65,18 @@ public final class FuseSession: Sendable {
             }
         }
         context.passthrough.setDevice(fuse_session_fd(se))
-        session.withLock { $0 = SessionPointer(se) }
+        context.session.withLock { $0 = SessionPointer(se) }
         // Commands of the control socket change folders behind the kernel's back: they drop
         // its cached entries so the change shows at once.
         context.fs.setEntryInvalidator { [self] parent, name in
-            session.withLock { s in
+            context.session.withLock { s in
                 guard let se = s.pointer else { return }
                 _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
             }
         }
         logger.info("mounted at \(mountpoint) with -o \(mountOptions)")
         let rc = cfuse_session_loop_mt(se, 4, maxThreads)
-        session.withLock { $0 = SessionPointer(nil) }
+        context.session.withLock { $0 = SessionPointer(nil) }
         fuse_session_unmount(se)
         logger.info("session loop ended (\(rc)); unmounted \(mountpoint)")
     }
@@ -85,7 +84,7 @@ public final class FuseSession: Sendable {
     /// Asks the session to end (from a signal): unmounting makes the kernel close the connection,
     /// which ends the loop once the last request is answered.
     public func requestExit() {
-        session.withLock { s in
+        context.session.withLock { s in
             guard let se = s.pointer else { return }
             fuse_session_exit(se)
             fuse_session_unmount(se)

@@ -39,6 +39,16 @@ func opGetattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer
     }
 }
 
+/// Sent only on a private mount (no default_permissions): access(2) and chdir.
+func opAccess(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ mask: Int32) {
+    do throws(Errno) {
+        try context(req).fs.access(ino, mask: mask)
+        fuse_reply_err(req, 0)
+    } catch {
+        replyError(req, error)
+    }
+}
+
 func opSetattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ attr: UnsafeMutablePointer<stat>?, _ toSet: Int32,
                _ fi: UnsafeMutablePointer<fuse_file_info>?) {
     let fs = context(req).fs

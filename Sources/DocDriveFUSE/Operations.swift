@@ -17,10 +17,12 @@ func opInit(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<f
     // instead of copying them through a buffer.
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_SPLICE_WRITE))
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_SPLICE_MOVE))
-    // POSIX ACLs live on the backing files (their xattrs pass through): the kernel must enforce
-    // them and drop its cached mode when one is set, or an ACL that denies a user what "other"
-    // may do would be ignored, and `cp -p` would show the wrong mode for a second.
-    cfuse_conn_enable(conn, UInt32(FUSE_CAP_POSIX_ACL))
+    // POSIX ACLs live on the backing files (their xattrs pass through). Where the kernel checks
+    // permissions (a shared mount), it must enforce them too and drop its cached mode when one
+    // is set, or an ACL that denies a user what "other" may do would be ignored. The kernel
+    // turns default_permissions on with this, so a private mount, where the backing files check
+    // (see MountCommand.mountOptions), goes without it and drops the mode itself (XattrOps).
+    if ctx.kernelChecksPermissions { cfuse_conn_enable(conn, UInt32(FUSE_CAP_POSIX_ACL)) }
     // ...and a folder's default ACL replaces the umask: the backing filesystem decides, so the
     // kernel passes the umask on (the core applies it as the creating thread's own umask).
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_DONT_MASK))
@@ -44,6 +46,7 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.forget = opForget
     ops.forget_multi = opForgetMulti
     ops.getattr = opGetattr
+    ops.access = opAccess
     ops.setattr = opSetattr
     ops.readlink = opReadlink
     ops.mknod = opMknod

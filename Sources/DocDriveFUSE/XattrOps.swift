@@ -34,6 +34,7 @@ func opSetxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CCh
     let fs = context(req).fs
     do throws(Errno) {
         try fs.setxattr(ino, name: name!, value: UnsafeRawPointer(value), size: size, flags: flags)
+        aclChanged(req, ino, name!)
         fuse_reply_err(req, 0)
     } catch {
         replyError(req, error)
@@ -44,8 +45,18 @@ func opRemovexattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<
     let fs = context(req).fs
     do throws(Errno) {
         try fs.removexattr(ino, name: name!)
+        aclChanged(req, ino, name!)
         fuse_reply_err(req, 0)
     } catch {
         replyError(req, error)
     }
+}
+
+/// Setting or removing an access ACL changes the mode: where the kernel does not know ACLs (a
+/// private mount, see opInit), its cached attributes are dropped before the caller hears back,
+/// so the next stat shows the new mode. (Only the attributes: no folder lock is taken.)
+private func aclChanged(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>) {
+    let ctx = context(req)
+    guard !ctx.kernelChecksPermissions, strcmp(name, "system.posix_acl_access") == 0 else { return }
+    ctx.invalidateAttributes(ino)
 }

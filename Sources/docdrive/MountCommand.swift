@@ -48,9 +48,12 @@ struct Mount: ParsableCommand {
             }
             if !list.contains(o) { list.append(o) }
         }
-        // The kernel checks permissions from the attributes we report; without it a root
-        // daemon would let anyone do anything.
-        if !list.contains("default_permissions") { list.append("default_permissions") }
+        // A mount shared with other users: the kernel checks permissions from the attributes
+        // we report; without it a root daemon would let anyone do anything. A private mount's
+        // only callers are the daemon's own user (the kernel refuses everyone else), so the
+        // backing files check for us as they would natively, and the kernel is spared a folder
+        // GETATTR after every create and remove in it.
+        if list.contains("allow_other") && !list.contains("default_permissions") { list.append("default_permissions") }
         return list.joined(separator: ",")
     }
 
@@ -107,7 +110,20 @@ struct Mount: ParsableCommand {
         if MountTable.docdriveMount(at: path) != nil {
             throw DriveError(.alreadyMounted, "A DocDrive is already mounted at \(path).")
         }
+        try checkUserCanMount(on: path)
         return path
+    }
+
+    /// What a user (not root) needs before libfuse tries: the device, and a mount point it may
+    /// write to (fusermount3's rule). libfuse itself only logs its reason.
+    static func checkUserCanMount(on path: String) throws(DriveError) {
+        guard geteuid() != 0 else { return }
+        if access("/dev/fuse", R_OK | W_OK) != 0 {
+            throw DriveError(.mount, "Cannot open /dev/fuse (\(String(cString: strerror(errno)))): it must be readable and writable by users (mode 0666, as fuse3's udev rule sets it), or mount as root.")
+        }
+        if access(path, W_OK) != 0 {
+            throw DriveError(.mount, "Cannot mount on \(path): you have no write access to it (mount on a folder of your own).")
+        }
     }
 
     /// Starts `docdrive mount --ready-fd 3` detached, and waits for its word through a pipe.

@@ -1,7 +1,8 @@
 """Fixtures of the mounted test suite.
 
 * `drive` (session): a temp DOCDRIVE_HOME with a public app "Notes", a private app and a folder
-  store "Work", mounted with -o allow_other,default_permissions. Torn down at the end whatever
+  store "Work", mounted privately (no -o; test_ownership.py has its own drive mounted with
+  -o allow_other, where the kernel checks permissions). Torn down at the end whatever
   happened: `docdrive unmount`, `fusermount3 -uz` as last resort, SIGTERM/SIGKILL of the daemon
   pid it started (and only that one), then it asserts nothing is left.
 * `t` (function): a fresh folder for one test: `t.mnt` (inside Notes/ in the mount),

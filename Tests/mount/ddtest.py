@@ -189,6 +189,17 @@ def mounts() -> list[tuple[str, str]]:
     return out
 
 
+def mount_options(path) -> set[str]:
+    """The options the kernel shows for the mount at `path` (per-mount and superblock ones)."""
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f.read().decode("utf-8", "surrogateescape").splitlines():
+            parts = line.split(" ")
+            dash = parts.index("-")
+            if parts[4].encode().decode("unicode_escape") == str(path):
+                return set(parts[5].split(",")) | set(parts[dash + 3].split(","))
+    raise AssertionError(f"{path} is not mounted")
+
+
 def is_docdrive_mount(path) -> bool:
     return any(mp == str(path) and fs == "fuse.docdrive" for mp, fs in mounts())
 
@@ -290,13 +301,16 @@ class Drive:
         self.cli("store", "add", STORE, "--name", "Work", "--folder", str(self.remote))
         return self
 
-    def mount(self, options="allow_other,default_permissions", timeout=60, create=True, extra_args=()):
+    def mount(self, options="", timeout=60, create=True, extra_args=()):
         """Mounts; raises AssertionError with the daemon's log when it does not come up.
-        create=False leaves making the mount point to docdrive; extra_args go to `docdrive mount`."""
+        By default privately, as users do (the backing files check permissions); the ownership
+        tests share it with -o allow_other. create=False leaves making the mount point to
+        docdrive; extra_args go to `docdrive mount`."""
         if create and not is_docdrive_mount(self.mnt):
             self.mnt.mkdir(exist_ok=True)
             os.chmod(self.mnt, 0o755)
-        p = self.cli("mount", str(self.mnt), "-o", options, *extra_args, timeout=timeout, check=False)
+        opts = ["-o", options] if options else []
+        p = self.cli("mount", str(self.mnt), *opts, *extra_args, timeout=timeout, check=False)
         record = self.record()
         if record:
             self.pid = record["pid"]

@@ -21,14 +21,15 @@ def status(d):
 def test_mount_status_unmount(new_drive):
     d = new_drive()
     assert status(d)["mounted"] is False
-    d.mount()
+    d.mount(options="allow_other")
     rec = d.record()
     assert rec["mountpoint"] == str(d.mnt) and rec["pid"] == d.pid
     with open(f"/proc/{d.pid}/cmdline", "rb") as f:
         assert b"docdrive" in f.read()
     s = status(d)
     assert s["mounted"] is True and s["mount"]["pid"] == d.pid and s["mount"]["mountpoint"] == str(d.mnt)
-    assert "allow_other" in s["mount"]["options"]
+    # Shared with other users: the kernel checks permissions (default_permissions is added).
+    assert s["mount"]["options"].split(",")[-2:] == ["allow_other", "default_permissions"]
     assert "ready" in d.log_path.read_text() or "mounted at" in d.log_path.read_text()
     (d.mnt / "Notes" / "kept.txt").write_text("kept")
     pid = d.pid

@@ -5,7 +5,25 @@ import os
 
 import pytest
 
-from ddtest import EXTRA_GID, OTHER_GID, OTHER_UID, as_user
+from ddtest import EXTRA_GID, OTHER_GID, OTHER_UID, Drive, as_user, mount_options
+
+@pytest.fixture(scope="module")
+def drive(base_dir):
+    """This module's own drive, shared with other users (-o allow_other, so the kernel checks
+    permissions from the attributes: default_permissions), for the fixtures `t` and `root`."""
+    d = Drive(base_dir / "shared-with-others").create()
+    try:
+        d.mount(options="allow_other")
+    except AssertionError as e:
+        pytest.fail(str(e))
+    yield d
+    problems = d.teardown()
+    assert not problems, f"teardown of the shared mount: {problems}"
+
+
+def test_a_shared_mount_has_the_kernel_check_permissions(drive):
+    assert {"allow_other", "default_permissions"} <= mount_options(drive.mnt)
+
 
 # The child's helpers: rec(key, fn) stores fn()'s result or its errno name in `result`.
 PRELUDE = """

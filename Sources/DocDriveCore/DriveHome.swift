@@ -137,7 +137,7 @@ public struct DriveHome: Sendable {
         var bytes = [UInt8](repeating: 0, count: 32)
         var rng = SystemRandomNumberGenerator()
         for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255, using: &rng) }
-        let hex = bytes.map { String(format: "%02x", $0) }.joined()
+        let hex = Hex.encode(bytes)
         try Self.writeAtomically(hex + "\n", to: keyPath, mode: 0o600)
     }
 

@@ -101,17 +101,23 @@ public struct FolderRemote: Sendable {
     /// `.changedDuringUpload` if the local file changed while it was copied: what reaches the
     /// remote is always a whole version that existed locally. `progress` hears (bytes copied,
     /// size) after every chunk; `limit` paces the copy.
-    public func upload(from source: Int32, to path: String, limit: BandwidthLimit? = nil,
+    /// `syncFolder`: make the rename durable before returning (fsync of the remote folder);
+    /// false when the caller does it once for several uploads (`syncFolders`).
+    public func upload(from source: Int32, to path: String, limit: BandwidthLimit? = nil, syncFolder: Bool = true,
                        progress: ((Int64, Int64) -> Void)? = nil, afterCopy: (() -> Void)? = nil) throws(DriveError) -> UploadReceipt {
         try Self.checkRelative(path)
         try checkReachable()
         let target = root + "/" + path
         let dir = String(target[..<target.lastIndex(of: "/")!])
-        try makeParents(dir)
         var before = stat()
         guard fstat(source, &before) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
         let tmp = dir + "/" + Self.temporaryPrefix + owner + "-" + ItemIndex.newID()
-        let out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        var out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if out < 0 && errno == ENOENT {
+            // The folder is new on the remote (most uploads go into folders already there).
+            try makeParents(dir)
+            out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        }
         guard out >= 0 else { throw remoteError("cannot write to", dir, errno) }
         var keep = false
         defer {
@@ -122,6 +128,14 @@ public struct FolderRemote: Sendable {
         // Sized to the file (a zeroed 1 MiB buffer per small file cost more than its copy).
         var buf = [UInt8](repeating: 0, count: Self.bufferSize(for: Int64(before.st_size), max: limit?.chunkSize ?? 1 << 20))
         var offset: off_t = 0
+        // A version that changed (saved again, or deleted: that changes the ctime) will not be
+        // the one on the remote: a big copy stops at the next look instead of going on for nothing.
+        func changed(_ now: stat) -> Bool {
+            now.st_size != before.st_size || now.st_mtim.tv_sec != before.st_mtim.tv_sec || now.st_mtim.tv_nsec != before.st_mtim.tv_nsec
+                || now.st_ctim.tv_sec != before.st_ctim.tv_sec || now.st_ctim.tv_nsec != before.st_ctim.tv_nsec
+        }
+        let changedError = DriveError(.changedDuringUpload, "\(path) changed while it was uploaded; it will be uploaded again.")
+        var nextLook = Self.changeCheckInterval
         progress?(0, Int64(before.st_size))
         while true {
             let n = buf.withUnsafeMutableBytes { pread(source, $0.baseAddress, $0.count, offset) }
@@ -143,6 +157,11 @@ public struct FolderRemote: Sendable {
             offset += off_t(n)
             limit?.spend(n)
             progress?(Int64(offset), Int64(before.st_size))
+            if offset >= nextLook {
+                nextLook = offset + Self.changeCheckInterval
+                var now = stat()
+                if fstat(source, &now) == 0 && changed(now) { throw changedError }
+            }
         }
         _ = fchmod(out, before.st_mode & 0o777)
         var times = [before.st_atim, before.st_mtim]
@@ -151,10 +170,7 @@ public struct FolderRemote: Sendable {
         afterCopy?()
         var after = stat()
         guard fstat(source, &after) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
-        if after.st_size != before.st_size || after.st_mtim.tv_sec != before.st_mtim.tv_sec || after.st_mtim.tv_nsec != before.st_mtim.tv_nsec
-            || after.st_ctim.tv_sec != before.st_ctim.tv_sec || after.st_ctim.tv_nsec != before.st_ctim.tv_nsec || Int64(offset) != Int64(after.st_size) {
-            throw DriveError(.changedDuringUpload, "\(path) changed while it was uploaded; it will be uploaded again.")
-        }
+        if changed(after) || Int64(offset) != Int64(after.st_size) { throw changedError }
         let digest = Self.hex(hasher.finalize())
         // Read back what the remote holds before it takes the real name.
         let check = try Self.sha256(ofFile: tmp)
@@ -163,12 +179,26 @@ public struct FolderRemote: Sendable {
         }
         guard Glibc.rename(tmp, target) == 0 else { throw remoteError("cannot rename into", target, errno) }
         keep = true
-        let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dfd >= 0 {
-            _ = fsync(dfd)
-            close(dfd)
-        }
+        if syncFolder { syncFolders([dir]) }
         return UploadReceipt(size: Int64(offset), sha256: digest)
+    }
+
+    /// The remote folder an upload of `path` renames into.
+    public func folder(of path: String) -> String {
+        let target = root + "/" + path
+        return String(target[..<target.lastIndex(of: "/")!])
+    }
+
+    /// Makes the renames into these remote folders durable (one fsync per folder, however many
+    /// uploads went into it). Best effort: a folder that cannot be opened is skipped.
+    public func syncFolders<S: Sequence>(_ folders: S) where S.Element == String {
+        for dir in folders {
+            let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            if dfd >= 0 {
+                _ = fsync(dfd)
+                close(dfd)
+            }
+        }
     }
 
     /// Removes a file or a whole folder from the remote; what is already gone is fine.
@@ -213,6 +243,9 @@ public struct FolderRemote: Sendable {
         if Glibc.rename(root + "/" + from, target) != 0 && errno != ENOENT { throw remoteError("cannot rename on", target, errno) }
     }
 
+    /// Bytes copied between two looks at whether the local file changed.
+    public static let changeCheckInterval: off_t = 16 << 20
+
     /// A copy buffer for a file of `size` bytes: the whole file and a little (so one read
     /// also sees the end), at least 4 KiB, at most `max`.
     static func bufferSize(for size: Int64, max: Int) -> Int {
@@ -239,7 +272,7 @@ public struct FolderRemote: Sendable {
     }
 
     static func hex(_ d: SHA256.Digest) -> String {
-        d.map { String(format: "%02x", $0) }.joined()
+        Hex.encode(d)
     }
 
     private func makeParents(_ dir: String) throws(DriveError) {

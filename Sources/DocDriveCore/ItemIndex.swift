@@ -174,13 +174,11 @@ public final class ItemIndex: Sendable {
         out.reserveCapacity(36)
         for (i, byte) in b.enumerated() {
             if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
-            out.append(hexDigits[Int(byte >> 4)])
-            out.append(hexDigits[Int(byte & 0x0F)])
+            out.append(Hex.digits[Int(byte >> 4)])
+            out.append(Hex.digits[Int(byte & 0x0F)])
         }
         return String(decoding: out, as: UTF8.self)
     }
-
-    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Random bytes for item ids. Lock: leaf.
     private static let idRandomness = Mutex(RandomBuffer())

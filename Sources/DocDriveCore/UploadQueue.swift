@@ -69,15 +69,18 @@ public final class UploadQueue: Sendable {
     public func enqueueAll(_ entries: [(String, String, Double)], now: Double = Date().timeIntervalSince1970) throws(DriveError) {
         guard !entries.isEmpty else { return }
         try write { db in
-            let st = try db.cachedStatement(sql: """
-                INSERT INTO upload (root, path, state, generation, attempts, error, due, updated)
-                VALUES (?, ?, 'pending', 1, 0, NULL, ?, ?)
-                ON CONFLICT(root, path) DO UPDATE SET
-                  state = CASE WHEN state = 'uploading' THEN 'uploading' ELSE 'pending' END,
-                  generation = generation + 1, attempts = 0, error = NULL, due = excluded.due, updated = excluded.updated
-                """)
-            for (root, path, due) in entries { try st.execute(arguments: [root, path, due, now]) }
+            for (root, path, due) in entries { try Self.enqueue(db, root: root, path: path, due: due, now: now) }
         }
+    }
+
+    private static func enqueue(_ db: Database, root: String, path: String, due: Double, now: Double) throws {
+        try db.cachedStatement(sql: """
+            INSERT INTO upload (root, path, state, generation, attempts, error, due, updated)
+            VALUES (?, ?, 'pending', 1, 0, NULL, ?, ?)
+            ON CONFLICT(root, path) DO UPDATE SET
+              state = CASE WHEN state = 'uploading' THEN 'uploading' ELSE 'pending' END,
+              generation = generation + 1, attempts = 0, error = NULL, due = excluded.due, updated = excluded.updated
+            """).execute(arguments: [root, path, due, now])
     }
 
     /// Everything waiting is due now (at unmount, to upload what can be uploaded).
@@ -173,65 +176,118 @@ public final class UploadQueue: Sendable {
 
     /// Takes the most overdue entry of `root` and marks it uploading.
     public func claim(root: String, now: Double = Date().timeIntervalSince1970) throws(DriveError) -> UploadJob? {
+        try claim(root: root, limit: 1, now: now).first
+    }
+
+    /// Takes up to `limit` of the most overdue entries of `root`, most overdue first, and marks
+    /// them uploading, in one transaction (a worker uploads them in turn and finishes them
+    /// together: see `finish`). `sharedBy` workers take from the same queue: each takes its
+    /// share of what is due, so that a few files still go up side by side.
+    public func claim(root: String, limit: Int, sharedBy workers: Int = 1,
+                      now: Double = Date().timeIntervalSince1970) throws(DriveError) -> [UploadJob] {
         // Idle workers poll: look first in a read transaction, which takes no write lock and
         // lets the index writer and the other workers go on.
-        let anyDue: Bool
+        let due: Int
         do {
-            anyDue = try pool.read { db in
-                try Row.fetchOne(db.cachedStatement(sql: Self.dueSQL), arguments: [root, now]) != nil
+            due = try pool.read { db in
+                try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM (\(Self.dueSQL))"),
+                                 arguments: [root, now, limit * max(1, workers)]) ?? 0
             }
         } catch {
             throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
         }
-        guard anyDue else { return nil }
-        return try write { db -> UploadJob? in
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: Self.dueSQL), arguments: [root, now]) else { return nil }
-            let job = UploadJob(root: root, path: row["path"], generation: row["generation"], attempts: row["attempts"])
-            try db.cachedStatement(sql: "UPDATE upload SET state = 'uploading', updated = ? WHERE root = ? AND path = ?")
-                .execute(arguments: [now, root, job.path])
-            return job
+        guard due > 0 else { return [] }
+        let take = min(limit, max(1, due / max(1, workers)))
+        return try write { db -> [UploadJob] in
+            let jobs = try Row.fetchAll(db.cachedStatement(sql: Self.dueSQL), arguments: [root, now, take]).map {
+                UploadJob(root: root, path: $0["path"], generation: $0["generation"], attempts: $0["attempts"])
+            }
+            let mark = try db.cachedStatement(sql: "UPDATE upload SET state = 'uploading', updated = ? WHERE root = ? AND path = ?")
+            for job in jobs { try mark.execute(arguments: [now, root, job.path]) }
+            return jobs
         }
     }
 
     private static let dueSQL = """
         SELECT path, generation, attempts FROM upload
-        WHERE root = ? AND state IN ('pending', 'failed') AND due <= ? AND path != '' ORDER BY due LIMIT 1
+        WHERE root = ? AND state IN ('pending', 'failed') AND due <= ? AND path != '' ORDER BY due LIMIT ?
         """
+
+    /// How a claimed job ended.
+    public enum Ending: Equatable, Sendable {
+        /// The remote now holds the local state (uploaded, or a folder walked).
+        case synced
+        /// Gone locally and now from the remote.
+        case removed
+        /// Not done, not failed: goes again at `due` without using up an attempt (locked for
+        /// writing, or changed during its upload).
+        case again(due: Double)
+        /// Never started (its worker stopped): back to waiting, as it was.
+        case unstarted
+        /// Failed with this sentence: retried after a back-off.
+        case failed(String)
+    }
+
+    /// Records how claimed jobs ended, in one transaction.
+    public func finish(_ endings: [(UploadJob, Ending)], now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+        guard !endings.isEmpty else { return }
+        try write { db in
+            for (job, ending) in endings {
+                switch ending {
+                case .synced: try Self.complete(db, job, now: now)
+                case .removed: try Self.completeRemoved(db, job, now: now)
+                case .again(let due):
+                    try Self.enqueue(db, root: job.root, path: job.path, due: due, now: now)
+                    try Self.complete(db, job, now: now)
+                case .failed(let message): try fail(db, job, error: message, now: now)
+                case .unstarted:
+                    try db.cachedStatement(sql: "UPDATE upload SET state = 'pending' WHERE root = ? AND path = ? AND state = 'uploading'")
+                        .execute(arguments: [job.root, job.path])
+                }
+            }
+        }
+    }
 
     /// The upload of `job` reached the remote. If the file was saved again meanwhile, the entry
     /// goes back to pending instead (at its own due time).
     public func complete(_ job: UploadJob, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
-        try write { db in
-            try db.cachedStatement(sql: """
-                UPDATE upload SET state = CASE WHEN generation = ? THEN 'synced' ELSE 'pending' END,
-                  error = NULL, attempts = 0, updated = ? WHERE root = ? AND path = ?
-                """).execute(arguments: [job.generation, now, job.root, job.path])
-        }
+        try write { db in try Self.complete(db, job, now: now) }
+    }
+
+    private static func complete(_ db: Database, _ job: UploadJob, now: Double) throws {
+        try db.cachedStatement(sql: """
+            UPDATE upload SET state = CASE WHEN generation = ? THEN 'synced' ELSE 'pending' END,
+              error = NULL, attempts = 0, updated = ? WHERE root = ? AND path = ?
+            """).execute(arguments: [job.generation, now, job.root, job.path])
     }
 
     /// The path is gone locally and now from the remote too: the entry goes (unless the path
     /// was saved again meanwhile).
     public func completeRemoved(_ job: UploadJob, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
-        try write { db in
-            try db.execute(sql: "DELETE FROM upload WHERE root = ? AND path = ? AND generation = ?",
-                           arguments: [job.root, job.path, job.generation])
-            try db.execute(sql: "UPDATE upload SET state = 'pending', updated = ? WHERE root = ? AND path = ? AND state = 'uploading'",
-                           arguments: [now, job.root, job.path])
-        }
+        try write { db in try Self.completeRemoved(db, job, now: now) }
+    }
+
+    private static func completeRemoved(_ db: Database, _ job: UploadJob, now: Double) throws {
+        try db.cachedStatement(sql: "DELETE FROM upload WHERE root = ? AND path = ? AND generation = ?")
+            .execute(arguments: [job.root, job.path, job.generation])
+        try db.cachedStatement(sql: "UPDATE upload SET state = 'pending', updated = ? WHERE root = ? AND path = ? AND state = 'uploading'")
+            .execute(arguments: [now, job.root, job.path])
     }
 
     /// The upload failed: retry after a doubling delay; shown as failed after `failAfter` attempts.
     public func fail(_ job: UploadJob, error: String, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+        try write { db in try fail(db, job, error: error, now: now) }
+    }
+
+    private func fail(_ db: Database, _ job: UploadJob, error: String, now: Double) throws {
         let attempts = job.attempts + 1
         let delay = min(maxDelay, baseDelay * pow(2, Double(attempts - 1)))
         let state = attempts >= failAfter ? "failed" : "pending"
-        try write { db in
-            try db.execute(sql: """
-                UPDATE upload SET state = CASE WHEN generation = ? THEN ? ELSE 'pending' END,
-                  attempts = CASE WHEN generation = ? THEN ? ELSE 0 END,
-                  error = ?, due = MAX(due, ?), updated = ? WHERE root = ? AND path = ?
-                """, arguments: [job.generation, state, job.generation, attempts, error, now + delay, now, job.root, job.path])
-        }
+        try db.execute(sql: """
+            UPDATE upload SET state = CASE WHEN generation = ? THEN ? ELSE 'pending' END,
+              attempts = CASE WHEN generation = ? THEN ? ELSE 0 END,
+              error = ?, due = MAX(due, ?), updated = ? WHERE root = ? AND path = ?
+            """, arguments: [job.generation, state, job.generation, attempts, error, now + delay, now, job.root, job.path])
     }
 
     /// After a crash or restart nothing is really uploading: those entries go back to pending.

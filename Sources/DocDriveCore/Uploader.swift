@@ -63,7 +63,7 @@ public final class Uploader: Sendable {
     public init(home: DriveHome, config: DriveConfig, queue: UploadQueue, logger: Logger,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
         self.home = home
-        self.owner = SHA256.hash(data: Data(home.path.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+        self.owner = Hex.encode(SHA256.hash(data: Data(home.path.utf8)).prefix(6))
         self.queue = queue
         self.logger = logger
         self.indexWriteError = indexWriteError
@@ -298,43 +298,70 @@ public final class Uploader: Sendable {
         return (c[.pending] ?? 0) + (c[.failed] ?? 0)
     }
 
+    /// Entries a worker claims at once: their queue updates and the fsyncs of the remote folders
+    /// they go into are shared (a burst of small files costs a transaction and a folder fsync per
+    /// batch, not per file), while the other workers take the next ones.
+    static let batchSize = 16
+
     private func work(_ key: String, _ store: Store) {
         dd_background_thread()  // uploads yield the CPU and the disk to what the user is doing
         running.add(1, ordering: .relaxed)
         defer { running.subtract(1, ordering: .relaxed) }
         while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
-            let job: UploadJob?
+            let jobs: [UploadJob]
             do {
-                job = try queue.claim(root: key)
+                jobs = try queue.claim(root: key, limit: Self.batchSize, sharedBy: store.config.workers)
             } catch {
                 logger.error("\(error.message)")
-                job = nil
+                jobs = []
             }
-            guard let job else {
+            guard !jobs.isEmpty else {
                 usleep(100_000)
                 continue
             }
-            do {
-                if try sync(job.path, store, key) == .removed {
-                    try queue.completeRemoved(job)
-                } else {
-                    try queue.complete(job)
+            var endings = [(UploadJob, UploadQueue.Ending)]()
+            endings.reserveCapacity(jobs.count)
+            var folders = Set<String>()
+            for job in jobs {
+                if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) {
+                    endings.append((job, .unstarted))
+                    continue
                 }
-            } catch let e as DriveError where e.code == .lockedForWriting {
-                // Not a failure: try again a second later, without using up an attempt.
-                logger.debug("upload of \(job.path) to \(store.config.name) waits: \(e.message)")
-                try? queue.enqueue(root: key, path: job.path, due: Date().timeIntervalSince1970 + 1)
-                try? queue.complete(job)
-            } catch let e as DriveError where e.code == .changedDuringUpload {
-                // Saved again while it was copied: the next save's entry takes over.
-                try? queue.enqueue(root: key, path: job.path, due: Date().timeIntervalSince1970 + store.config.writebackDelay)
-                try? queue.complete(job)
-            } catch let e as DriveError {
-                logger.warning("upload of \(job.path) to \(store.config.name) failed: \(e.message)")
-                try? queue.fail(job, error: e.message)
-            } catch {
-                try? queue.fail(job, error: "\(error)")
+                endings.append((job, upload(job, store, key, folders: &folders)))
             }
+            // The renames are durable before the queue says the files are on the remote.
+            store.remote.syncFolders(folders)
+            do {
+                try queue.finish(endings)
+            } catch {
+                logger.error("\(error.message)")
+            }
+        }
+    }
+
+    /// Makes the remote equal to the local state of one job's path; says how it ended. The
+    /// folders renamed into are added to `folders`, for the caller to make durable.
+    private func upload(_ job: UploadJob, _ store: Store, _ key: String, folders: inout Set<String>) -> UploadQueue.Ending {
+        do {
+            switch try sync(job.path, store, key) {
+            case .removed: return .removed
+            case .uploaded:
+                folders.insert(store.remote.folder(of: job.path))
+                return .synced
+            case .walked: return .synced
+            }
+        } catch let e as DriveError where e.code == .lockedForWriting {
+            // Not a failure: try again a second later, without using up an attempt.
+            logger.debug("upload of \(job.path) to \(store.config.name) waits: \(e.message)")
+            return .again(due: Date().timeIntervalSince1970 + 1)
+        } catch let e as DriveError where e.code == .changedDuringUpload {
+            // Saved again while it was copied: the next save's entry takes over.
+            return .again(due: Date().timeIntervalSince1970 + store.config.writebackDelay)
+        } catch let e as DriveError {
+            logger.warning("upload of \(job.path) to \(store.config.name) failed: \(e.message)")
+            return .failed(e.message)
+        } catch {
+            return .failed("\(error)")
         }
     }
 
@@ -363,7 +390,7 @@ public final class Uploader: Sendable {
             let name = store.config.name
             do {
                 try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
-                    _ = try store.remote.upload(from: fd, to: path, limit: store.limit) { [self] done, total in
+                    _ = try store.remote.upload(from: fd, to: path, limit: store.limit, syncFolder: false) { [self] done, total in
                         inFlight.withLock { $0[number] = InFlightUpload(store: name, path: path, done: done, total: total) }
                     }
                 }

@@ -52,6 +52,22 @@ final class FolderRemoteTests: XCTestCase {
         XCTAssertEqual(try remote.upload(from: fd, to: "b.txt").size, 18)
     }
 
+    func testABigFileDeletedDuringItsUploadStopsEarly() throws {
+        // Given a 48 MiB file that is deleted locally once its copy has begun
+        let fd = local("big", String(repeating: "x", count: 48 << 20))
+        defer { close(fd) }
+        var copied: Int64 = 0
+        XCTAssertThrowsError(try remote.upload(from: fd, to: "big.bin", progress: { done, _ in
+            if copied == 0 && done > 0 { unlink(self.dir + "/big") }
+            copied = done
+        })) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .changedDuringUpload)
+        }
+        // Then the copy stopped at the next look, not at the end, and nothing was published
+        XCTAssertLessThanOrEqual(copied, Int64(FolderRemote.changeCheckInterval) + (1 << 20))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/big.bin"))
+    }
+
     func testAnUnmountedShareIsUnreachableNotFilled() throws {
         // Given the remote's folder without the store's marker (a NAS mount point with nothing mounted)
         unlink(dir + "/remote/" + FolderRemote.markerName)
@@ -118,6 +134,32 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertNil(try queue.claim(root: "store:w", now: 104), "one upload at a time per file")
         try queue.complete(job)
         XCTAssertEqual(try queue.counts(), [.synced: 1])
+    }
+
+    func testWorkersClaimTheirShareAndFinishABatchInOneGo() throws {
+        try queue.enqueueAll((0..<6).map { ("r", "f\($0)", Double($0)) }, now: 0)
+        // Six due, two workers: three each, most overdue first, so both have files to upload.
+        let first = try queue.claim(root: "r", limit: 16, sharedBy: 2, now: 10)
+        XCTAssertEqual(first.map(\.path), ["f0", "f1", "f2"])
+        XCTAssertEqual(try queue.claim(root: "r", limit: 2, sharedBy: 1, now: 10).map(\.path), ["f3", "f4"], "at most the limit")
+        XCTAssertEqual(try queue.counts(), [.pending: 1, .uploading: 5])
+        try queue.enqueue(root: "r", path: "f1", due: 20, now: 11)  // saved again during its upload
+        try queue.finish([(first[0], .synced), (first[1], .synced), (first[2], .again(due: 30))], now: 12)
+        XCTAssertEqual(try queue.state(root: "r", path: "f0")?.0, .synced)
+        XCTAssertEqual(try queue.state(root: "r", path: "f1")?.0, .pending, "the newer save still waits")
+        XCTAssertEqual(try queue.state(root: "r", path: "f2")?.0, .pending)
+        XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 25).map(\.path), ["f5", "f1"], "f2 waits until 30")
+    }
+
+    func testAStoppedWorkerHandsBackWhatItDidNotStart() throws {
+        try queue.enqueueAll([("r", "a", 0), ("r", "b", 0), ("r", "gone", 0)], now: 0)
+        let jobs = try queue.claim(root: "r", limit: 16, now: 1)
+        XCTAssertEqual(jobs.count, 3)
+        try queue.finish([(jobs[0], .failed("The remote folder /nas is full.")), (jobs[1], .unstarted), (jobs[2], .removed)], now: 2)
+        XCTAssertEqual(try queue.state(root: "r", path: "a")?.1, "The remote folder /nas is full.")
+        XCTAssertEqual(try queue.state(root: "r", path: "b")?.0, .pending)
+        XCTAssertNil(try queue.state(root: "r", path: "gone"))
+        XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 2).map(\.path), ["b"], "a waits for its back-off")
     }
 
     func testAFileSavedDuringItsUploadGoesAgain() throws {

@@ -110,11 +110,16 @@ extension DriveFileSystem {
                 s.pending = nil
             }
             s.started = true
+            var plusLeft = offset == 0 ? Self.firstPlusEntries : Int.max
             // One entry: looked up for readdirplus, handed to `emit`; false if it did not fit.
             func hand(_ name: UnsafePointer<CChar>, _ ino: UInt64, _ type: UInt8, _ next: Int64) -> Bool {
                 var di = DirectoryItem(entry: nil, ino: ino, mode: mode_t(type) << 12)
                 let isDot = name[0] == 0x2E && (name[1] == 0 || (name[1] == 0x2E && name[2] == 0))
                 if plus && !isDot {
+                    // The first reply ends here: the kernel goes on with plain READDIR unless
+                    // the caller looked entries up meanwhile (READDIRPLUS_AUTO).
+                    guard plusLeft > 0 else { return false }
+                    plusLeft -= 1
                     do throws(Errno) {
                         di.entry = try lookupBacking(parent: d.inode, name: name, type: type)
                     } catch {
@@ -181,6 +186,14 @@ extension DriveFileSystem {
             }
         }
     }
+
+    /// Entries with attributes in the first READDIRPLUS reply of a listing. The kernel asks for
+    /// attributes at the start of every listing, and later only if the caller looked entries up
+    /// (READDIRPLUS_AUTO); each costs a stat of the backing file and a kernel inode. A names-only
+    /// listing (ls -f, find -name) of 2,000 files took 3.3 ms with a full first reply (about 195
+    /// entries) and 2.1 ms with 32 (mergerfs, which never sends attributes: 1.7 ms); du and ls -l
+    /// look up what the first reply did not carry, and folders of up to 32 entries are whole in it.
+    static let firstPlusEntries = 32
 
     private func readVirtual(_ d: DirectoryStream, _ entries: [(name: String, node: UInt64)], offset: Int64, plus: Bool,
                              emit: (UnsafePointer<CChar>, DirectoryItem, Int64) -> Bool) throws(Errno) {

@@ -19,9 +19,40 @@ public enum UploadState: String, Sendable, CaseIterable {
     case pending, uploading, synced, failed
 }
 
+/// Wakes idle upload workers when the queue may hold new due work, so that they sleep until
+/// then instead of polling the database.
+final class WorkSignal: @unchecked Sendable {
+    private let condition = NSCondition()
+    /// Bumped by every signal. Guarded by `condition`.
+    private var version = 0
+
+    /// Taken before looking for work: a signal after it makes `wait` return at once.
+    func ticket() -> Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return version
+    }
+
+    func signal() {
+        condition.lock()
+        version &+= 1
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Sleeps until a signal newer than `ticket`, or `deadline`.
+    func wait(after ticket: Int, until deadline: Date) {
+        condition.lock()
+        defer { condition.unlock() }
+        while version == ticket && condition.wait(until: deadline) {}
+    }
+}
+
 /// The queue lives in the index database. Every method is one transaction.
 public final class UploadQueue: Sendable {
     private let pool: DatabasePool
+    /// Signalled after every change that can make an entry due sooner.
+    let work = WorkSignal()
     /// Retries double from `baseDelay` up to `maxDelay`; after `failAfter` attempts the entry
     /// shows as failed (with its error) but is still retried at the capped delay.
     public let baseDelay: Double
@@ -71,6 +102,7 @@ public final class UploadQueue: Sendable {
         try write { db in
             for (root, path, due) in entries { try Self.enqueue(db, root: root, path: path, due: due, now: now) }
         }
+        work.signal()
     }
 
     private static func enqueue(_ db: Database, root: String, path: String, due: Double, now: Double) throws {
@@ -89,6 +121,7 @@ public final class UploadQueue: Sendable {
             try db.execute(sql: "UPDATE upload SET due = ? WHERE state IN ('pending', 'failed') AND due > ? AND (? IS NULL OR root = ?)",
                            arguments: [now, now, root, root])
         }
+        work.signal()
     }
 
     /// What `docdrive sync` waits for: everything pending or uploading, and failed entries
@@ -246,6 +279,7 @@ public final class UploadQueue: Sendable {
                 }
             }
         }
+        work.signal()
     }
 
     /// The upload of `job` reached the remote. If the file was saved again meanwhile, the entry
@@ -295,6 +329,32 @@ public final class UploadQueue: Sendable {
         try write { db in
             try db.execute(sql: "UPDATE upload SET state = 'pending' WHERE state = 'uploading'")
         }
+        work.signal()
+    }
+
+    /// When the next entry of `root` is due (nil: nothing waits).
+    public func nextDue(root: String) throws(DriveError) -> Double? {
+        do {
+            return try pool.read { db in
+                try Double.fetchOne(db.cachedStatement(sql: """
+                    SELECT MIN(due) FROM upload WHERE root = ? AND state IN ('pending', 'failed') AND path != ''
+                    """), arguments: [root])
+            }
+        } catch {
+            throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
+        }
+    }
+
+    /// Taken by a worker before it looks for work (see `waitForWork`).
+    public func workTicket() -> Int { work.ticket() }
+
+    /// Idle workers sleep here: until an enqueue (or another change that can make work due)
+    /// after `ticket`, until the next entry of `root` is due, or at most `cap` seconds.
+    public func waitForWork(root: String, after ticket: Int, cap: Double) {
+        let now = Date().timeIntervalSince1970
+        var until = now + cap
+        if let due = try? nextDue(root: root) { until = min(until, max(now, due)) }
+        work.wait(after: ticket, until: Date(timeIntervalSince1970: until))
     }
 
     /// The file was renamed locally before its upload: the entry follows it.

@@ -226,6 +226,7 @@ public final class Uploader: Sendable {
             }
             for (key, old, removed) in ended {
                 old.stopped.store(true, ordering: .relaxed)
+                queue.work.signal()
                 if removed {
                     try? queue.forgetWaiting(root: key)
                     logger.info("store \(old.config.name): removed from the config; its uploads stop")
@@ -290,6 +291,7 @@ public final class Uploader: Sendable {
             usleep(50_000)
         }
         stopping.store(true, ordering: .relaxed)
+        queue.work.signal()
         while running.load(ordering: .relaxed) > 0 { usleep(10_000) }
         commitNoted()
         try? queue.recoverInterrupted()
@@ -308,6 +310,7 @@ public final class Uploader: Sendable {
         running.add(1, ordering: .relaxed)
         defer { running.subtract(1, ordering: .relaxed) }
         while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
+            let ticket = queue.workTicket()
             let jobs: [UploadJob]
             do {
                 jobs = try queue.claim(root: key, limit: Self.batchSize, sharedBy: store.config.workers)
@@ -316,7 +319,9 @@ public final class Uploader: Sendable {
                 jobs = []
             }
             guard !jobs.isEmpty else {
-                usleep(100_000)
+                // Nothing due: sleep until something is queued or the next entry is due (a
+                // failed entry's back-off, a save's write-back delay), at most 5 s.
+                queue.waitForWork(root: key, after: ticket, cap: 5)
                 continue
             }
             var endings = [(UploadJob, UploadQueue.Ending)]()

@@ -162,6 +162,30 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 2).map(\.path), ["b"], "a waits for its back-off")
     }
 
+    func testAnIdleWorkerSleepsUntilWorkIsQueuedOrDue() throws {
+        let queue = self.queue
+        // Nothing queued: an enqueue from elsewhere wakes the sleeper long before its cap.
+        var ticket = queue.workTicket()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.2) { try? queue.enqueue(root: "r", path: "a", due: 0) }
+        var start = Date()
+        queue.waitForWork(root: "r", after: ticket, cap: 60)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 30, "not woken by the enqueue")
+        XCTAssertEqual(try queue.claim(root: "r").map(\.path), "a")
+        // An entry due later: the sleeper wakes when it is due, with no signal.
+        try queue.enqueue(root: "r", path: "b", due: Date().timeIntervalSince1970 + 0.3)
+        ticket = queue.workTicket()
+        start = Date()
+        queue.waitForWork(root: "r", after: ticket, cap: 60)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 30, "slept past the due time")
+        XCTAssertEqual(try queue.claim(root: "r").map(\.path), "b")
+        // A signal between the ticket and the wait is not lost.
+        ticket = queue.workTicket()
+        try queue.makeAllDue()
+        start = Date()
+        queue.waitForWork(root: "r", after: ticket, cap: 60)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 30, "the signal before the wait was lost")
+    }
+
     func testAFileSavedDuringItsUploadGoesAgain() throws {
         try queue.enqueue(root: "r", path: "a", due: 0, now: 0)
         let job = try XCTUnwrap(try queue.claim(root: "r", now: 1))

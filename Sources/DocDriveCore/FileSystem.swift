@@ -78,8 +78,11 @@ public final class OpenFile: Sendable {
         self.keepCache = keepCache
         self.writable = flags & O_ACCMODE != O_RDONLY
         self.readable = flags & O_ACCMODE != O_WRONLY
+        inode.noteOpened()
         self.seenVersion = Mutex(version)
     }
+
+    deinit { inode.noteClosed() }
 }
 
 /// Tunables that the adapter passes on to the kernel.
@@ -151,6 +154,8 @@ public final class DriveFileSystem: Sendable {
     }
 
     public var liveInodeCount: Int { table.count }
+    /// Node descriptors open now (each node the kernel knows holds at most one).
+    public var openNodeDescriptors: Int { table.budget.open }
 
     // MARK: nodes
 
@@ -519,6 +524,7 @@ public final class DriveFileSystem: Sendable {
         _ = try Sys.check { unlinkat(pfd, name, 0) }
         noteChanged(parent: p, name: name, removal: true)
         if st.st_nlink <= 1 {
+            table.removed(view: p.view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
             index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
         }
     }
@@ -529,6 +535,7 @@ public final class DriveFileSystem: Sendable {
         defer { p.release() }
         let st = try Sys.stat(pfd, name)
         _ = try Sys.check { unlinkat(pfd, name, Sys.AT_REMOVEDIR) }
+        table.removed(view: p.view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
         folderPaths.invalidate()
         noteChanged(parent: p, name: name, removal: true)
         index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))

@@ -54,6 +54,10 @@ public final class Inode: Sendable {
         var anchor: Int32 = -1
         /// Not opened yet: where the node was last seen, to open it on first use.
         var lazy: LazyName? = nil
+        /// Open files made from this node (they hold their own descriptors).
+        var opens = 0
+        /// Removed through the mount and its descriptor closed at once (see `closeRemoved`).
+        var removed = false
     }
 
     /// A regular file looked up but not opened (most looked-up files are only stat'ed): its
@@ -120,7 +124,7 @@ public final class Inode: Sendable {
     /// Virtual nodes answer -1 and need no release (it is a no-op for them).
     func acquire() throws(Errno) -> Int32 {
         guard kind == .backing else { return -1 }
-        enum Next { case ready(Int32), reopen([UInt8], Int32), open(LazyName), gone }
+        enum Next { case ready(Int32), reopen([UInt8], Int32), open(LazyName), gone, removed }
         let next: Next = slot.withLock { s in
             if s.fd >= 0 {
                 s.users += 1
@@ -128,6 +132,7 @@ public final class Inode: Sendable {
                 return .ready(s.fd)
             }
             guard !s.dead else { return .gone }
+            if s.removed { return .removed }
             if let l = s.lazy { return .open(l) }
             guard let h = s.handle else { return .gone }
             return .reopen(h, s.anchor)
@@ -138,6 +143,8 @@ public final class Inode: Sendable {
             return fd
         case .gone:
             throw .staleNFSFileHandle
+        case .removed:
+            throw .noSuchFileOrDirectory
         case .reopen(let handle, let anchor):
             fresh = try Sys.check {
                 handle.withUnsafeBufferPointer { dd_open_by_handle(anchor, $0.baseAddress, Int32($0.count), Sys.O_PATH | Sys.O_NOFOLLOW) }
@@ -200,6 +207,32 @@ public final class Inode: Sendable {
         }
         if toClose >= 0 {
             Sys.close(toClose)
+            budget?.closed()
+        }
+    }
+
+    func noteOpened() { slot.withLock { $0.opens += 1 } }
+    func noteClosed() { slot.withLock { $0.opens -= 1 } }
+
+    /// The node's file or folder was just removed through the mount (its last name): close the
+    /// descriptor now if nothing uses it, so that the backing inode is freed inside this
+    /// unlink or rmdir, as on a native folder. Held until the kernel's FORGET, the last close
+    /// frees it later, on another thread, while `rm -rf` is already removing the parent
+    /// folder, whose rmdir then spins in the kernel (shrink_dcache_parent waits for a child
+    /// that is being freed) for milliseconds. A node still in use, or a file still open
+    /// through the mount, keeps its descriptor (fstat of an open unlinked file must work).
+    /// Afterwards the node answers ENOENT.
+    func closeRemoved() {
+        let fd: Int32 = slot.withLock { s in
+            guard s.fd >= 0, s.users == 0, s.opens == 0, !s.dead else { return -1 }
+            s.removed = true
+            s.lazy = nil
+            s.handle = nil
+            defer { s.fd = -1 }
+            return s.fd
+        }
+        if fd >= 0 {
+            Sys.close(fd)
             budget?.closed()
         }
     }
@@ -505,6 +538,12 @@ final class InodeTable: Sendable {
         // Nothing more could close (busy, deleted, no file handles): do not sweep on every
         // lookup from here on, only once the count has grown again.
         budget.postpone()
+    }
+
+    /// A file or folder was removed through the mount (its last name): see `Inode.closeRemoved`.
+    func removed(view: View, dev: UInt64, ino: UInt64) {
+        let key = Key(view: view, dev: dev, ino: ino, isReference: false)
+        state.withLock { s in s.byKey[key].flatMap { s.byID[$0]?.inode } }?.closeRemoved()
     }
 
     /// A file moved to `name` in `parent`: its node, if it was never opened, is to be opened there.

@@ -103,6 +103,38 @@ final class FileSystemTests: XCTestCase {
         expectErrno(.fileNameTooLong) { _ = try lookup(work, long) }
     }
 
+    /// A folder or file removed through the mount lets go of its descriptor inside the rmdir or
+    /// unlink (the backing inode is freed there, as on a native folder), unless a file is still
+    /// open through the mount: fstat of an open unlinked file must go on working.
+    func testRemovedNodesCloseTheirDescriptorsAtOnceUnlessOpen() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        let d = try "d".withCString { (c) throws in try fs.mkdir(parent: work, name: c, mode: 0o755, caller: me) }
+        _ = try fs.getattr(d.inode.nodeID)
+        var before = fs.openNodeDescriptors
+        try "d".withCString { (c) throws in try fs.rmdir(parent: work, name: c) }
+        XCTAssertEqual(fs.openNodeDescriptors, before - 1)
+        expectErrno(.noSuchFileOrDirectory) { _ = try fs.getattr(d.inode.nodeID) }
+
+        let (kept, file) = try "open".withCString { (c) throws in
+            try fs.create(parent: work, name: c, mode: 0o644, flags: O_RDWR, caller: me)
+        }
+        before = fs.openNodeDescriptors
+        try "open".withCString { (c) throws in try fs.unlink(parent: work, name: c) }
+        XCTAssertEqual(fs.openNodeDescriptors, before)
+        XCTAssertEqual(try fs.getattr(kept.inode.nodeID).st_nlink, 0)
+        fs.release(file)
+
+        let closed: NodeEntry = try "closed".withCString { (c) throws in
+            let (e, f) = try fs.create(parent: work, name: c, mode: 0o644, flags: O_RDWR, caller: me)
+            fs.release(f)
+            return e
+        }
+        before = fs.openNodeDescriptors
+        try "closed".withCString { (c) throws in try fs.unlink(parent: work, name: c) }
+        XCTAssertEqual(fs.openNodeDescriptors, before - 1)
+        expectErrno(.noSuchFileOrDirectory) { _ = try fs.getattr(closed.inode.nodeID) }
+    }
+
     func testSymlinkInBackingFolderIsNotFollowed() throws {
         // Given a symlink in the backing folder that points outside it
         let outside = home.path + "/outside.txt"

@@ -8,13 +8,13 @@
 #   mergerfs  Debian's mergerfs, default options, over one branch folder
 #   docdrive  a DocDrive mount with one store ("Bench") whose remote is a `folder`
 # and runs every workload on every target, interleaved (native mergerfs docdrive,
-# native mergerfs docdrive, ...), for N rounds (default 5, 3 with --quick). It prints the median of
+# native mergerfs docdrive, ...), for N rounds (default 7, 3 with --quick). It prints the median of
 # each target, the ratios DocDrive/native and DocDrive/mergerfs, and writes them
 # with the raw numbers to Benchmarks/results/last-{quick,full}.{md,json}.
 #
 # Options:
 #   --quick       small sizes, for development (< 3 minutes)
-#   --rounds N    rounds of every workload (default 5; 3 with --quick)
+#   --rounds N    rounds of every workload (default 7; 3 with --quick)
 #   --keep        keep the temporary folder (the mounts are always removed)
 #   --bin PATH    the docdrive binary (default: build release, use .build/release/docdrive)
 #   --dir PATH    where to make the temporary folder (default /var/tmp)
@@ -58,8 +58,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 if [ -z "$ROUNDS" ]; then
-    # This VM's run-to-run spread is wide: five rounds give steadier medians in a full run.
-    if [ "$MODE" = quick ]; then ROUNDS=3; else ROUNDS=5; fi
+    # This VM's run-to-run spread is wide: seven rounds give steadier medians in a full run.
+    if [ "$MODE" = quick ]; then ROUNDS=3; else ROUNDS=7; fi
 fi
 case "$ROUNDS" in *[!0-9]*|0) echo "fsbench: --rounds needs a positive number" >&2; exit 64 ;; esac
 case "$NOFILE" in ''|*[!0-9]*) echo "fsbench: --nofile needs a number" >&2; exit 64 ;; esac
@@ -222,6 +222,15 @@ settle() {
     done
 }
 
+# DocDrive uploads every file saved in its store after the write-back delay. Those uploads
+# read the new files (which warms the page cache) and write their copies to the same disk:
+# they must not run while another target is measured, nor during a "cold" read of
+# DocDrive's own. `docdrive sync` waits until the queue is empty.
+uploads_done() {
+    DOCDRIVE_HOME="$DD_HOME" timeout -k 5 150 "$BIN" sync --timeout 120 > /dev/null 2>&1 \
+        || log "WARNING: DocDrive's uploads did not finish within 120 s"
+}
+
 tdir() {
     case "$1" in
         native) echo "$NATIVE" ;;
@@ -334,6 +343,7 @@ wl_seq() {  # target round
     run_step "seq write $t" fio --name=seqwrite --filename="$f" --rw=write --bs=1M --size="${SEQ_MB}M" \
         --end_fsync=1 "${FIO_COMMON[@]}"
     w=$("$PY" "$HELPER" fio "$W/fio.json" write mbps) || die "cannot read fio's output"
+    if [ "$t" = docdrive ]; then uploads_done; fi
     drop 3
     run_step "seq read $t" fio --name=seqread --filename="$f" --rw=read --bs=1M --size="${SEQ_MB}M" "${FIO_COMMON[@]}"
     rd=$("$PY" "$HELPER" fio "$W/fio.json" read mbps) || die "cannot read fio's output"
@@ -347,6 +357,7 @@ wl_rand() {
     f="$(tdir "$t")/rand.dat"
     run_step "rand layout $t" fio --name=layout --filename="$f" --rw=write --bs=1M --size="${RAND_MB}M" \
         --end_fsync=1 "${FIO_COMMON[@]}"
+    if [ "$t" = docdrive ]; then uploads_done; fi
     drop 3
     # Cold: each block at most once (fio's random map), capped in time.
     run_step "rand cold $t" fio --name=randcold --filename="$f" --rw=randread --bs=4k --size="${RAND_MB}M" \
@@ -438,6 +449,7 @@ for r in $(seq "$ROUNDS"); do
         for t in $(order_of_round "$r"); do
             settle
             "wl_$wl" "$t" "$r"
+            if [ "$t" = docdrive ]; then uploads_done; fi
         done
     done
 done
@@ -507,7 +519,7 @@ unmount_mergerfs
 RUNTIME=$(elapsed | xargs printf '%.0f')
 
 mkdir -p "$HERE/results"
-NOTES+=("Each round runs every workload on every target, interleaved; the order turns by one each round (native mergerfs docdrive, then mergerfs docdrive native, then docdrive native mergerfs), so that no target always follows the same neighbour on the shared disk. Before each workload on each target the caches are dropped ('sync; echo 3 > /proc/sys/vm/drop_caches'), so every workload starts cold (tar x reads its tarball from the page cache); 'echo 2' (dentries and inodes) is dropped again before stat, readdir and du.")
+NOTES+=("Each round runs every workload on every target, interleaved; the order turns by one each round (native mergerfs docdrive, then mergerfs docdrive native, then docdrive native mergerfs), so that no target always follows the same neighbour on the shared disk. Before each workload on each target the caches are dropped ('sync; echo 3 > /proc/sys/vm/drop_caches'), so every workload starts cold (tar x reads its tarball from the page cache); 'echo 2' (dentries and inodes) is dropped again before stat, readdir and du. After every DocDrive workload, and after its sequential write and its random-read file are written, the run waits ('docdrive sync') until DocDrive's uploads are done: they read the new files (warming the page cache) and copy them to the same disk, so they must not overlap another target's measurement nor a cold read. Uploads that DocDrive's own measured steps start (after the creates, tar x, the small files) run during its next steps, as they would for a user.")
 NOTES+=("fio: psync engine, queue depth 1, one job, --fallocate=none --invalidate=0; cold random reads touch each block at most once (capped at ${COLD_RT} s), warm random reads run ${WARM_RT} s after a sequential pass over the file, in a new fio process (a new open).")
 NOTES+=("The memory rows: peak is VmHWM, the highest over the daemons of the run (DocDrive and mergerfs are restarted before the listing); the listing row is VmRSS of the fresh daemon after a readdir+lstat walk of the tree.")
 NOTES+=("The upload check looks for files named like the written ones anywhere under the folder remote ($DD_REMOTE), with the right size.")

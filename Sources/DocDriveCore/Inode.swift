@@ -340,7 +340,9 @@ final class DescriptorBudget: Sendable {
         }
         var rl = rlimit()
         let cur = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &rl) == 0 ? Int(clamping: rl.rlim_cur) : 1024
-        return DescriptorBudget(limit: cur / 2)
+        // Nodes may use three quarters of the limit; the rest is for open files and folders,
+        // the index and uploads (with a limit of 20,000 that leaves 5,000).
+        return DescriptorBudget(limit: cur / 4 * 3)
     }
 
     /// After a sweep that could not reach `low`: the count at which to try again.

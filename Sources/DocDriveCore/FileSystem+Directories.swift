@@ -24,6 +24,8 @@ public final class DirectoryStream: Sendable {
         var pending: Pending?
         /// Read from at least once (a fresh stream needs no rewind for offset 0).
         var started = false
+        /// The listing reached its end and `dir` was closed there (see `readdir`).
+        var atEnd = false
     }
 
     public let inode: Inode
@@ -55,12 +57,7 @@ extension DriveFileSystem {
         let n = try node(id)
         switch n.kind {
         case .backing:
-            let nfd = try n.acquire()
-            defer { n.release() }
-            // opendir of the descriptor's /proc link opens and checks it in two system calls;
-            // a reopen and fdopendir take four.
-            guard let dir = Glibc.opendir("/proc/self/fd/\(nfd)") else { throw Sys.lastErrno }
-            return DirectoryStream(inode: n, dir: dir, virtualEntries: nil)
+            return DirectoryStream(inode: n, dir: try openBackingDirectory(n), virtualEntries: nil)
         case .root:
             let l = namespace.current()
             var list: [(String, UInt64)] = [(".", n.nodeID), ("..", n.nodeID)]
@@ -79,17 +76,34 @@ extension DriveFileSystem {
         }
     }
 
+    private func openBackingDirectory(_ n: Inode) throws(Errno) -> OpaquePointer {
+        let nfd = try n.acquire()
+        defer { n.release() }
+        // opendir of the descriptor's /proc link opens and checks it in two system calls;
+        // a reopen and fdopendir take four.
+        guard let dir = Glibc.opendir("/proc/self/fd/\(nfd)") else { throw Sys.lastErrno }
+        return dir
+    }
+
     public func releasedir(_ d: DirectoryStream) {
         d.state.withLock { s in
             if let dir = s.dir { closedir(dir) }
             s.dir = nil
+            s.atEnd = false
         }
     }
 
     public func fsyncdir(_ d: DirectoryStream, dataOnly: Bool) throws(Errno) {
-        let fd: Int32 = d.state.withLock { s in s.dir.map { dirfd($0) } ?? -1 }
-        guard fd >= 0 else { return }
-        _ = try Sys.check { dataOnly ? fdatasync(fd) : Glibc.fsync(fd) }
+        guard d.virtualEntries == nil else { return }
+        let (fd, atEnd): (Int32, Bool) = d.state.withLock { s in (s.dir.map { dirfd($0) } ?? -1, s.atEnd) }
+        if fd >= 0 {
+            _ = try Sys.check { dataOnly ? fdatasync(fd) : Glibc.fsync(fd) }
+            return
+        }
+        guard atEnd else { throw .badFileDescriptor }
+        let dir = try openBackingDirectory(d.inode)
+        defer { closedir(dir) }
+        _ = try Sys.check { dataOnly ? fdatasync(dirfd(dir)) : Glibc.fsync(dirfd(dir)) }
     }
 
     /// Hands entries from `offset` on to `emit` until it returns false (its buffer is full).
@@ -103,6 +117,15 @@ extension DriveFileSystem {
         }
         let isContainer = Self.isContainer(d.inode.root)
         try d.state.withLock { (s: inout DirectoryStream.State) throws(Errno) in
+            if s.dir == nil {
+                guard s.atEnd else { throw .badFileDescriptor }
+                if offset == s.offset { return }  // still at the end
+                // A rewind or a seek after the end: open the folder again.
+                s.dir = try openBackingDirectory(d.inode)
+                s.atEnd = false
+                s.offset = 0
+                s.started = false
+            }
             guard let dir = s.dir else { throw .badFileDescriptor }
             if offset != s.offset || (offset == 0 && s.pending == nil && s.started) {
                 if offset == 0 { rewinddir(dir) } else { seekdir(dir, Int(offset)) }
@@ -142,6 +165,14 @@ extension DriveFileSystem {
                 Glibc.errno = 0
                 guard let ent = Glibc.readdir(dir) else {
                     if Glibc.errno != 0 { throw Sys.lastErrno }
+                    // The end: let go of the folder now rather than at RELEASEDIR, which the
+                    // kernel sends after close(2) has returned. `rm -rf` removes a folder right
+                    // after listing it; a listing descriptor still open then is the last
+                    // reference, and its close frees the inode on another thread while the
+                    // parent's rmdir spins in the kernel waiting for that (milliseconds).
+                    closedir(dir)
+                    s.dir = nil
+                    s.atEnd = true
                     return
                 }
                 // The name is used in place (no copy per entry); only an entry that did not fit

@@ -135,6 +135,37 @@ final class FileSystemTests: XCTestCase {
         expectErrno(.noSuchFileOrDirectory) { _ = try fs.getattr(closed.inode.nodeID) }
     }
 
+    /// A backing listing lets go of its folder at the end (rm -rf removes the folder right
+    /// after; RELEASEDIR comes later); a rewind opens it again and sees what changed since.
+    func testListingLetsGoOfTheFolderAtItsEndAndReopensOnRewind() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        func make(_ name: String) throws {
+            let (_, f) = try name.withCString { (c) throws in try fs.create(parent: work, name: c, mode: 0o644, flags: O_WRONLY, caller: me) }
+            fs.release(f)
+        }
+        func openFiles() throws -> Int { try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count }
+        func list(_ d: DirectoryStream, from offset: Int64) throws -> (names: [String], end: Int64) {
+            var out = [String](), end = offset
+            try fs.readdir(d, offset: offset, plus: false) { name, _, next in
+                out.append(String(cString: name))
+                end = next
+                return true
+            }
+            return (out.sorted(), end)
+        }
+        try make("a")
+        let d = try fs.opendir(work)
+        defer { fs.releasedir(d) }
+        let whileOpen = try openFiles()
+        let first = try list(d, from: 0)
+        XCTAssertEqual(first.names, [".", "..", "a"])
+        XCTAssertEqual(try openFiles(), whileOpen - 1)
+        XCTAssertEqual(try list(d, from: first.end).names, [])
+        try fs.fsyncdir(d, dataOnly: false)
+        try make("b")
+        XCTAssertEqual(try list(d, from: 0).names, [".", "..", "a", "b"])
+    }
+
     func testSymlinkInBackingFolderIsNotFollowed() throws {
         // Given a symlink in the backing folder that points outside it
         let outside = home.path + "/outside.txt"

@@ -209,14 +209,41 @@ public struct FolderRemote: Sendable {
         var st = stat()
         guard lstat(target, &st) == 0 else { return }
         if st.st_mode & S_IFMT == S_IFDIR {
-            do {
-                try FileManager.default.removeItem(atPath: target)
-            } catch {
-                throw DriveError(.io, "cannot remove \(target) from the remote: \((error as NSError).localizedDescription).", underlying: error)
-            }
+            let err = Self.removeTree(AT_FDCWD, target)
+            if err != 0 { throw remoteError("cannot remove", target, err) }
         } else if unlink(target) != 0 && errno != ENOENT {
             throw remoteError("cannot remove", target, errno)
         }
+    }
+
+    /// Removes `name` in the folder `dfd` with everything under it, never following a symlink;
+    /// 0, or the errno of what could not be removed. Entries that are already gone are fine:
+    /// several workers remove the files of a deleted folder and the folder itself side by side.
+    private static func removeTree(_ dfd: Int32, _ name: String) -> Int32 {
+        if unlinkat(dfd, name, 0) == 0 || errno == ENOENT { return 0 }
+        guard errno == EISDIR else { return errno }
+        let sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard sub >= 0 else { return errno == ENOENT ? 0 : errno }
+        guard let dir = fdopendir(sub) else {
+            let e = errno
+            close(sub)
+            return e
+        }
+        var names = [String]()
+        while let ent = readdir(dir) {
+            let n = withUnsafePointer(to: &ent.pointee.d_name) { t in
+                t.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if n != "." && n != ".." { names.append(n) }
+        }
+        var failure: Int32 = 0
+        for n in names {
+            let e = removeTree(dirfd(dir), n)
+            if e != 0 { failure = e }
+        }
+        closedir(dir)
+        if failure != 0 { return failure }
+        return unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno
     }
 
     /// Size and modification time of a remote file, or nil if there is none.

@@ -83,7 +83,7 @@ struct Daemon {
             if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies") }
             // New writes stopped with the mount; upload what can be within the grace time.
             let left = uploader.stop(drainFor: uploadGrace)
-            logger.info(left == 0 ? "all uploads done" : "\(left) files still to upload; they go on at the next mount")
+            logger.info(left == 0 ? "all uploads done" : "\(left) file\(left == 1 ? " is" : "s are") still to upload; \(left == 1 ? "it goes" : "they go") on at the next mount")
             fs.shutdown()
             home.removeMountRecord()
         }

@@ -25,6 +25,9 @@ public struct StoreActivity: Codable, Sendable, Equatable {
     public var name: String
     public var workers: Int
     public var bandwidth: Int64?
+    /// The store's files keep changing: its uploads wait until it has been quiet for its
+    /// write-back delay (nil from a daemon that predates it).
+    public var held: Bool?
 }
 
 /// The whole of run/uploads.json.

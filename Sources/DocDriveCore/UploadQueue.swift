@@ -216,15 +216,17 @@ public final class UploadQueue: Sendable {
     /// them uploading, in one transaction (a worker uploads them in turn and finishes them
     /// together: see `finish`). `sharedBy` workers take from the same queue: each takes its
     /// share of what is due, so that a few files still go up side by side.
-    public func claim(root: String, limit: Int, sharedBy workers: Int = 1,
+    /// `dueBy`: entries due at or before it are taken (`now` unless a burst holds them back).
+    public func claim(root: String, limit: Int, sharedBy workers: Int = 1, dueBy: Double? = nil,
                       now: Double = Date().timeIntervalSince1970) throws(DriveError) -> [UploadJob] {
+        let dueBy = dueBy ?? now
         // Idle workers poll: look first in a read transaction, which takes no write lock and
         // lets the index writer and the other workers go on.
         let due: Int
         do {
             due = try pool.read { db in
                 try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM (\(Self.dueSQL))"),
-                                 arguments: [root, now, limit * max(1, workers)]) ?? 0
+                                 arguments: [root, dueBy, limit * max(1, workers)]) ?? 0
             }
         } catch {
             throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
@@ -232,7 +234,7 @@ public final class UploadQueue: Sendable {
         guard due > 0 else { return [] }
         let take = min(limit, max(1, due / max(1, workers)))
         return try write { db -> [UploadJob] in
-            let jobs = try Row.fetchAll(db.cachedStatement(sql: Self.dueSQL), arguments: [root, now, take]).map {
+            let jobs = try Row.fetchAll(db.cachedStatement(sql: Self.dueSQL), arguments: [root, dueBy, take]).map {
                 UploadJob(root: root, path: $0["path"], generation: $0["generation"], attempts: $0["attempts"])
             }
             let mark = try db.cachedStatement(sql: "UPDATE upload SET state = 'uploading', updated = ? WHERE root = ? AND path = ?")

@@ -22,6 +22,9 @@ public final class Uploader: Sendable {
         let limit: BandwidthLimit?
         /// Set when the store left the config or was replaced: its workers finish their file and end.
         let stopped = Atomic<Bool>(false)
+        /// When a path of the store last changed (a save, a removal, a rename), in milliseconds
+        /// since the epoch: a burst of changes holds the uploads back (see `holdUntil`).
+        let lastChange = Atomic<Int64>(0)
 
         init(config: StoreConfig, cache: String, remote: FolderRemote) {
             self.config = config
@@ -48,6 +51,8 @@ public final class Uploader: Sendable {
     /// Paths noted but not yet in the queue (root key, path, due). Lock: leaf.
     private let noted = Mutex<[(String, String, Double)]>([])
     private let stopping = Atomic<Bool>(false)
+    /// Set at unmount: what is queued goes now, burst or not.
+    private let draining = Atomic<Bool>(false)
     private let running = Atomic<Int>(0)
     /// Stores whose remote was unreachable at the last check. Lock: leaf.
     private let remotesDown = Mutex<Set<String>>([])
@@ -89,8 +94,9 @@ public final class Uploader: Sendable {
     /// after the store's write-back delay. Cheap: the queue gets it with the next group commit.
     public func noteChanged(root rootKey: String, path: String) {
         guard let store = store(rootKey), !path.isEmpty else { return }
-        let due = Date().timeIntervalSince1970 + store.config.writebackDelay
-        noted.withLock { $0.append((rootKey, path, due)) }
+        let now = Date().timeIntervalSince1970
+        store.lastChange.store(Int64(now * 1000), ordering: .relaxed)
+        noted.withLock { $0.append((rootKey, path, now + store.config.writebackDelay)) }
     }
 
     /// A file with several names was saved: its other names (unknown here) changed too. The
@@ -282,6 +288,7 @@ public final class Uploader: Sendable {
     /// Stops taking new work after uploading what is queued, for at most `seconds`; returns
     /// how many entries are left waiting (they go on at the next mount).
     public func stop(drainFor seconds: Double) -> Int {
+        draining.store(true, ordering: .relaxed)
         commitNoted()
         try? queue.makeAllDue()
         // Wait while something is uploading or ready to go; an entry that failed again waits
@@ -311,14 +318,25 @@ public final class Uploader: Sendable {
         defer { running.subtract(1, ordering: .relaxed) }
         while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
             let ticket = queue.workTicket()
+            let now = Date().timeIntervalSince1970
+            let hold = holdUntil(store, now: now)
             let jobs: [UploadJob]
             do {
-                jobs = try queue.claim(root: key, limit: Self.batchSize, sharedBy: store.config.workers)
+                // During a burst only entries held back for as long as they may be are taken.
+                jobs = try queue.claim(root: key, limit: Self.batchSize, sharedBy: store.config.workers,
+                                       dueBy: hold == nil ? now : now - Self.longestHold(store), now: now)
             } catch {
                 logger.error("\(error.message)")
                 jobs = []
             }
             guard !jobs.isEmpty else {
+                if let hold {
+                    // Sleep through the burst, without the database: until the store has been
+                    // quiet for its delay, or until the oldest entry has waited as long as it may.
+                    let oldest = (try? queue.nextDue(root: key)) ?? nil
+                    sleepThroughBurst(store, until: min(hold + 0.001, (oldest ?? .infinity) + Self.longestHold(store)))
+                    continue
+                }
                 // Nothing due: sleep until something is queued or the next entry is due (a
                 // failed entry's back-off, a save's write-back delay), at most 5 s.
                 queue.waitForWork(root: key, after: ticket, cap: 5)
@@ -341,6 +359,38 @@ public final class Uploader: Sendable {
             } catch {
                 logger.error("\(error.message)")
             }
+        }
+    }
+
+    // MARK: bursts
+
+    /// While a store's files keep changing (tar x, cp -r, git checkout, a build), its uploads
+    /// wait until the burst is over, as Syncthing's change aggregation does: the write-back delay
+    /// runs from the store's last change rather than from each file's own save. A burst does not
+    /// compete with the work that makes it for the CPU and the disk, and what it changes again or
+    /// deletes before it ends (build output, an extracted tree removed again) is never uploaded.
+    /// Nil when nothing holds the uploads back; otherwise when the store will have been quiet for
+    /// its write-back delay.
+    private func holdUntil(_ store: Store, now: Double) -> Double? {
+        guard !draining.load(ordering: .relaxed) else { return nil }
+        let quietAt = Double(store.lastChange.load(ordering: .relaxed)) / 1000 + store.config.writebackDelay
+        return now < quietAt ? quietAt : nil
+    }
+
+    /// How long past its due time a burst may hold an entry back: ten write-back delays (20 s
+    /// by default), so a store that never stops changing still uploads, a little behind.
+    static func longestHold(_ store: Store) -> Double { 10 * store.config.writebackDelay }
+
+    /// Sleeps while a burst holds `store`'s uploads back: until it has been quiet for its
+    /// write-back delay, until `limit`, or until the uploader stops or drains. Polls a clock and
+    /// an atomic every 100 ms at most; the queue's signals, which every save sends, do not wake it.
+    private func sleepThroughBurst(_ store: Store, until limit: Double) {
+        while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
+            let now = Date().timeIntervalSince1970
+            guard let hold = holdUntil(store, now: now) else { return }
+            let wake = min(hold, limit)
+            if now >= wake { return }
+            usleep(UInt32(min(wake - now, 0.1) * 1_000_000) + 1)
         }
     }
 
@@ -460,8 +510,11 @@ public final class Uploader: Sendable {
     /// `docdrive status` can show progress; an idle daemon leaves it unchanged.
     func publishActivity() {
         let now = inFlight.withLock { Array($0.values) }.sorted { ($0.store, $0.path) < ($1.store, $1.path) }
-        let settings = allStores().values.map { StoreActivity(name: $0.config.name, workers: $0.config.workers, bandwidth: $0.config.bandwidth) }
-            .sorted { $0.name < $1.name }
+        let time = Date().timeIntervalSince1970
+        let settings = allStores().values.map {
+            StoreActivity(name: $0.config.name, workers: $0.config.workers, bandwidth: $0.config.bandwidth,
+                          held: holdUntil($0, now: time) != nil)
+        }.sorted { $0.name < $1.name }
         let a = UploadActivity(pid: getpid(), stores: settings, uploads: now, indexWriteError: indexWriteError())
         let fresh = published.withLock { last -> Bool in
             if last == a { return false }

@@ -20,6 +20,8 @@ struct Status: ParsableCommand {
         /// The workers the daemon runs the store with (nil when not mounted or not started yet).
         var runningWorkers: Int?
         var inFlight: [InFlightUpload]
+        /// The store keeps changing, so its uploads wait for a pause (see Uploader.holdUntil).
+        var held = false
     }
 
     /// Everything the report shows, read once per drawing.
@@ -81,7 +83,8 @@ struct Status: ParsableCommand {
                 bytesLeft: (try? queue?.bytesLeft(root: c.rootKey, cache: home.cachePath(c.name))) ?? 0,
                 failed: failures.filter { $0.root == c.rootKey }.map { ($0.path, $0.error) },
                 runningWorkers: activity?.stores.first { $0.name == c.name }?.workers,
-                inFlight: activity?.uploads.filter { $0.store == c.name } ?? []))
+                inFlight: activity?.uploads.filter { $0.store == c.name } ?? [],
+                held: activity?.stores.first { $0.name == c.name }?.held ?? false))
         }
         return s
     }
@@ -104,6 +107,7 @@ struct Status: ParsableCommand {
                 ]
                 if let b = st.config.bandwidth { r["bandwidth"] = b }
                 if let w = st.runningWorkers { r["runningWorkers"] = w }
+                r["held"] = st.held
                 return r
             },
         ]
@@ -133,6 +137,9 @@ struct Status: ParsableCommand {
             let limit = c.bandwidth.map { ", at most \(bytes($0))/s" } ?? ""
             line("  \(c.name)  \"\(c.displayName)\"  \(c.remote.summary)  (\(c.workers) worker\(c.workers == 1 ? "" : "s")\(limit))")
             line("    \(UploadState.allCases.map { "\(st.counts[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", ")); \(bytes(st.bytesLeft)) left")
+            if st.held, (st.counts[.pending] ?? 0) > 0 {
+                line("    waiting for a pause: files keep changing; uploads start \(seconds(c.writebackDelay)) after the last change")
+            }
             for f in st.failed { line("    failed: \(f.path): \(f.error)") }
             for u in st.inFlight {
                 line(bars ? "    " + progressBar(u) : "    uploading \(u.path): \(bytes(u.done)) of \(bytes(u.total))")
@@ -157,6 +164,11 @@ struct Status: ParsableCommand {
         let filled = Int(fraction * Double(width))
         let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
         return "\(u.path)  [\(bar)]  \(bytes(u.done)) / \(bytes(u.total))  \(Int(fraction * 100))%"
+    }
+
+    /// "2 s", "0.5 s".
+    static func seconds(_ t: Double) -> String {
+        t == t.rounded() ? "\(Int(t)) s" : String(format: "%g s", t)
     }
 
     /// Sizes the way people read them (binary units, one decimal).

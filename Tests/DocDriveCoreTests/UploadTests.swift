@@ -1,6 +1,7 @@
 // UploadTests: the folder remote's atomic, verified uploads and the durable upload queue.
 import DocDriveCore
 import Foundation
+import Synchronization
 import XCTest
 
 final class FolderRemoteTests: XCTestCase {
@@ -107,6 +108,29 @@ final class FolderRemoteTests: XCTestCase {
         try remote.remove("never-uploaded.txt")
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/new/dir/new.txt"))
     }
+
+    func testAFolderAndItsFilesRemovedSideBySideAllSucceed() throws {
+        // Given folders on the remote, each removed (as after rm -rf) by several workers at
+        // once: one takes the folder, the others its files
+        let fd = local("f", "x")
+        defer { close(fd) }
+        for round in 0..<12 {
+            let folder = "gone\(round)"
+            for i in 0..<150 { _ = try remote.upload(from: fd, to: "\(folder)/sub/f\(i)", syncFolder: false) }
+            let paths = [folder] + (0..<150).map { "\(folder)/sub/f\($0)" } + ["\(folder)/sub"]
+            let failures = Mutex<[String]>([])
+            let remote: FolderRemote = remote
+            DispatchQueue.concurrentPerform(iterations: 4) { w in
+                // Worker 0 removes the folder first; the others go through the files.
+                for (k, p) in paths.enumerated() where k % 4 == w || (w == 0 && k == 0) {
+                    do { try remote.remove(p) } catch { failures.withLock { $0.append("\(p): \(error)") } }
+                }
+            }
+            // Then every removal succeeded (a file already gone with its folder is not an error)
+            XCTAssertEqual(failures.withLock { $0 }, [], "round \(round)")
+            XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/" + folder))
+        }
+    }
 }
 
 final class UploadQueueTests: XCTestCase {
@@ -123,6 +147,18 @@ final class UploadQueueTests: XCTestCase {
     override func tearDown() {
         index = nil
         try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func testAClaimTakesOnlyWhatIsDueByItsCutOff() throws {
+        // Given entries due 30 s ago, 5 s ago and in 10 s
+        try queue.enqueue(root: "s", path: "old", due: 70, now: 60)
+        try queue.enqueue(root: "s", path: "recent", due: 95, now: 90)
+        try queue.enqueue(root: "s", path: "later", due: 110, now: 100)
+        // When a burst holds back what is due less than 20 s ago, only the old entry goes
+        XCTAssertEqual(try queue.claim(root: "s", limit: 16, dueBy: 80, now: 100).map(\.path), ["old"])
+        // And without a hold everything due by now goes, nothing before its time
+        XCTAssertEqual(try queue.claim(root: "s", limit: 16, now: 100).map(\.path), ["recent"])
+        XCTAssertEqual(try queue.claim(root: "s", limit: 16, now: 100), [])
     }
 
     func testSavesCoalesceAndWaitForTheirDueTime() throws {

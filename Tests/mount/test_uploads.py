@@ -258,6 +258,70 @@ def test_writeback_delay_and_coalescing(new_drive):
 
 
 @pytest.mark.timeout(60)
+def test_a_burst_of_changes_is_uploaded_once_it_ends(new_drive):
+    # Saves and deletes 0.15 s apart in one store, for about 3 s: a burst (tar x, cp -r, a build).
+    u = up_drive(new_drive, writeback=1.0)
+    write(u.dir / "first.txt", b"saved at the start")
+    seen_during = set()
+    start = time.monotonic()
+    i = 0
+    while time.monotonic() - start < 3.0:
+        write(u.dir / f"scratch{i}.tmp", b"x" * 100)
+        if i >= 2:
+            os.unlink(u.dir / f"scratch{i - 2}.tmp")
+        last_change = time.monotonic()
+        seen_during |= set(os.listdir(u.remote))
+        if i == 10:
+            # status says why nothing moves
+            held = [st for st in u.status()["stores"] if st["name"] == "up"][0]
+            text = u.d.cli("status").stdout
+        time.sleep(0.15)
+        i += 1
+    seen_during |= set(os.listdir(u.remote))
+    # Nothing went up while the store kept changing, though first.txt was due after 1 s
+    assert seen_during <= {MARKER}, f"uploaded during the burst: {sorted(seen_during)}"
+    assert held["held"] is True and held["uploads"]["pending"] >= 1, held
+    assert "waiting for a pause: files keep changing; uploads start 1 s after the last change" in text, text
+    # Once it ends, what is left goes within the write-back delay (and a little)
+    assert wait_until(lambda: (u.remote / "first.txt").exists(), 10), f"never uploaded: {u.uploads()}"
+    quiet = time.monotonic() - last_change
+    assert quiet >= 0.9, f"uploaded {quiet:.2f} s after the last change, before the write-back delay (1 s)"
+    u.sync(30, check=0)
+    # The scratch files deleted during the burst never reached the remote
+    assert sorted(os.listdir(u.remote)) == sorted([MARKER, "first.txt", f"scratch{i - 2}.tmp", f"scratch{i - 1}.tmp"])
+    assert_remote_matches(u, "after a burst")
+
+
+@pytest.mark.timeout(60)
+def test_a_store_that_never_stops_changing_still_uploads(new_drive):
+    # A burst holds an upload back at most ten write-back delays (here 10 x 0.2 s) past its time.
+    u = up_drive(new_drive, writeback=0.2)
+    write(u.dir / "early.txt", b"saved before the churn")
+    saved = time.monotonic()
+    stop = threading.Event()
+
+    def churn():
+        n = 0
+        while not stop.is_set():
+            write(u.dir / "log.txt", f"line {n}\n".encode())
+            n += 1
+            time.sleep(0.05)
+
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        assert wait_until(lambda: (u.remote / "early.txt").exists(), 15), f"held back for good: {u.uploads()}"
+        held = time.monotonic() - saved
+        assert t.is_alive() and not stop.is_set(), "the churn ended early"
+    finally:
+        stop.set()
+        t.join()
+    assert held <= 8.0, f"early.txt reached the remote {held:.1f} s after its save (expected at most about 2.2 s)"
+    u.sync(30, check=0)
+    assert_remote_matches(u, "after the churn")
+
+
+@pytest.mark.timeout(60)
 def test_truncations_are_uploaded(new_drive):
     u = up_drive(new_drive, writeback=0.2)
     for n in ("a", "b", "c", "d"):

@@ -288,6 +288,12 @@ public final class DriveFileSystem: Sendable {
         table.forget(id, n)
     }
 
+    /// The kernel's forgets (FORGET, BATCH_FORGET), applied off the request thread: see
+    /// `InodeTable.forgetLater`.
+    public func forgetLater(_ forgets: some Collection<(UInt64, UInt64)>) {
+        table.forgetLater(forgets)
+    }
+
     public func getattr(_ id: UInt64) throws(Errno) -> stat {
         let n = try node(id)
         guard n.kind == .backing else { return virtualAttr(n) }

@@ -1,5 +1,7 @@
 // Inode: the nodes the kernel knows (virtual folders and backing files) and the table that owns them.
 import CDocDriveSys
+import Dispatch
+import Foundation
 import Synchronization
 import SystemPackage
 #if canImport(Glibc)
@@ -567,19 +569,83 @@ final class InodeTable: Sendable {
 
     /// The kernel forgets `n` lookups; the inode and its descriptor go when none remain.
     func forget(_ id: UInt64, _ n: UInt64) {
-        let dead: Inode? = state.withLock { s in
-            guard var e = s.byID[id] else { return nil }
-            if e.lookups > n {
-                e.lookups -= n
-                s.byID[id] = e
-                return nil
+        forget([(id, n)])
+    }
+
+    /// Several forgets, a chunk at a time under the lock; descriptors close outside it.
+    private func forget(_ batch: some Collection<(UInt64, UInt64)>) {
+        var dead = [Inode]()
+        state.withLock { s in
+            for (id, n) in batch {
+                guard var e = s.byID[id] else { continue }
+                if e.lookups > n {
+                    e.lookups -= n
+                    s.byID[id] = e
+                    continue
+                }
+                s.byID[id] = nil
+                let key = Key(view: e.inode.view, dev: e.inode.dev, ino: e.inode.ino, isReference: e.inode.reference != nil)
+                if s.byKey[key] == id { s.byKey[key] = nil }
+                dead.append(e.inode)
             }
-            s.byID[id] = nil
-            let key = Key(view: e.inode.view, dev: e.inode.dev, ino: e.inode.ino, isReference: e.inode.reference != nil)
-            if s.byKey[key] == id { s.byKey[key] = nil }
-            return e.inode
         }
-        dead?.retire()
+        for inode in dead { inode.retire() }
+    }
+
+    /// Forgets to apply on the reaper thread. Lock: leaf.
+    private struct Reaper {
+        var pending: [(UInt64, UInt64)] = []
+        var running = false
+    }
+    private let reaper = Mutex(Reaper())
+    private let reaperWake = DispatchSemaphore(value: 0)
+
+    /// Like `forget`, applied a moment later by a thread of its own. A forget needs no answer,
+    /// and dropping the kernel's caches sends tens of thousands at once (after `du`, `find`, a
+    /// listing of `ls -l`): applied on the request threads, they took the CPU from the requests
+    /// that someone waits for. Deferring is safe: a lookup answered meanwhile only adds to the
+    /// count the forget subtracts from, and node ids are never reused.
+    func forgetLater(_ forgets: some Collection<(UInt64, UInt64)>) {
+        let (start, wake) = reaper.withLock { r -> (Bool, Bool) in
+            let wasEmpty = r.pending.isEmpty
+            r.pending.append(contentsOf: forgets)
+            if r.running { return (false, wasEmpty) }
+            r.running = true
+            return (true, false)
+        }
+        if start {
+            let t = Thread { [weak self] in self?.reap() }
+            t.name = "docdrive-forget"
+            t.start()
+        } else if wake {
+            reaperWake.signal()
+        }
+    }
+
+    /// The reaper thread: applies what is pending, in chunks, until nothing came for a second.
+    private func reap() {
+        while true {
+            let batch = reaper.withLock { r -> [(UInt64, UInt64)] in
+                defer { r.pending.removeAll(keepingCapacity: true) }
+                return r.pending
+            }
+            if batch.isEmpty {
+                if reaperWake.wait(timeout: .now() + 1) == .timedOut {
+                    let idle = reaper.withLock { r -> Bool in
+                        if r.pending.isEmpty { r.running = false }
+                        return !r.running
+                    }
+                    if idle { return }
+                }
+                continue
+            }
+            var i = batch.startIndex
+            while i < batch.endIndex {
+                let j = min(i + 256, batch.endIndex)
+                forget(batch[i..<j])
+                i = j
+            }
+        }
     }
 
     var count: Int { state.withLock { $0.byID.count } }

@@ -16,16 +16,13 @@ func opLookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
 }
 
 func opForget(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ n: UInt64) {
-    context(req).fs.forget(ino, n)
+    context(req).fs.forgetLater(CollectionOfOne((ino, n)))
     fuse_reply_none(req)
 }
 
 func opForgetMulti(_ req: fuse_req_t?, _ count: Int, _ forgets: UnsafeMutablePointer<fuse_forget_data>?) {
-    let fs = context(req).fs
-    for i in 0..<count {
-        let f = forgets![i]
-        fs.forget(f.ino, f.nlookup)
-    }
+    let batch = UnsafeBufferPointer(start: forgets, count: count).lazy.map { ($0.ino, $0.nlookup) }
+    context(req).fs.forgetLater(batch)
     fuse_reply_none(req)
 }
 

@@ -1,6 +1,5 @@
 // Inode: the nodes the kernel knows (virtual folders and backing files) and the table that owns them.
 import CDocDriveSys
-import Dispatch
 import Foundation
 import Synchronization
 import SystemPackage
@@ -598,7 +597,6 @@ final class InodeTable: Sendable {
         var running = false
     }
     private let reaper = Mutex(Reaper())
-    private let reaperWake = DispatchSemaphore(value: 0)
 
     /// Like `forget`, applied a moment later by a thread of its own. A forget needs no answer,
     /// and dropping the kernel's caches sends tens of thousands at once (after `du`, `find`, a
@@ -606,45 +604,48 @@ final class InodeTable: Sendable {
     /// that someone waits for. Deferring is safe: a lookup answered meanwhile only adds to the
     /// count the forget subtracts from, and node ids are never reused.
     func forgetLater(_ forgets: some Collection<(UInt64, UInt64)>) {
-        let (start, wake) = reaper.withLock { r -> (Bool, Bool) in
-            let wasEmpty = r.pending.isEmpty
+        let start = reaper.withLock { r -> Bool in
             r.pending.append(contentsOf: forgets)
-            if r.running { return (false, wasEmpty) }
+            if r.running { return false }
             r.running = true
-            return (true, false)
+            return true
         }
-        if start {
-            let t = Thread { [weak self] in self?.reap() }
-            t.name = "docdrive-forget"
-            t.start()
-        } else if wake {
-            reaperWake.signal()
-        }
+        guard start else { return }
+        let t = Thread { [weak self] in self?.reap() }
+        t.name = "docdrive-forget"
+        t.start()
     }
 
-    /// The reaper thread: applies what is pending, in chunks, until nothing came for a second.
+    /// The reaper thread: every 20 ms applies what came meanwhile, in chunks, and ends after a
+    /// second without any. It is never woken per forget: `rm -rf` sends one for every file it
+    /// removes, and a wake-up each cost more than the forget.
     private func reap() {
+        var idleRounds = 0
         while true {
             let batch = reaper.withLock { r -> [(UInt64, UInt64)] in
                 defer { r.pending.removeAll(keepingCapacity: true) }
                 return r.pending
             }
             if batch.isEmpty {
-                if reaperWake.wait(timeout: .now() + 1) == .timedOut {
+                idleRounds += 1
+                if idleRounds >= 50 {
                     let idle = reaper.withLock { r -> Bool in
                         if r.pending.isEmpty { r.running = false }
                         return !r.running
                     }
                     if idle { return }
+                    idleRounds = 0
                 }
-                continue
+            } else {
+                idleRounds = 0
+                var i = batch.startIndex
+                while i < batch.endIndex {
+                    let j = min(i + 256, batch.endIndex)
+                    forget(batch[i..<j])
+                    i = j
+                }
             }
-            var i = batch.startIndex
-            while i < batch.endIndex {
-                let j = min(i + 256, batch.endIndex)
-                forget(batch[i..<j])
-                i = j
-            }
+            usleep(20_000)
         }
     }
 

@@ -288,10 +288,9 @@ public final class DriveFileSystem: Sendable {
         table.forget(id, n)
     }
 
-    /// The kernel's forgets (FORGET, BATCH_FORGET), applied off the request thread: see
-    /// `InodeTable.forgetLater`.
-    public func forgetLater(_ forgets: some Collection<(UInt64, UInt64)>) {
-        table.forgetLater(forgets)
+    /// The kernel's BATCH_FORGET: up to hundreds of forgets under one hold of the table's lock.
+    public func forget(_ forgets: some Collection<(UInt64, UInt64)>) {
+        table.forget(forgets)
     }
 
     public func getattr(_ id: UInt64) throws(Errno) -> stat {

@@ -1,6 +1,5 @@
 // Inode: the nodes the kernel knows (virtual folders and backing files) and the table that owns them.
 import CDocDriveSys
-import Foundation
 import Synchronization
 import SystemPackage
 #if canImport(Glibc)
@@ -544,9 +543,15 @@ final class InodeTable: Sendable {
     }
 
     /// A file or folder was removed through the mount (its last name): see `Inode.closeRemoved`.
+    /// The node also stops standing for its (dev, ino) at once, not only when the kernel's
+    /// forget arrives: the backing filesystem hands the inode number to the next file it
+    /// creates, and a lookup of that file in between must get a node of its own.
     func removed(view: View, dev: UInt64, ino: UInt64) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
-        state.withLock { s in s.byKey[key].flatMap { s.byID[$0]?.inode } }?.closeRemoved()
+        state.withLock { s -> Inode? in
+            guard let id = s.byKey.removeValue(forKey: key) else { return nil }
+            return s.byID[id]?.inode
+        }?.closeRemoved()
     }
 
     /// A file moved to `name` in `parent`: its node, if it was never opened, is to be opened there.
@@ -571,8 +576,8 @@ final class InodeTable: Sendable {
         forget([(id, n)])
     }
 
-    /// Several forgets, a chunk at a time under the lock; descriptors close outside it.
-    private func forget(_ batch: some Collection<(UInt64, UInt64)>) {
+    /// Several forgets (a BATCH_FORGET) under one hold of the lock; descriptors close outside it.
+    func forget(_ batch: some Collection<(UInt64, UInt64)>) {
         var dead = [Inode]()
         state.withLock { s in
             for (id, n) in batch {
@@ -589,64 +594,6 @@ final class InodeTable: Sendable {
             }
         }
         for inode in dead { inode.retire() }
-    }
-
-    /// Forgets to apply on the reaper thread. Lock: leaf.
-    private struct Reaper {
-        var pending: [(UInt64, UInt64)] = []
-        var running = false
-    }
-    private let reaper = Mutex(Reaper())
-
-    /// Like `forget`, applied a moment later by a thread of its own. A forget needs no answer,
-    /// and dropping the kernel's caches sends tens of thousands at once (after `du`, `find`, a
-    /// listing of `ls -l`): applied on the request threads, they took the CPU from the requests
-    /// that someone waits for. Deferring is safe: a lookup answered meanwhile only adds to the
-    /// count the forget subtracts from, and node ids are never reused.
-    func forgetLater(_ forgets: some Collection<(UInt64, UInt64)>) {
-        let start = reaper.withLock { r -> Bool in
-            r.pending.append(contentsOf: forgets)
-            if r.running { return false }
-            r.running = true
-            return true
-        }
-        guard start else { return }
-        let t = Thread { [weak self] in self?.reap() }
-        t.name = "docdrive-forget"
-        t.start()
-    }
-
-    /// The reaper thread: every 20 ms applies what came meanwhile, in chunks, and ends after a
-    /// second without any. It is never woken per forget: `rm -rf` sends one for every file it
-    /// removes, and a wake-up each cost more than the forget.
-    private func reap() {
-        var idleRounds = 0
-        while true {
-            let batch = reaper.withLock { r -> [(UInt64, UInt64)] in
-                defer { r.pending.removeAll(keepingCapacity: true) }
-                return r.pending
-            }
-            if batch.isEmpty {
-                idleRounds += 1
-                if idleRounds >= 50 {
-                    let idle = reaper.withLock { r -> Bool in
-                        if r.pending.isEmpty { r.running = false }
-                        return !r.running
-                    }
-                    if idle { return }
-                    idleRounds = 0
-                }
-            } else {
-                idleRounds = 0
-                var i = batch.startIndex
-                while i < batch.endIndex {
-                    let j = min(i + 256, batch.endIndex)
-                    forget(batch[i..<j])
-                    i = j
-                }
-            }
-            usleep(20_000)
-        }
     }
 
     var count: Int { state.withLock { $0.byID.count } }

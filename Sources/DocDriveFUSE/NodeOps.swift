@@ -16,13 +16,13 @@ func opLookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
 }
 
 func opForget(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ n: UInt64) {
-    context(req).fs.forgetLater(CollectionOfOne((ino, n)))
+    context(req).fs.forget(ino, n)
     fuse_reply_none(req)
 }
 
 func opForgetMulti(_ req: fuse_req_t?, _ count: Int, _ forgets: UnsafeMutablePointer<fuse_forget_data>?) {
     let batch = UnsafeBufferPointer(start: forgets, count: count).lazy.map { ($0.ino, $0.nlookup) }
-    context(req).fs.forgetLater(batch)
+    context(req).fs.forget(batch)
     fuse_reply_none(req)
 }
 

@@ -573,7 +573,7 @@ final class InodeTable: Sendable {
 
     /// The kernel forgets `n` lookups; the inode and its descriptor go when none remain.
     func forget(_ id: UInt64, _ n: UInt64) {
-        forget([(id, n)])
+        forget(CollectionOfOne((id, n)))
     }
 
     /// Several forgets (a BATCH_FORGET) under one hold of the lock; descriptors close outside it.

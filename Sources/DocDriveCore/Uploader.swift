@@ -330,11 +330,11 @@ public final class Uploader: Sendable {
                 jobs = []
             }
             guard !jobs.isEmpty else {
-                if let hold {
+                if hold != nil {
                     // Sleep through the burst, without the database: until the store has been
                     // quiet for its delay, or until the oldest entry has waited as long as it may.
                     let oldest = (try? queue.nextDue(root: key)) ?? nil
-                    sleepThroughBurst(store, until: min(hold + 0.001, (oldest ?? .infinity) + Self.longestHold(store)))
+                    sleepThroughBurst(store, until: (oldest ?? .infinity) + Self.longestHold(store))
                     continue
                 }
                 // Nothing due: sleep until something is queued or the next entry is due (a

@@ -77,14 +77,15 @@ struct Status: ParsableCommand {
         }
         let failures = (try? queue?.failures()) ?? []
         for c in config.stores {
+            let running = activity?.stores.first { $0.name == c.name }
             s.stores.append(StoreUploads(
                 config: c,
                 counts: (try? queue?.counts(root: c.rootKey)) ?? [:],
                 bytesLeft: (try? queue?.bytesLeft(root: c.rootKey, cache: home.cachePath(c.name))) ?? 0,
                 failed: failures.filter { $0.root == c.rootKey }.map { ($0.path, $0.error) },
-                runningWorkers: activity?.stores.first { $0.name == c.name }?.workers,
+                runningWorkers: running?.workers,
                 inFlight: activity?.uploads.filter { $0.store == c.name } ?? [],
-                held: activity?.stores.first { $0.name == c.name }?.held ?? false))
+                held: running?.held ?? false))
         }
         return s
     }
@@ -167,9 +168,7 @@ struct Status: ParsableCommand {
     }
 
     /// "2 s", "0.5 s".
-    static func seconds(_ t: Double) -> String {
-        t == t.rounded() ? "\(Int(t)) s" : String(format: "%g s", t)
-    }
+    static func seconds(_ t: Double) -> String { String(format: "%g s", t) }
 
     /// Sizes the way people read them (binary units, one decimal).
     static func bytes(_ n: Int64) -> String {

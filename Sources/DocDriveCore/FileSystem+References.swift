@@ -44,12 +44,13 @@ extension DriveFileSystem {
         guard let link = n.reference, let p = link.payload else { throw .permissionDenied }
         guard let root = link.storeRoot else { throw .noSuchFileOrDirectory }
         if case .app(let app) = n.view, !hasGrant(app: app, root: root.key, item: p.item) { throw .permissionDenied }
-        let cur = link.current
+        let generation = identityChanges.load(ordering: .relaxed)
+        let cur = link.current(generation: generation)
         if cur >= 0, let st = try? Sys.stat(fd: cur), st.st_nlink > 0 { return cur }
         guard let found = locate(root: root, item: p.item, handle: Data(base64Encoded: p.handle).map { [UInt8]($0) }, hint: p.hint) else {
             throw .noSuchFileOrDirectory
         }
-        return link.adopt(found.fd)
+        return link.adopt(found.fd, generation: generation)
     }
 
     /// Why a reference node cannot be followed, or nil if it can.

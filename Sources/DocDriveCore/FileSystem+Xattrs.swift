@@ -14,6 +14,9 @@ extension DriveFileSystem {
     func ownAttribute(_ n: Inode, _ name: String) throws(Errno) -> [UInt8]? {
         guard name.hasPrefix(Self.ownPrefix) else { return nil }
         if n.reference != nil { return try referenceAttribute(n, name) }
+        // Computed without the node's descriptor: a node whose file was replaced behind the
+        // kernel's back must still send the kernel to look the name up again.
+        if n.kind == .backing, n.isReplaced { throw .staleNFSFileHandle }
         switch name {
         case "user.docdrive.id":
             guard n.kind == .backing, let root = n.root else { throw .noData }

@@ -128,6 +128,11 @@ public final class DriveFileSystem: Sendable {
     let folderPaths = FolderPathCache()
     /// The advisory locks processes hold through the mount (see FileSystem+Locks).
     public let locks = LockTable()
+    /// Names renamed away a moment ago, for editors' rename-away saves (see FileSystem+Saves).
+    let vacated = VacatedNames()
+    /// Bumped when an item's content moves to another file (an editor's save): references
+    /// resolve their targets again.
+    let identityChanges = Atomic<UInt64>(0)
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
                 uploader: Uploader? = nil, logger: Logger) {
@@ -382,8 +387,10 @@ public final class DriveFileSystem: Sendable {
     }
 
     /// `mode`: the mode the kernel asked for (umask and setgid rules already applied by it).
+    /// `reclaiming`: the file renamed away from `name` a moment ago, whose item the new file
+    /// continues (an editor's rename-away save).
     private func created(parent: Inode, name: UnsafePointer<CChar>, _ caller: Caller, kind: ItemKind,
-                         mode: mode_t = 0) throws(Errno) -> NodeEntry {
+                         mode: mode_t = 0, reclaiming: UInt64? = nil) throws(Errno) -> NodeEntry {
         let chowned: Bool
         do {
             chowned = try giveToCaller(parent: parent, name: name, caller)
@@ -404,8 +411,14 @@ public final class DriveFileSystem: Sendable {
             _ = try Sys.check { dd_fchmod_path(efd, (e.attr.st_mode & 0o1777) | special) }
             e.attr = try Sys.stat(fd: efd)
         }
-        index.record(.created(root: parent.root!.key, ino: Int64(e.attr.st_ino), parentIno: Int64(parent.ino),
-                              name: String(cString: name), kind: kind))
+        if let reclaiming {
+            index.record(.reclaimed(root: parent.root!.key, ino: Int64(e.attr.st_ino), fromIno: Int64(reclaiming),
+                                    parentIno: Int64(parent.ino), name: String(cString: name)))
+            identityChanges.add(1, ordering: .relaxed)
+        } else {
+            index.record(.created(root: parent.root!.key, ino: Int64(e.attr.st_ino), parentIno: Int64(parent.ino),
+                                  name: String(cString: name), kind: kind))
+        }
         return e
     }
 
@@ -477,6 +490,12 @@ public final class DriveFileSystem: Sendable {
         let (f, direct) = backingOpenFlags(flags)
         let pfd = try p.acquire()
         defer { p.release() }
+        // An editor's rename-away save (`name` -> `name~`, then `name` again): the same document.
+        let former = vacatedFor(create: p, name: name)
+        if case .reference(let token) = former,
+           let saved = createThroughReference(parent: p, pfd: pfd, name: name, token: token, flags: flags, caller: caller) {
+            return saved
+        }
         // Always exclusive: only a file this call made is handed to the caller (chown). If one
         // appeared since the kernel's lookup (made behind the mount's back) and the caller did
         // not ask for O_EXCL, open it as it is, like a native open(O_CREAT) would.
@@ -498,7 +517,9 @@ public final class DriveFileSystem: Sendable {
             }
         }
         do {
-            let e = try created(parent: p, name: name, caller, kind: .file, mode: mode)
+            var reclaiming: UInt64?
+            if case .file(let ino) = former { reclaiming = ino }
+            let e = try created(parent: p, name: name, caller, kind: .file, mode: mode, reclaiming: reclaiming)
             e.inode.cachedVersion.withLock { $0 = FileVersion(e.attr) }
             let f = OpenFile(fd: fd, inode: e.inode, flags: flags, version: FileVersion(e.attr), directIO: direct, keepCache: false)
             f.dirty.store(true, ordering: .relaxed)  // a new file, even empty, is a save
@@ -516,6 +537,7 @@ public final class DriveFileSystem: Sendable {
         let pfd = try p.acquire()
         defer { p.release() }
         if ReservedNames.isReserved(name) { throw .noSuchFileOrDirectory }
+        vacated.forget(folder: p, name: name)
         let st: stat
         do {
             st = try Sys.stat(pfd, name)
@@ -563,7 +585,10 @@ public final class DriveFileSystem: Sendable {
             src = try Sys.stat(pfd, name)
         } catch {
             guard error == .noSuchFileOrDirectory, Self.isContainer(p.root) else { throw error }
-            return try renameReference(pfd, name, npfd, newName, flags: flags)
+            try renameReference(pfd, name, npfd, newName, flags: flags)
+            vacated.forget(folder: np, name: newName)
+            noteVacatedReference(parent: p, name: name, to: np, npfd: npfd, newName)
+            return
         }
         let exchange = flags & UInt32(dd_RENAME_EXCHANGE) != 0
         let dst = try? Sys.stat(npfd, newName)
@@ -572,6 +597,11 @@ public final class DriveFileSystem: Sendable {
             ? String(cString: newName) + ReservedNames.referenceSuffix : nil
         if let shadowed, (try? Sys.stat(npfd, shadowed)) != nil {
             if flags & UInt32(dd_RENAME_NOREPLACE) != 0 { throw .fileExists }
+            // An editor's save onto the document's name: the document is saved, the reference stays.
+            if try saveThroughReference(parent: p, pfd: pfd, name: name, src: src, refParent: np, npfd: npfd, newName: newName) {
+                vacated.forget(folder: np, name: newName)
+                return
+            }
         }
         if flags == 0 {
             _ = try Sys.check { renameat(pfd, name, npfd, newName) }
@@ -580,6 +610,8 @@ public final class DriveFileSystem: Sendable {
         }
         if let shadowed { _ = unlinkat(npfd, shadowed, 0) }
         folderPaths.invalidate()
+        vacated.forget(folder: np, name: newName)
+        if !exchange { noteVacated(parent: p, name: name, src: src, to: np, newName) }
         // Nodes not opened yet follow by name (an opened node's descriptor follows by itself).
         table.seen(view: p.view, dev: UInt64(src.st_dev), ino: UInt64(src.st_ino), at: np, newName)
         if exchange, let dst { table.seen(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino), at: p, name) }

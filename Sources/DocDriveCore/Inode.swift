@@ -58,6 +58,10 @@ public final class Inode: Sendable {
         var opens = 0
         /// Removed through the mount and its descriptor closed at once (see `closeRemoved`).
         var removed = false
+        /// Its file became another item's content, or was replaced, behind the kernel's back
+        /// (an editor's save through a reference): it answers ESTALE, so that the kernel looks
+        /// its path up again and finds what is there now (see `closeReplaced`).
+        var replaced = false
     }
 
     /// A regular file looked up but not opened (most looked-up files are only stat'ed): its
@@ -131,7 +135,7 @@ public final class Inode: Sendable {
                 s.referenced = true
                 return .ready(s.fd)
             }
-            guard !s.dead else { return .gone }
+            guard !s.dead, !s.replaced else { return .gone }
             if s.removed { return .removed }
             if let l = s.lazy { return .open(l) }
             guard let h = s.handle else { return .gone }
@@ -211,6 +215,9 @@ public final class Inode: Sendable {
         }
     }
 
+    /// See `closeReplaced`.
+    var isReplaced: Bool { slot.withLock { $0.replaced } }
+
     func noteOpened() { slot.withLock { $0.opens += 1 } }
     func noteClosed() { slot.withLock { $0.opens -= 1 } }
 
@@ -228,6 +235,26 @@ public final class Inode: Sendable {
             s.removed = true
             s.lazy = nil
             s.handle = nil
+            defer { s.fd = -1 }
+            return s.fd
+        }
+        if fd >= 0 {
+            Sys.close(fd)
+            budget?.closed()
+        }
+    }
+
+    /// The node's file was moved elsewhere or replaced by a change the kernel did not make
+    /// itself (a save through a reference moves the saved file into the store, over the old
+    /// target): from now on it answers ESTALE, on which the kernel looks its path up again
+    /// (LOOKUP_REVAL) and finds what is there now. A node in use or with open files keeps its
+    /// descriptor for them; the others close it at once.
+    func closeReplaced() {
+        let fd: Int32 = slot.withLock { s in
+            s.replaced = true
+            s.lazy = nil
+            s.handle = nil
+            guard s.fd >= 0, s.users == 0, s.opens == 0, !s.dead else { return -1 }
             defer { s.fd = -1 }
             return s.fd
         }
@@ -552,6 +579,23 @@ final class InodeTable: Sendable {
             guard let id = s.byKey.removeValue(forKey: key) else { return nil }
             return s.byID[id]?.inode
         }?.closeRemoved()
+    }
+
+    /// The file (dev, ino) was moved or replaced behind the kernel's back: its plain nodes in
+    /// every view stop standing for it and answer ESTALE (see `Inode.closeReplaced`). Scans
+    /// the table: only editors' saves through references come here.
+    func replaced(dev: UInt64, ino: UInt64) {
+        let nodes = state.withLock { s -> [Inode] in
+            let found = s.byID.values.compactMap { e in
+                e.inode.dev == dev && e.inode.ino == ino && e.inode.reference == nil ? e.inode : nil
+            }
+            for n in found {
+                let key = Key(view: n.view, dev: dev, ino: ino, isReference: false)
+                if s.byKey[key] == n.nodeID { s.byKey[key] = nil }
+            }
+            return found
+        }
+        for n in nodes { n.closeReplaced() }
     }
 
     /// A file moved to `name` in `parent`: its node, if it was never opened, is to be opened there.

@@ -59,18 +59,10 @@ extension ItemIndex {
         }
     }
 
-    /// The id of the item at (root, ino) if it has one (never assigns).
-    public func knownItemID(root: String, ino: Int64) throws(DriveError) -> String? {
-        flush()
-        return try readIndex { db in
-            try String.fetchOne(db, sql: "SELECT id FROM item WHERE root = ? AND ino = ?", arguments: [root, ino])
-        }
-    }
-
     /// The item's path inside its root as the index knows it (from the names and parents the
     /// mount saw), or nil when a folder on the way is unknown. `rootIno`: the root folder's inode.
+    /// Read as written so far (no wait for the events of the last few milliseconds).
     public func knownPath(id: String, rootIno: Int64) throws(DriveError) -> String? {
-        flush()
         return try readIndex { db -> String? in
             guard var row = try ItemRecord.fetchOne(db, key: id) else { return nil }
             var parts = [row.name]

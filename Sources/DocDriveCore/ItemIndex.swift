@@ -6,8 +6,9 @@ import Synchronization
 
 /// A change the file system reports; the index applies them in order, in batched transactions.
 public enum ItemEvent: Sendable {
-    /// A new item at (root, ino): it gets a fresh id, replacing whatever a reused inode number had.
-    case created(root: String, ino: Int64, parentIno: Int64, name: String, kind: ItemKind)
+    /// A new item at (root, ino): it gets a fresh id (made when the event is, so that the index
+    /// can answer for it before the event is written), replacing whatever a reused inode number had.
+    case created(root: String, ino: Int64, parentIno: Int64, name: String, kind: ItemKind, id: String = ItemIndex.newID())
     /// The item moved or was renamed inside its root; its id stays.
     case renamed(root: String, ino: Int64, parentIno: Int64, name: String)
     /// The item's last name is gone.
@@ -15,6 +16,13 @@ public enum ItemEvent: Sendable {
     /// A file was renamed over another one (an editor's save-by-rename): the new file takes the
     /// replaced item's id, so references and bookmarks keep finding "the document".
     case replaced(root: String, ino: Int64, oldIno: Int64, parentIno: Int64, name: String)
+    /// A file was created at a name another file of the same folder was renamed away from a
+    /// moment before (an editor's rename-away save: vim's `name` -> `name~`, a new `name`, then
+    /// `name~` deleted): the new file is the same document and takes that item's id; the
+    /// renamed-away file becomes a new item (`freshID`), as iCloud Drive and Dropbox treat it.
+    case reclaimed(root: String, ino: Int64, fromIno: Int64, parentIno: Int64, name: String, freshID: String = ItemIndex.newID())
+    /// An item the index did not know was asked for its id: it gets `id`, unless it got one since.
+    case assigned(root: String, ino: Int64, parentIno: Int64, name: String, kind: ItemKind, id: String)
 }
 
 public enum ItemKind: String, Sendable {
@@ -35,12 +43,16 @@ public struct ItemRecord: Codable, FetchableRecord, PersistableRecord, Sendable,
 
 /// The index: one database per drive, one writer, batched transactions.
 ///
-/// Locks: `pending` protects the queue of events not yet written; `writeLock` serialises
-/// batches so that events reach the database in the order they happened. `writeLock` is
-/// taken before `pending`, never the other way round.
+/// Locks: `pending` protects the events not yet written (queued, and the batch being written);
+/// `writeLock` serialises batches so that events reach the database in the order they
+/// happened. `writeLock` is taken before `pending`, never the other way round.
+///
+/// Readers on FUSE request threads (a reference finding its target, `user.docdrive.id`) never
+/// wait for a write: they answer from the unwritten events first (`overlay`), then from a read
+/// of the database, which in WAL mode does not wait for the writer.
 public final class ItemIndex: Sendable {
     let pool: DatabasePool
-    private let pending = Mutex<[ItemEvent]>([])
+    private let pending = Mutex(Unwritten())
     private let writeLock = Mutex<Void>(())
     private let wake = DispatchSemaphore(value: 0)
     private let stopped = Atomic<Bool>(false)
@@ -90,8 +102,9 @@ public final class ItemIndex: Sendable {
     /// Queues an event; the writer thread applies it within a few milliseconds.
     public func record(_ event: ItemEvent) {
         let n = pending.withLock { p -> Int in
-            p.append(event)
-            return p.count
+            p.queued.append(event)
+            p.recorded &+= 1
+            return p.queued.count
         }
         if n == 1 { wake.signal() }
     }
@@ -113,16 +126,19 @@ public final class ItemIndex: Sendable {
     public func flush() {
         writeLock.withLock { _ in
             let batch = pending.withLock { p -> [ItemEvent] in
-                let b = p
-                p.removeAll(keepingCapacity: true)
-                return b
+                p.writing = p.queued
+                p.queued.removeAll(keepingCapacity: true)
+                return p.writing
             }
             guard !batch.isEmpty else { return }
+            // The batch stays visible to readers (`overlay`) until it is in the database.
+            defer { pending.withLock { $0.writing.removeAll(keepingCapacity: true) } }
             do {
                 let now = Date().timeIntervalSince1970
                 try pool.write { db in
                     for e in batch { try Self.apply(e, db, now: now) }
                 }
+                lastError.withLock { $0 = nil }
             } catch {
                 lastError.withLock { $0 = "\(error)" }
             }
@@ -142,12 +158,27 @@ public final class ItemIndex: Sendable {
     /// thousands of events must not parse SQL thousands of times.
     private static func apply(_ e: ItemEvent, _ db: Database, now: Double) throws {
         switch e {
-        case let .created(root, ino, parentIno, name, kind):
+        case let .created(root, ino, parentIno, name, kind, id):
             try db.cachedStatement(sql: """
                 INSERT INTO item (id, root, ino, parentIno, name, kind, created) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(root, ino) DO UPDATE SET id = excluded.id, parentIno = excluded.parentIno,
                   name = excluded.name, kind = excluded.kind, created = excluded.created
-                """).execute(arguments: [newID(), root, ino, parentIno, name, kind.rawValue, now])
+                """).execute(arguments: [id, root, ino, parentIno, name, kind.rawValue, now])
+        case let .assigned(root, ino, parentIno, name, kind, id):
+            try db.cachedStatement(sql: """
+                INSERT INTO item (id, root, ino, parentIno, name, kind, created) VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(root, ino) DO NOTHING
+                """).execute(arguments: [id, root, ino, parentIno, name, kind.rawValue, now])
+        case let .reclaimed(root, ino, fromIno, parentIno, name, freshID):
+            let from = try Row.fetchOne(db, sql: "SELECT id FROM item WHERE root = ? AND ino = ?", arguments: [root, fromIno])
+            guard let id: String = from?["id"] else {
+                try apply(.created(root: root, ino: ino, parentIno: parentIno, name: name, kind: .file, id: freshID), db, now: now)
+                return
+            }
+            try db.execute(sql: "DELETE FROM item WHERE root = ? AND ino = ?", arguments: [root, ino])
+            try db.execute(sql: "UPDATE item SET id = ? WHERE id = ?", arguments: [freshID, id])
+            try db.execute(sql: "INSERT INTO item (id, root, ino, parentIno, name, kind, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           arguments: [id, root, ino, parentIno, name, ItemKind.file.rawValue, now])
         case let .renamed(root, ino, parentIno, name):
             try db.cachedStatement(sql: "UPDATE item SET parentIno = ?, name = ? WHERE root = ? AND ino = ?")
                 .execute(arguments: [parentIno, name, root, ino])
@@ -166,7 +197,7 @@ public final class ItemIndex: Sendable {
 
     /// A new item id: a random (version 4) UUID in lower case. Foundation's UUID() opens and
     /// reads /dev/urandom for each one; ids are taken from a buffer filled by getrandom instead.
-    static func newID() -> String {
+    public static func newID() -> String {
         var b = idRandomness.withLock { $0.next16() }
         b[6] = (b[6] & 0x0F) | 0x40
         b[8] = (b[8] & 0x3F) | 0x80
@@ -186,30 +217,59 @@ public final class ItemIndex: Sendable {
     // MARK: reading
 
     /// The stable id of the item at (root, ino), assigning one if the item was never seen.
+    /// Never waits for a write: an id given here is recorded like any other event.
     public func itemID(root: String, ino: Int64, parentIno: Int64, name: String, kind: ItemKind) throws(DriveError) -> String {
-        flush()
-        do {
-            return try writeLock.withLock { _ in
-                try pool.write { db -> String in
-                    if let row = try ItemRecord.fetchOne(db, sql: "SELECT * FROM item WHERE root = ? AND ino = ?", arguments: [root, ino]) {
-                        if row.parentIno != parentIno || row.name != name {
-                            try db.execute(sql: "UPDATE item SET parentIno = ?, name = ? WHERE id = ?", arguments: [parentIno, name, row.id])
-                        }
-                        return row.id
-                    }
-                    let rec = ItemRecord(id: Self.newID(), root: root, ino: ino, parentIno: parentIno, name: name,
-                                         kind: kind.rawValue, created: Date().timeIntervalSince1970)
-                    try rec.insert(db)
-                    return rec.id
+        while true {
+            let (answer, seen) = pending.withLock { p in (p.resolve(root: root, ino: ino), p.recorded) }
+            if case .database(ino, nil, _) = answer, let row = try row(root: root, ino: ino) {
+                if row.parentIno != parentIno || row.name != name {
+                    record(.renamed(root: root, ino: ino, parentIno: parentIno, name: name))  // moved behind the mount's back
                 }
+                return row.id
             }
-        } catch {
-            throw DriveError(.index, "The index could not give an id: \(error).", underlying: error)
+            if let id = try evaluate(answer, root: root) { return id }
+            let id = Self.newID()
+            let assigned: Int? = pending.withLock { p in
+                guard p.recorded == seen else { return nil }  // something came in between: look again
+                p.queued.append(.assigned(root: root, ino: ino, parentIno: parentIno, name: name, kind: kind, id: id))
+                p.recorded &+= 1
+                return p.queued.count
+            }
+            guard let n = assigned else { continue }
+            if n == 1 { wake.signal() }
+            return id
         }
     }
 
-    /// Number of items known, per root.
+    /// The id of the item at (root, ino) if it has one (never assigns, never waits for a write).
+    public func knownItemID(root: String, ino: Int64) throws(DriveError) -> String? {
+        try evaluate(pending.withLock { $0.resolve(root: root, ino: ino) }, root: root)
+    }
+
+    /// An answer of the unwritten events, completed by reads of the database.
+    private func evaluate(_ answer: Unwritten.Answer, root: String) throws(DriveError) -> String? {
+        switch answer {
+        case .id(let id): return id
+        case .none: return nil
+        case let .database(ino, found, otherwise):
+            if let row = try row(root: root, ino: ino) { return found ?? row.id }
+            return try evaluate(otherwise, root: root)
+        }
+    }
+
+    private func row(root: String, ino: Int64) throws(DriveError) -> ItemRecord? {
+        do {
+            return try pool.read { db in
+                try ItemRecord.fetchOne(db, sql: "SELECT * FROM item WHERE root = ? AND ino = ?", arguments: [root, ino])
+            }
+        } catch {
+            throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
+        }
+    }
+
+    /// Number of items known, per root (for reports: waits for what is queued).
     public func counts() throws(DriveError) -> [String: Int] {
+        flush()
         do {
             return try pool.read { db in
                 var r = [String: Int]()
@@ -223,12 +283,87 @@ public final class ItemIndex: Sendable {
         }
     }
 
+    /// The item's row (for commands and reports: waits for what is queued).
     public func item(id: String) throws(DriveError) -> ItemRecord? {
+        flush()
         do {
             return try pool.read { db in try ItemRecord.fetchOne(db, key: id) }
         } catch {
             throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
         }
+    }
+}
+
+/// The events not yet in the database: those queued, and the batch being written. Readers
+/// resolve an item's id against them before they ask the database (see `resolve`).
+struct Unwritten: ~Copyable {
+    var queued: [ItemEvent] = []
+    var writing: [ItemEvent] = []
+    /// Counts every event queued: a reader that saw it unchanged knows nothing came in between.
+    var recorded: UInt64 = 0
+
+    /// What the unwritten events say of (root, ino)'s id.
+    indirect enum Answer: Equatable {
+        /// This id.
+        case id(String)
+        /// No id (removed, replaced, or never known).
+        case none
+        /// If the database has a row for (root, `ino`): its id, or `found` when that is set;
+        /// if it has none, `otherwise`.
+        case database(ino: Int64, found: String?, otherwise: Answer)
+
+        /// This answer, with `fallback` where it comes to no id.
+        func orElse(_ fallback: Answer) -> Answer {
+            switch self {
+            case .id: self
+            case .none: fallback
+            case let .database(i, f, o): .database(ino: i, found: f, otherwise: o.orElse(fallback))
+            }
+        }
+
+        /// This answer, with `id` where it comes to an id.
+        func whereFound(_ id: String) -> Answer {
+            switch self {
+            case .id: .id(id)
+            case .none: .none
+            case let .database(i, _, o): .database(ino: i, found: id, otherwise: o.whereFound(id))
+            }
+        }
+    }
+
+    func resolve(root: String, ino: Int64) -> Answer {
+        if writing.isEmpty { return Self.resolve(root: root, ino: ino, in: queued[...]) }
+        return Self.resolve(root: root, ino: ino, in: (writing + queued)[...])
+    }
+
+    /// Walks the events back from the newest, doing in reverse what `ItemIndex.apply` does.
+    static func resolve(root: String, ino: Int64, in events: ArraySlice<ItemEvent>) -> Answer {
+        var i = events.endIndex
+        while i > events.startIndex {
+            i -= 1
+            let before = events[events.startIndex..<i]
+            switch events[i] {
+            case let .created(r, n, _, _, _, id) where r == root && n == ino:
+                return .id(id)
+            case let .assigned(r, n, _, _, _, id) where r == root && n == ino:
+                // Written only if the item had no row: it had none when the id was assigned.
+                return .id(id)
+            case let .removed(r, n) where r == root && n == ino:
+                return .none
+            case let .replaced(r, n, old, _, _) where r == root:
+                // The new file takes the replaced one's id; if that had none, it keeps its own.
+                if n == ino { return resolve(root: root, ino: old, in: before).orElse(resolve(root: root, ino: ino, in: before)) }
+                if old == ino { return .none }
+            case let .reclaimed(r, n, from, _, _, fresh) where r == root:
+                // The new file takes the renamed-away one's id (or `fresh` if it had none), and
+                // the renamed-away one gets `fresh` if it had an id.
+                if n == ino { return resolve(root: root, ino: from, in: before).orElse(.id(fresh)) }
+                if from == ino { return resolve(root: root, ino: from, in: before).whereFound(fresh) }
+            default:
+                continue
+            }
+        }
+        return .database(ino: ino, found: nil, otherwise: .none)
     }
 }
 

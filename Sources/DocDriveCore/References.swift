@@ -76,26 +76,43 @@ public final class ReferenceLink: Sendable {
     /// nil when the file failed its check (`invalid`).
     public let payload: ReferencePayload?
     let storeRoot: BackingRoot?
-    private let targets = Mutex<[Int32]>([])
+    /// Every target descriptor resolved so far (the newest last), and the drive's identity
+    /// generation when the newest was resolved.
+    private let targets = Mutex<(fds: [Int32], generation: UInt64)>(([], 0))
 
     init(payload: ReferencePayload?, storeRoot: BackingRoot?) {
         self.payload = payload
         self.storeRoot = storeRoot
     }
 
-    /// The newest target descriptor, or -1.
-    var current: Int32 { targets.withLock { $0.last ?? -1 } }
+    /// The newest target descriptor, or -1. `generation`: the drive's identity generation now;
+    /// a descriptor resolved before an item changed files (an editor's save) is not current.
+    func current(generation: UInt64) -> Int32 {
+        targets.withLock { $0.generation == generation ? ($0.fds.last ?? -1) : -1 }
+    }
 
-    /// Adopts a freshly resolved descriptor (returns the one now current).
-    func adopt(_ fd: Int32) -> Int32 {
-        targets.withLock { t in
-            t.append(fd)
+    /// Adopts a freshly resolved descriptor (returns the one now current). The same file as
+    /// the current one is not kept twice: `fd` is closed and the current one answers.
+    func adopt(_ fd: Int32, generation: UInt64) -> Int32 {
+        let same = targets.withLock { t -> Int32 in
+            guard let last = t.fds.last else { return -1 }
+            return last
+        }
+        if same >= 0, let a = try? Sys.stat(fd: same), let b = try? Sys.stat(fd: fd),
+           a.st_dev == b.st_dev, a.st_ino == b.st_ino, a.st_nlink > 0 {
+            Sys.close(fd)
+            targets.withLock { t in if t.fds.last == same { t.generation = generation } }
+            return same
+        }
+        return targets.withLock { t in
+            t.fds.append(fd)
+            t.generation = generation
             return fd
         }
     }
 
     deinit {
-        for fd in targets.withLock({ $0 }) { Sys.close(fd) }
+        for fd in targets.withLock({ $0.fds }) { Sys.close(fd) }
     }
 
     /// Reads and checks a reference file (at most 8 KiB; the token's own limit).

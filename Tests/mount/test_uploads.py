@@ -825,7 +825,7 @@ def plan_round(rng, known: dict, names: list[str]):
         if kind == "patch":
             old = state[rel]
             off = rng.randint(0, len(old))
-            data = os.urandom(rng.randint(1, 200_000))
+            data = rng.randbytes(rng.randint(1, 200_000))
             new = bytearray(old.ljust(off, b"\0"))
             new[off:off + len(data)] = data
             if rng.random() < 0.3:
@@ -841,7 +841,7 @@ def plan_round(rng, known: dict, names: list[str]):
             op["to"] = to
             op["effects"] = {rel: None, to: state[rel]}
         else:
-            op["data"] = os.urandom(size)
+            op["data"] = rng.randbytes(size)
             op["effects"] = {rel: op["data"]}
             if kind == "editor":
                 op["tmp"] = f".tmp{rng.randint(0, 10**6)}"
@@ -863,7 +863,9 @@ def describe(op):
 def test_crash_rounds(new_drive):
     seed = int(os.environ.get("DOCDRIVE_CRASH_SEED", time.time_ns() % 10**9))
     rng = random.Random(seed)
-    print(f"crash rounds: {CRASH_ROUNDS}, seed {seed}")
+    # Everything a round does (operations, contents, modes, the moments it waits for) comes
+    # from the seed; only the daemon's own timing varies. Replay: DOCDRIVE_CRASH_SEED=<seed>.
+    print(f"crash rounds: {CRASH_ROUNDS}, seed {seed} (replay with DOCDRIVE_CRASH_SEED={seed})")
     u = up_drive(new_drive, writeback=rng.choice([0.05, 0.1, 0.2]))
     print(f"writeback {u.writeback} s")
     names = [f"f{i}.bin" for i in range(5)] + [f"sub/g{i}.txt" for i in range(3)] + ["sub/deep/h.dat", "doc.odt", "big.bin"]
@@ -881,7 +883,7 @@ def test_crash_rounds(new_drive):
         mode = rng.choice(["during writes", "during writes", "during uploads", "during uploads", "after uploads"])
         if mode == "during uploads":
             # a big save widens the window in which an upload is under way
-            big = os.urandom(rng.randint(8, 24) << 20)
+            big = rng.randbytes(rng.randint(8, 24) << 20)
             ops.append({"kind": rng.choice(["rewrite", "editor"]), "rel": "big.bin", "data": big,
                         "effects": {"big.bin": big}, "tmp": ".tmp-big", "pause": 0.0})
         w = Writer(u.dir, ops, random.Random(rng.random()))
@@ -893,8 +895,10 @@ def test_crash_rounds(new_drive):
             w.join(60)
             assert not w.is_alive(), "the writer hung with the daemon alive"
             if mode == "during uploads":
-                # kill once an upload temp file shows on the remote (or at a random moment if none does)
-                wait_until(lambda: leftovers(u.remote), u.writeback + 1.5, 0.001)
+                # kill once an upload temp file shows on the remote
+                assert wait_until(lambda: leftovers(u.remote), u.writeback + 10, 0.001), (
+                    f"round {rnd} (seed {seed}): no upload started within {u.writeback + 10:.1f} s of the writes; "
+                    f"queue {u.uploads()}\nlog:\n{u.d.log_tail()}")
                 time.sleep(rng.uniform(0, 0.03))
             else:
                 time.sleep(u.writeback + rng.uniform(0.1, 0.4))

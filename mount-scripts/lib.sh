@@ -13,7 +13,8 @@ as_root() {
     fi
 }
 
-# apt_install PKG...: installs the Debian packages that are not installed yet.
+# apt_install PKG...: installs the Debian packages that are not installed yet
+# (without their recommended packages when APT_NO_RECOMMENDS=1).
 apt_install() {
     local missing=() p
     for p in "$@"; do
@@ -22,7 +23,9 @@ apt_install() {
     [ ${#missing[@]} -eq 0 ] && return 0
     say "Installing ${missing[*]} ..."
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || { say "docdrive: apt-get update failed."; return 1; }
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+    local extra=()
+    [ "${APT_NO_RECOMMENDS:-0}" = 1 ] && extra=(--no-install-recommends)
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${extra[@]}" "${missing[@]}" >/dev/null \
         || { say "docdrive: could not install ${missing[*]} with apt-get."; return 1; }
 }
 

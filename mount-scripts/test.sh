@@ -8,6 +8,10 @@ cd "$DOCDRIVE_REPO"
 install_runtime_deps
 # What the mounted tests use: real tools, xattr helpers, and python's test runner.
 apt_install rsync git attr tar util-linux python3 python3-pip vim procps diffutils findutils coreutils sqlite3 zip bubblewrap
+# The editors whose saves the tests make for real (test_editor_saves.py): GIO's `gio save`,
+# Emacs, LibreOffice (headless, without its recommended extras).
+apt_install libglib2.0-bin
+APT_NO_RECOMMENDS=1 apt_install emacs-nox libreoffice-writer-nogui
 python3 -c 'import pytest, pytest_timeout' 2>/dev/null \
     || python3 -m pip install -q pytest pytest-timeout 2>&1 | tail -n 2 \
     || python3 -m pip install -q --break-system-packages pytest pytest-timeout

@@ -147,7 +147,7 @@ extension DriveFileSystem {
         }
         // Renamed (through the mount) and then replaced by a save-by-rename: the index knows
         // where the item's id went.
-        guard let rst = try? Sys.stat(fd: rfd), let known = try? index.knownPath(id: item, rootIno: Int64(rst.st_ino)),
+        guard let rst = try? Sys.stat(fd: rfd), let known = try? index.knownPath(id: item, root: root.key, rootIno: Int64(rst.st_ino)),
               known != hint, Names.isSafeRelativePath(known) else { return nil }
         return check(dd_open_beneath(rfd, known, Sys.O_PATH | Sys.O_NOFOLLOW, 0))
     }

@@ -59,25 +59,6 @@ extension ItemIndex {
         }
     }
 
-    /// The item's path inside its root as the index knows it (from the names and parents the
-    /// mount saw), or nil when a folder on the way is unknown. `rootIno`: the root folder's inode.
-    /// Read as written so far (no wait for the events of the last few milliseconds).
-    public func knownPath(id: String, rootIno: Int64) throws(DriveError) -> String? {
-        return try readIndex { db -> String? in
-            guard var row = try ItemRecord.fetchOne(db, key: id) else { return nil }
-            var parts = [row.name]
-            var seen = Set<Int64>()
-            while row.parentIno != rootIno {
-                guard seen.insert(row.parentIno).inserted, parts.count < 256,
-                      let up = try ItemRecord.fetchOne(db, sql: "SELECT * FROM item WHERE root = ? AND ino = ?",
-                                                       arguments: [row.root, row.parentIno]) else { return nil }
-                parts.append(up.name)
-                row = up
-            }
-            return parts.reversed().joined(separator: "/")
-        }
-    }
-
     /// An item moved to another root (a document moved from a container into a store): it
     /// keeps its id. Whatever the target (root, ino) had is replaced.
     public func moveItem(id: String, toRoot: String, ino: Int64, parentIno: Int64, name: String) throws(DriveError) {

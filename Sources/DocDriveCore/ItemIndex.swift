@@ -25,6 +25,39 @@ public enum ItemEvent: Sendable {
     case assigned(root: String, ino: Int64, parentIno: Int64, name: String, kind: ItemKind, id: String)
 }
 
+extension ItemEvent {
+    var root: String {
+        switch self {
+        case let .created(r, _, _, _, _, _), let .renamed(r, _, _, _), let .removed(r, _), let .replaced(r, _, _, _, _),
+             let .reclaimed(r, _, _, _, _, _), let .assigned(r, _, _, _, _, _):
+            return r
+        }
+    }
+
+    /// Every inode number the event names.
+    var inodes: [Int64] {
+        switch self {
+        case let .created(_, n, _, _, _, _), let .renamed(_, n, _, _), let .removed(_, n), let .assigned(_, n, _, _, _, _):
+            return [n]
+        case let .replaced(_, n, old, _, _):
+            return [n, old]
+        case let .reclaimed(_, n, from, _, _, _):
+            return [n, from]
+        }
+    }
+
+    /// The inode this event puts at (parent, name), if it places one.
+    var place: (ino: Int64, parentIno: Int64, name: String)? {
+        switch self {
+        case let .created(_, n, p, name, _, _), let .renamed(_, n, p, name), let .replaced(_, n, _, p, name),
+             let .reclaimed(_, n, _, p, name, _), let .assigned(_, n, p, name, _, _):
+            return (n, p, name)
+        case .removed:
+            return nil
+        }
+    }
+}
+
 public enum ItemKind: String, Sendable {
     case file, directory, symlink, other
 }
@@ -244,6 +277,51 @@ public final class ItemIndex: Sendable {
     /// The id of the item at (root, ino) if it has one (never assigns, never waits for a write).
     public func knownItemID(root: String, ino: Int64) throws(DriveError) -> String? {
         try evaluate(pending.withLock { $0.resolve(root: root, ino: ino) }, root: root)
+    }
+
+    /// The item's path inside `root` as the index knows it (from the names and parents the
+    /// mount saw), or nil when a folder on the way is unknown. `rootIno`: the root folder's
+    /// inode. Unwritten events count (never waits for a write).
+    public func knownPath(id: String, root: String, rootIno: Int64) throws(DriveError) -> String? {
+        let events = pending.withLock { $0.writing + $0.queued }
+        // The item's inode now: one the unwritten events name, or its row's, that has its id.
+        var candidates = [Int64]()
+        for e in events.reversed() where e.root == root { candidates += e.inodes }
+        do {
+            if let row = try pool.read({ db in try ItemRecord.fetchOne(db, key: id) }), row.root == root { candidates.append(row.ino) }
+        } catch {
+            throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
+        }
+        var ino: Int64?
+        var tried = Set<Int64>()
+        for c in candidates where tried.insert(c).inserted {
+            if try knownItemID(root: root, ino: c) == id {
+                ino = c
+                break
+            }
+        }
+        guard ino != nil else { return nil }
+        // Up through the folders: each one's place from its newest event, else from its row.
+        var parts = [String]()
+        var at = ino!
+        var seen = Set<Int64>()
+        while at != rootIno {
+            guard seen.insert(at).inserted, parts.count < 256 else { return nil }
+            var found: (Int64, String)?
+            for e in events.reversed() where e.root == root {
+                if case let .removed(_, n) = e, n == at { return nil }
+                if case let .replaced(_, _, old, _, _) = e, old == at { return nil }
+                if let (n, parent, name) = e.place, n == at {
+                    found = (parent, name)
+                    break
+                }
+            }
+            if found == nil, let row = try row(root: root, ino: at) { found = (row.parentIno, row.name) }
+            guard let (parent, name) = found else { return nil }
+            parts.append(name)
+            at = parent
+        }
+        return parts.reversed().joined(separator: "/")
     }
 
     /// An answer of the unwritten events, completed by reads of the database.

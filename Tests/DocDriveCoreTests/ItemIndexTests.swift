@@ -110,7 +110,7 @@ final class ItemIndexTests: XCTestCase {
         for round in 0..<40 {
             let index = try ItemIndex(path: dir + "/p\(round).sqlite")
             defer { index.stop() }
-            let inos: [Int64] = Array(1...6)
+            let inos: [Int64] = Array(2...7)  // 1 is the root folder
             func pick() -> Int64 { inos[Int(rng.next() % UInt64(inos.count))] }
             // Some of the history already written, the rest still queued.
             for phase in 0..<2 {
@@ -128,9 +128,12 @@ final class ItemIndexTests: XCTestCase {
                 if phase == 0 { index.flush() }
             }
             let before = try inos.map { try index.knownItemID(root: "r", ino: $0) }
+            let pathsBefore = try before.map { try $0.flatMap { try index.knownPath(id: $0, root: "r", rootIno: 1) } }
             index.flush()
             let after = try inos.map { try index.knownItemID(root: "r", ino: $0) }
+            let pathsAfter = try after.map { try $0.flatMap { try index.knownPath(id: $0, root: "r", rootIno: 1) } }
             XCTAssertEqual(before, after, "seed \(seed), round \(round)")
+            XCTAssertEqual(pathsBefore, pathsAfter, "seed \(seed), round \(round)")
         }
     }
 }

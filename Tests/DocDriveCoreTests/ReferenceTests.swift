@@ -69,7 +69,7 @@ final class ReferenceTests: XCTestCase {
         index.record(.replaced(root: "store:w", ino: 11, oldIno: 10, parentIno: 2, name: "doc.txt"))
         XCTAssertEqual(try index.knownItemID(root: "store:w", ino: 11), id)
         XCTAssertNil(try index.knownItemID(root: "store:w", ino: 10))
-        XCTAssertEqual(try index.knownPath(id: id, rootIno: 2), "doc.txt")
+        XCTAssertEqual(try index.knownPath(id: id, root: "store:w", rootIno: 2), "doc.txt")
     }
 
     func testKnownPathWalksParentsAndStopsAtUnknownFolders() throws {
@@ -79,8 +79,8 @@ final class ReferenceTests: XCTestCase {
         index.record(.created(root: "store:w", ino: 31, parentIno: 30, name: "lost.txt", kind: .file))
         let a = try XCTUnwrap(try index.knownItemID(root: "store:w", ino: 21))
         let lost = try XCTUnwrap(try index.knownItemID(root: "store:w", ino: 31))
-        XCTAssertEqual(try index.knownPath(id: a, rootIno: 2), "sub/a.txt")
-        XCTAssertNil(try index.knownPath(id: lost, rootIno: 2))
+        XCTAssertEqual(try index.knownPath(id: a, root: "store:w", rootIno: 2), "sub/a.txt")
+        XCTAssertNil(try index.knownPath(id: lost, root: "store:w", rootIno: 2))
     }
 
     func testMovedItemsKeepTheirIdAndGrantsAndImportsAreKept() throws {

@@ -97,8 +97,33 @@ public struct FileSystemOptions: Sendable {
     public init() {}
 }
 
-/// The drive as a file system. Thread-safe: FUSE calls arrive on many threads at once, and no
-/// lock is held across a system call (the inode table's lock covers dictionary work only).
+/// The drive as a file system. Thread-safe: FUSE calls arrive on many threads at once.
+///
+/// Lock order of the core (outer before inner; a lock not named as outer is a leaf, held for
+/// dictionary or flag work only, and nothing else is taken while it is held):
+///
+/// 1. `DirectoryStream.state` (one per open folder; the kernel already serialises readdir per
+///    open folder) is held across readdir/seekdir of its own stream and, for READDIRPLUS,
+///    across the lookups of the entries, so it comes before 3 and 4.
+/// 2. `ItemIndex.writeLock` before `ItemIndex.pending` (a batch is taken, then written).
+/// 3. `InodeTable.state` is a leaf to everything but 1: no system call under it; descriptors
+///    close after it is dropped.
+/// 4. `Inode.slot` is a leaf; an `acquire` that must open a lazy node takes the parent's slot
+///    first and its own afterwards, never both at once.
+/// 5. `LockTable.state` is a leaf held across the non-blocking F_OFD_SETLK/F_OFD_GETLK and the
+///    close of its owners' backing descriptors (never a waiting call), so that the backing
+///    file's locks and the table change together.
+/// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
+///    `Coordinator.held`, `grantSet`, `appViews`, `invalidator`, `Namespace.layout/roots`,
+///    `OpenFile.seenVersion`, `Inode.cachedVersion`, the uploader's `stores`, `noted`,
+///    `inFlight`, `remotesDown`, `compareScheduled`, `published`.
+/// 7. In the adapter, `FuseContext.session` is held across fuse_lowlevel_notify_inval_entry,
+///    which waits for the kernel's lock of that folder: it is never taken on a request thread
+///    of a folder the kernel holds (control-socket commands and `invalidateLater` use other
+///    threads).
+///
+/// Never on a FUSE request thread: a wait for an index transaction (the index answers from
+/// its unwritten events, see `ItemIndex`), for the network, or for an upload.
 public final class DriveFileSystem: Sendable {
     public let home: DriveHome
     public let options: FileSystemOptions

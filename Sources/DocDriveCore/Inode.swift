@@ -497,7 +497,8 @@ final class InodeTable: Sendable {
             /// The backing file's own file handle (open_by_handle_at on the filesystem's anchor).
             case handle([UInt8])
             /// A file never opened: its name in a folder (a node id, live or remembered).
-            /// Renames through the mount update it; one made behind the mount's back loses it.
+            /// A rename through the mount brings the node back first (the kernel looks the
+            /// name up), so it is remembered at its new name; one behind the mount's back loses it.
             case name(parent: UInt64, name: [CChar])
             /// Being forgotten this moment: the place is still to be read from the node.
             case dying(Inode)
@@ -651,15 +652,10 @@ final class InodeTable: Sendable {
     /// A file moved to `name` in `parent`: its node, if it was never opened, is to be opened there.
     func seen(view: View, dev: UInt64, ino: UInt64, at parent: Inode, _ name: UnsafePointer<CChar>) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
-        let live: Inode? = state.withLock { s in
-            if let id = s.byKey[key], let e = s.byID[id] { return e.inode }
-            // A forgotten file found by its name follows the rename too.
-            if let id = s.rememberedByKey[key], case .name? = s.remembered[id]?.place {
-                s.remembered[id]?.place = .name(parent: parent.nodeID, name: Inode.LazyName(parent: parent, name).name)
-            }
-            return nil
-        }
-        live?.seen(at: Inode.LazyName(parent: parent, name))
+        // (A forgotten node needs nothing: the kernel looks the source up before a rename,
+        // which brings the node back under its id, and it is remembered again at its new name.)
+        guard let inode = state.withLock({ s in s.byKey[key].flatMap { s.byID[$0]?.inode } }) else { return }
+        inode.seen(at: Inode.LazyName(parent: parent, name))
     }
 
     /// Counts one more lookup of a node already known (readdirplus of a cached entry, link).

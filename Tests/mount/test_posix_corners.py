@@ -105,11 +105,13 @@ def shared(shared_drive, base_dir, request):
 
 
 def owned_by_user_in_foreign_group(base, mode=0o2755):
-    """A file of the other user whose group (EXTRA_GID) the user is not in, with setgid."""
+    """A file and a folder of the other user whose group (EXTRA_GID) the user is not in."""
     p = base / "f"
     p.write_bytes(b"0123456789" * 100)
-    os.chown(p, OTHER_UID, EXTRA_GID)
-    os.chmod(p, mode)
+    os.makedirs(base / "d", exist_ok=True)
+    for q in (p, base / "d"):
+        os.chown(q, OTHER_UID, EXTRA_GID)
+        os.chmod(q, mode)
 
 
 def test_chmod_by_an_owner_outside_the_group_drops_setgid(shared):
@@ -118,6 +120,16 @@ rec("chmod 2755", lambda: os.chmod(b + "/f", 0o2755))
 rec("after chmod", lambda: st(b + "/f"))
 rec("chmod 6775", lambda: os.chmod(b + "/f", 0o6775))
 rec("after chmod 2", lambda: st(b + "/f"))
+def fchmod(mode):
+    fd = os.open(b + "/f", os.O_RDONLY)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+rec("fchmod 2755", lambda: fchmod(0o2755))
+rec("after fchmod", lambda: st(b + "/f"))
+rec("folder chmod 2775", lambda: os.chmod(b + "/d", 0o2775))
+rec("after folder chmod", lambda: st(b + "/d"))
 """, prepare=owned_by_user_in_foreign_group, groups=(OTHER_GID,))
     assert r["after chmod"][2] == oct(0o100755), r
     # A member of the group keeps it.
@@ -244,6 +256,15 @@ def test_file_handles_stay_valid_after_the_kernel_forgets(t):
         log("removed", read_by_handle, b, handles["gone"])
         drop_kernel_caches()
         log("again after a second drop", read_by_handle, b, handles["f"])
+        # Looked up but never opened (the drive then knows it only by name), forgotten, then
+        # renamed through the mount: the handle follows.
+        (b / "lazy").write_text("lazy one")
+        drop_kernel_caches()
+        handles["lazy"] = name_to_handle(b / "lazy")
+        drop_kernel_caches()
+        os.rename(b / "lazy", b / "dir" / "lazy-renamed")
+        drop_kernel_caches()
+        log("forgotten, then renamed", read_by_handle, b, handles["lazy"])
         fd = open_by_handle(b, handles["f"])
         try:
             log("fstat links", os.fstat(fd).st_nlink)
@@ -318,5 +339,6 @@ def test_xattr_space_is_the_backing_filesystems(t):
         except OSError as e:
             log.note("stopped", os.strerror(e.errno))
         log.note("count", n)
-    items = compare(t, sc)
-    print(items)
+    items = dict(compare(t, sc))
+    # On ext4 both stop early with ENOSPC (about a hundred of these); the README says so.
+    assert items["count"] == 2000 or items["stopped"] == os.strerror(28), items

@@ -5,6 +5,7 @@ cache, a mount source that tells drives apart, and the backing filesystem's xatt
 from __future__ import annotations
 
 import ctypes
+import errno
 import itertools
 import json
 import mmap
@@ -278,6 +279,23 @@ def test_file_handles_stay_valid_after_the_kernel_forgets(t):
             os.close(dfd)
 
     compare(t, sc)
+
+
+@pytest.mark.timeout(90)
+def test_remembering_forgotten_nodes_can_be_limited(new_drive):
+    """DOCDRIVE_REMEMBERED_NODES bounds the memory kept for handles; 0 keeps none, so a
+    handle lasts only while the kernel holds its node (as before export support)."""
+    d = new_drive()
+    d.extra_env = {"DOCDRIVE_REMEMBERED_NODES": "0"}
+    d.mount()
+    b = d.mnt / "Notes"
+    (b / "kept-while-cached").write_text("x")
+    h = name_to_handle(b / "kept-while-cached")
+    assert read_by_handle(b, h) == "x"
+    drop_kernel_caches()
+    with pytest.raises(OSError) as e:
+        read_by_handle(b, h)
+    assert e.value.errno == errno.ESTALE
 
 
 # --------------------------------------------------------------------------- 4. mount source

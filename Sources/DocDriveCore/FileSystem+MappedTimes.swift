@@ -31,6 +31,13 @@ extension DriveFileSystem {
         return (st, attributeTimeout(n))
     }
 
+    /// setattr, with how long the kernel may keep the attributes it returns.
+    public func kernelSetattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?, caller: Caller?) throws(Errno) -> (stat, Double) {
+        let n = try backing(id)
+        let st = try setattr(node: n, c, file: file, caller: caller)
+        return (st, attributeTimeout(n))
+    }
+
     @inline(__always)
     public func attributeTimeout(_ n: Inode) -> Double {
         n.attributesMayChangeUnseen ? 0 : options.attrTimeout

@@ -323,7 +323,10 @@ public final class DriveFileSystem: Sendable {
 
     /// `caller`: who asks (a chmod by someone not in the file's group drops setgid, as natively).
     public func setattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?, caller: Caller? = nil) throws(Errno) -> stat {
-        let n = try backing(id)
+        try setattr(node: try backing(id), c, file: file, caller: caller)
+    }
+
+    func setattr(node n: Inode, _ c: AttributeChanges, file: OpenFile?, caller: Caller?) throws(Errno) -> stat {
         let (nfd, contentRoot) = try acquireContent(n)
         defer { n.release() }
         let fd = file?.fd

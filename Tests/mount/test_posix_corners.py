@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TestDirs, _slug
+import conftest
 from ddtest import (EXTRA_GID, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, OTHER_GID,
                     OTHER_UID, Drive, compare, libc, mount_options)
 from test_file_io import kernel_can_pass_through
@@ -25,14 +25,14 @@ from test_ownership import acl_blob, both
 _seq = itertools.count()
 
 
-def twin(d: Drive, base_dir: Path, name: str) -> TestDirs:
+def twin(d: Drive, base_dir: Path, name: str) -> conftest.TestDirs:
     """A fresh folder in `d`'s Notes/ and its native twin."""
-    name = f"{_slug(name)}-{next(_seq)}"
+    name = f"{conftest._slug(name)}-{next(_seq)}"
     native = base_dir / "native-corners" / name
     native.mkdir(parents=True)
     mnt = d.mnt / "Notes" / name
     mnt.mkdir()
-    return TestDirs(mnt=mnt, native=native, backing=d.notes_backing / name, root=d.mnt, drive=d)
+    return conftest.TestDirs(mnt=mnt, native=native, backing=d.notes_backing / name, root=d.mnt, drive=d)
 
 
 # --------------------------------------------------------------------------- 1. shared mmap times
@@ -75,6 +75,32 @@ def mapped_store_moves_times(base: Path, end: str, pause: float):
     return {"mtime moved": after.st_mtime_ns > before.st_mtime_ns,
             "ctime moved": after.st_ctime_ns > before.st_ctime_ns,
             "content": p.read_bytes()[5000:5005].decode()}
+
+
+def grown_while_mapped_moves_times(base: Path, pause: float):
+    """Maps a file, grows it with ftruncate (whose reply caches the attributes), stores into
+    the mapping, msyncs: did mtime and ctime move?"""
+    p = base / "grown"
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.ftruncate(fd, 3 * 4096)
+        m = mmap.mmap(fd, 3 * 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        os.ftruncate(fd, 4 * 4096)
+        before = os.fstat(fd)
+        time.sleep(pause)
+        m[5000:5005] = b"store"
+        m.flush()
+        after = os.stat(p)
+        m.close()
+    finally:
+        os.close(fd)
+    return {"mtime moved": after.st_mtime_ns > before.st_mtime_ns,
+            "ctime moved": after.st_ctime_ns > before.st_ctime_ns}
+
+
+@pytest.mark.timeout(90)
+def test_stores_after_growing_a_mapped_file_update_mtime_and_ctime(io):
+    compare(io, lambda b, log: log.note("grown", grown_while_mapped_moves_times(b, 0.3)))
 
 
 @pytest.mark.timeout(90)

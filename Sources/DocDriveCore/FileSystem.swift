@@ -595,6 +595,7 @@ public final class DriveFileSystem: Sendable {
         // Nodes not opened yet follow by name (an opened node's descriptor follows by itself).
         table.seen(view: p.view, dev: UInt64(src.st_dev), ino: UInt64(src.st_ino), at: np, newName)
         if exchange, let dst { table.seen(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino), at: p, name) }
+        if let dst, !exchange, dst.st_ino != src.st_ino, dst.st_nlink <= 1 { table.replaced(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino)) }
         noteChanged(parent: p, name: name)
         noteChanged(parent: np, name: newName)
         let root = p.root!.key

@@ -657,6 +657,16 @@ final class InodeTable: Sendable {
         }?.closeRemoved()
     }
 
+    /// A file was replaced by a rename over it (its last name): a forgotten node of it is no longer
+    /// remembered, so that its handles go stale and a new file given its inode number by the
+    /// backing filesystem does not get its node id (a live node is left to the kernel's forget).
+    func replaced(view: View, dev: UInt64, ino: UInt64) {
+        let key = Key(view: view, dev: dev, ino: ino, isReference: false)
+        state.withLock { s in
+            if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
+        }
+    }
+
     /// A file moved to `name` in `parent`: its node, if it was never opened, is to be opened there.
     func seen(view: View, dev: UInt64, ino: UInt64, at parent: Inode, _ name: UnsafePointer<CChar>) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)

@@ -292,6 +292,16 @@ def test_file_handles_stay_valid_after_the_kernel_forgets(t):
         os.rename(b / "lazy", b / "dir" / "lazy-renamed")
         drop_kernel_caches()
         log("forgotten, then renamed", read_by_handle, b, handles["lazy"])
+        # Saved by rename (an editor's way): the old file's handle is stale, the new one's works.
+        (b / "doc").write_text("version 1")
+        handles["doc 1"] = name_to_handle(b / "doc")
+        drop_kernel_caches()
+        (b / "doc.tmp").write_text("version 2")
+        os.rename(b / "doc.tmp", b / "doc")
+        handles["doc 2"] = name_to_handle(b / "doc")
+        drop_kernel_caches()
+        log("replaced by a rename", read_by_handle, b, handles["doc 1"])
+        log("the replacement", read_by_handle, b, handles["doc 2"])
         fd = open_by_handle(b, handles["f"])
         try:
             log("fstat links", os.fstat(fd).st_nlink)

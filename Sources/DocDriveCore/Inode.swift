@@ -473,8 +473,9 @@ struct FileVersion: Equatable, Sendable {
 
 /// All nodes the kernel may name, by node id and by backing identity.
 ///
-/// Lock: `state` protects both maps and every lookup count; it is a leaf lock (nothing else is
-/// taken while it is held) and is held only for dictionary work, never for a system call.
+/// Lock: `state` protects the maps of live and of remembered (forgotten) nodes and every lookup
+/// count; it is a leaf lock (nothing else is taken while it is held) and is held only for
+/// dictionary work, never for a system call (a forgotten node's place is read outside it).
 final class InodeTable: Sendable {
     struct Key: Hashable {
         var view: View

@@ -200,8 +200,8 @@ extension DriveFileSystem {
         // The saved file's node, which the kernel now shows under the reference's name, and the
         // old target's nodes are no longer what the kernel thinks: both answer ESTALE, so the
         // kernel looks the names up again and finds the reference and the new target.
-        table.replaced(dev: UInt64(src.st_dev), ino: UInt64(src.st_ino))
-        table.replaced(dev: UInt64(tst.st_dev), ino: UInt64(tst.st_ino))
+        table.replacedBehind(dev: UInt64(src.st_dev), ino: UInt64(src.st_ino))
+        table.replacedBehind(dev: UInt64(tst.st_dev), ino: UInt64(tst.st_ino))
         identityChanges.add(1, ordering: .relaxed)
         index.record(.removed(root: p.root!.key, ino: Int64(src.st_ino)))
         index.record(.replaced(root: store.key, ino: newIno, oldIno: Int64(tst.st_ino), parentIno: Int64(dst.st_ino), name: targetName))

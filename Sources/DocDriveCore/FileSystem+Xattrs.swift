@@ -143,7 +143,9 @@ extension DriveFileSystem {
         return out
     }
 
-    public func setxattr(_ id: UInt64, name: UnsafePointer<CChar>, value: UnsafeRawPointer?, size: Int, flags: Int32) throws(Errno) {
+    /// `caller`: who asks (an access ACL set by someone not in the file's group drops setgid).
+    public func setxattr(_ id: UInt64, name: UnsafePointer<CChar>, value: UnsafeRawPointer?, size: Int, flags: Int32,
+                         caller: Caller? = nil) throws(Errno) {
         let n = try backing(id)
         if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
         if n.isSymlink { throw .notPermitted }
@@ -151,6 +153,7 @@ extension DriveFileSystem {
         defer { n.release() }
         n.hasNoCapability.store(false, ordering: .relaxed)
         _ = try Sys.check { dd_setxattr_path(nfd, name, value, size, flags) }
+        if size > 0, strcmp(name, "system.posix_acl_access") == 0 { dropSetgidAfterACL(nodeFD: nfd, caller: caller) }
     }
 
     public func removexattr(_ id: UInt64, name: UnsafePointer<CChar>) throws(Errno) {

@@ -247,6 +247,7 @@ public final class DriveFileSystem: Sendable {
     // MARK: lookup / forget / getattr
 
     public func lookup(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {
+        if name.pointee == 0x2E, let e = try lookupDots(parent: parent, name: name) { return e }  // file handles
         let p = try node(parent)
         if strlen(name) > Names.maxNameBytes { throw .fileNameTooLong }
         switch p.kind {
@@ -272,7 +273,7 @@ public final class DriveFileSystem: Sendable {
         }
     }
 
-    private func lookupTop(_ root: BackingRoot, view: View) throws(Errno) -> NodeEntry {
+    func lookupTop(_ root: BackingRoot, view: View) throws(Errno) -> NodeEntry {
         let fd = try Sys.openPath(absolute: root.path)
         let st: stat
         do { st = try Sys.stat(fd: fd) } catch { Sys.close(fd); throw error }
@@ -324,7 +325,10 @@ public final class DriveFileSystem: Sendable {
     }
 
     public func getattr(_ id: UInt64) throws(Errno) -> stat {
-        let n = try node(id)
+        try getattr(node: try node(id))
+    }
+
+    func getattr(node n: Inode) throws(Errno) -> stat {
         guard n.kind == .backing else { return virtualAttr(n) }
         if n.reference != nil { return try referenceAttr(n) }
         if let st = n.statUnopened() { return st }
@@ -347,13 +351,21 @@ public final class DriveFileSystem: Sendable {
         _ = try Sys.check { dd_access_fd(nfd, mask) }
     }
 
-    public func setattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?) throws(Errno) -> stat {
-        let n = try backing(id)
+    /// `caller`: who asks (a chmod by someone not in the file's group drops setgid, as natively).
+    public func setattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?, caller: Caller? = nil) throws(Errno) -> stat {
+        try setattr(node: try backing(id), c, file: file, caller: caller)
+    }
+
+    func setattr(node n: Inode, _ c: AttributeChanges, file: OpenFile?, caller: Caller?) throws(Errno) -> stat {
         let (nfd, contentRoot) = try acquireContent(n)
         defer { n.release() }
         let fd = file?.fd
-        if let mode = c.mode {
+        if var mode = c.mode {
             if n.isSymlink { throw .notSupported }
+            if mode & S_ISGID != 0, let caller, !caller.keepsPrivilegeBits {
+                let group = if let g = c.gid { g } else { try Sys.stat(fd: nfd).st_gid }
+                if !PrivilegeBits.chmodKeepsSetgid(caller, fileGroup: group) { mode &= ~S_ISGID }
+            }
             if let fd { _ = try Sys.check { fchmod(fd, mode) } } else { _ = try Sys.check { dd_fchmod_path(nfd, mode) } }
         }
         if c.uid != nil || c.gid != nil {
@@ -640,6 +652,7 @@ public final class DriveFileSystem: Sendable {
         // Nodes not opened yet follow by name (an opened node's descriptor follows by itself).
         table.seen(view: p.view, dev: UInt64(src.st_dev), ino: UInt64(src.st_ino), at: np, newName)
         if exchange, let dst { table.seen(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino), at: p, name) }
+        if let dst, !exchange, dst.st_ino != src.st_ino, dst.st_nlink <= 1 { table.replaced(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino)) }
         noteChanged(parent: p, name: name)
         noteChanged(parent: np, name: newName)
         let root = p.root!.key
@@ -730,6 +743,7 @@ public final class DriveFileSystem: Sendable {
 
     public func release(_ file: OpenFile) {
         releaseLocks(file)
+        if file.writesBypass.load(ordering: .relaxed), file.mappableShared { file.inode.mappableOpens.subtract(1, ordering: .relaxed) }
         // A passthrough file left nothing to note when it was only read, or only written (the
         // last close's flush looked at its version, and without read access it cannot be
         // mapped, so nothing can have written it since); the FUSE page cache was never used.
@@ -770,6 +784,7 @@ public final class DriveFileSystem: Sendable {
     /// The kernel will write `file`'s backing file without calling `write` (FUSE passthrough).
     public func writesBypass(_ file: OpenFile) {
         file.writesBypass.store(true, ordering: .relaxed)
+        if file.mappableShared { file.inode.mappableOpens.add(1, ordering: .relaxed) }
     }
 
     /// For a file whose writes bypass the drive: a changed version (size, mtime or ctime, which
@@ -786,8 +801,10 @@ public final class DriveFileSystem: Sendable {
         if changed { file.dirty.store(true, ordering: .relaxed) }
     }
 
-    public func fallocate(_ file: OpenFile, mode: Int32, offset: Int64, length: Int64) throws(Errno) {
+    /// `caller`: who asks (allocating, punching or zeroing drops setuid/setgid as a write does).
+    public func fallocate(_ file: OpenFile, mode: Int32, offset: Int64, length: Int64, caller: Caller? = nil) throws(Errno) {
         file.dirty.store(true, ordering: .relaxed)
+        dropPrivilegeBitsForModification(fd: file.fd, caller: caller)
         _ = try Sys.check { dd_fallocate(file.fd, mode, off_t(offset), off_t(length)) }
     }
 

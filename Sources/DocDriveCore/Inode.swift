@@ -102,6 +102,9 @@ public final class Inode: Sendable {
     /// The backing file was found to have no `security.capability`: the kernel asks for it
     /// before every write (to drop it), and the answer is kept until one is set through the mount.
     let hasNoCapability = Atomic<Bool>(false)
+    /// Open files of this node whose I/O the kernel passes through and that a shared writable
+    /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
+    let mappableOpens = Atomic<Int>(0)
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
          fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,
@@ -335,6 +338,36 @@ public final class Inode: Sendable {
         return true
     }
 
+    /// Where this node can be found again after the kernel forgets it (see InodeTable.Remembered):
+    /// the handle it already has, its name if it was never opened, or a handle made from its
+    /// descriptor (one name_to_handle_at, which does no I/O). Nil if removed or unreachable.
+    func placeForRemembering() -> InodeTable.Remembered.Place? {
+        enum What { case handle([UInt8]), fd(Int32), lazy(LazyName), none }
+        let what: What = slot.withLock { s in
+            if s.removed { return .none }
+            if let h = s.handle { return .handle(h) }
+            if s.fd >= 0 {
+                s.users += 1
+                return .fd(s.fd)
+            }
+            if let l = s.lazy { return .lazy(l) }
+            return .none
+        }
+        switch what {
+        case .handle(let h):
+            return .handle(h)
+        case .lazy(let l):
+            return .name(parent: l.parent.nodeID, name: l.name)
+        case .fd(let fd):
+            defer { release() }
+            var buf = [UInt8](repeating: 0, count: Int(DD_HANDLE_MAX))
+            let len = buf.withUnsafeMutableBufferPointer { dd_name_to_handle(fd, $0.baseAddress, Int32($0.count)) }
+            return len > 0 ? .handle(Array(buf[0..<Int(len)])) : nil
+        case .none:
+            return nil
+        }
+    }
+
     /// Closes the descriptor whatever its state (at unmount).
     func closeForShutdown() {
         let fd: Int32 = slot.withLock { s in
@@ -467,8 +500,9 @@ struct FileVersion: Equatable, Sendable {
 
 /// All nodes the kernel may name, by node id and by backing identity.
 ///
-/// Lock: `state` protects both maps and every lookup count; it is a leaf lock (nothing else is
-/// taken while it is held) and is held only for dictionary work, never for a system call.
+/// Lock: `state` protects the maps of live and of remembered (forgotten) nodes and every lookup
+/// count; it is a leaf lock (nothing else is taken while it is held) and is held only for
+/// dictionary work, never for a system call (a forgotten node's place is read outside it).
 final class InodeTable: Sendable {
     struct Key: Hashable {
         var view: View
@@ -483,10 +517,63 @@ final class InodeTable: Sendable {
         var lookups: UInt64
     }
 
+    /// A node the kernel forgot, kept so that a file handle the kernel gave out (the node id and
+    /// generation 0, see FileSystem+Handles) leads to the same file as long as it exists, and
+    /// so that the file keeps its node id when it is looked up again.
+    struct Remembered {
+        enum Place {
+            /// The backing file's own file handle (open_by_handle_at on the filesystem's anchor).
+            case handle([UInt8])
+            /// A file never opened: its name in a folder (a node id, live or remembered).
+            /// A rename through the mount brings the node back first (the kernel looks the
+            /// name up), so it is remembered at its new name; one behind the mount's back loses it.
+            case name(parent: UInt64, name: [CChar])
+            /// Being forgotten this moment: the place is still to be read from the node.
+            case dying(Inode)
+        }
+        let key: Key
+        let root: BackingRoot
+        let fileType: mode_t
+        let isTopLevel: Bool
+        var place: Place
+    }
+
     private struct State: ~Copyable {
         var byID: [UInt64: Entry] = [:]
         var byKey: [Key: UInt64] = [:]
         var nextID: UInt64 = 1 << 20
+        var remembered: [UInt64: Remembered] = [:]
+        var rememberedByKey: [Key: UInt64] = [:]
+        /// Remembered ids, oldest first from `oldest`: beyond `rememberLimit` the oldest go.
+        var rememberOrder: [UInt64] = []
+        var oldest = 0
+
+        mutating func remember(_ id: UInt64, _ r: Remembered, byKey: Bool, limit: Int) {
+            remembered[id] = r
+            if byKey { rememberedByKey[r.key] = id }
+            rememberOrder.append(id)
+            while remembered.count > limit, oldest < rememberOrder.count {
+                dropRemembered(rememberOrder[oldest])
+                oldest += 1
+            }
+            if oldest > 4096, oldest * 2 > rememberOrder.count {
+                rememberOrder.removeFirst(oldest)
+                oldest = 0
+            }
+            // Nodes forgotten, brought back and forgotten again appear more than once: keep
+            // each id's latest place only, now and then (linear, amortised over `limit` forgets).
+            if rememberOrder.count - oldest > 2 * limit + 4096 {
+                var kept = Set<UInt64>()
+                let latest = rememberOrder[oldest...].reversed().filter { remembered[$0] != nil && kept.insert($0).inserted }
+                rememberOrder = latest.reversed()
+                oldest = 0
+            }
+        }
+
+        mutating func dropRemembered(_ id: UInt64) {
+            guard let r = remembered.removeValue(forKey: id) else { return }
+            if rememberedByKey[r.key] == id { rememberedByKey[r.key] = nil }
+        }
     }
 
     private let state = Mutex(State())
@@ -494,9 +581,17 @@ final class InodeTable: Sendable {
     private let permanent = Mutex<[UInt64: Inode]>([:])
     let budget: DescriptorBudget
     private let anchors = AnchorTable()
+    /// How many forgotten nodes are remembered (measured: about 300 bytes each, so 80 MB at
+    /// most); beyond it the oldest handles go stale. DOCDRIVE_REMEMBERED_NODES overrides it.
+    let rememberLimit: Int
 
     init(budget: DescriptorBudget = .fromResourceLimit()) {
         self.budget = budget
+        if let v = getenv("DOCDRIVE_REMEMBERED_NODES"), let n = Int(String(cString: v)), n >= 0 {
+            rememberLimit = n
+        } else {
+            rememberLimit = 1 << 18
+        }
     }
 
     func addPermanent(_ inode: Inode) {
@@ -526,8 +621,15 @@ final class InodeTable: Sendable {
                 s.byID[id] = e
                 return (e.inode, true)
             }
-            let id = s.nextID
-            s.nextID += 1
+            // A file the kernel forgot gets its node id back (a file handle names it by that id).
+            let id: UInt64
+            if !s.rememberedByKey.isEmpty, let old = s.rememberedByKey.removeValue(forKey: key) {
+                s.remembered[old] = nil
+                id = old
+            } else {
+                id = s.nextID
+                s.nextID += 1
+            }
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: key.dev, ino: key.ino,
                               fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel,
                               budget: budget, reference: reference, lazy: fd < 0 ? lazy : nil)
@@ -573,9 +675,11 @@ final class InodeTable: Sendable {
     /// The node also stops standing for its (dev, ino) at once, not only when the kernel's
     /// forget arrives: the backing filesystem hands the inode number to the next file it
     /// creates, and a lookup of that file in between must get a node of its own.
+    /// Its handles go stale too (a forgotten node of it is no longer remembered).
     func removed(view: View, dev: UInt64, ino: UInt64) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
         state.withLock { s -> Inode? in
+            if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
             guard let id = s.byKey.removeValue(forKey: key) else { return nil }
             return s.byID[id]?.inode
         }?.closeRemoved()
@@ -584,7 +688,7 @@ final class InodeTable: Sendable {
     /// The file (dev, ino) was moved or replaced behind the kernel's back: its plain nodes in
     /// every view stop standing for it and answer ESTALE (see `Inode.closeReplaced`). Scans
     /// the table: only editors' saves through references come here.
-    func replaced(dev: UInt64, ino: UInt64) {
+    func replacedBehind(dev: UInt64, ino: UInt64) {
         let nodes = state.withLock { s -> [Inode] in
             let found = s.byID.values.compactMap { e in
                 e.inode.dev == dev && e.inode.ino == ino && e.inode.reference == nil ? e.inode : nil
@@ -592,26 +696,41 @@ final class InodeTable: Sendable {
             for n in found {
                 let key = Key(view: n.view, dev: dev, ino: ino, isReference: false)
                 if s.byKey[key] == n.nodeID { s.byKey[key] = nil }
+                if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
             }
             return found
         }
         for n in nodes { n.closeReplaced() }
     }
 
+    /// A file was replaced by a rename over it (its last name): a forgotten node of it is no longer
+    /// remembered, so that its handles go stale and a new file given its inode number by the
+    /// backing filesystem does not get its node id (a live node is left to the kernel's forget).
+    func replaced(view: View, dev: UInt64, ino: UInt64) {
+        let key = Key(view: view, dev: dev, ino: ino, isReference: false)
+        state.withLock { s in
+            if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
+        }
+    }
+
     /// A file moved to `name` in `parent`: its node, if it was never opened, is to be opened there.
     func seen(view: View, dev: UInt64, ino: UInt64, at parent: Inode, _ name: UnsafePointer<CChar>) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
+        // (A forgotten node needs nothing: the kernel looks the source up before a rename,
+        // which brings the node back under its id, and it is remembered again at its new name.)
         guard let inode = state.withLock({ s in s.byKey[key].flatMap { s.byID[$0]?.inode } }) else { return }
         inode.seen(at: Inode.LazyName(parent: parent, name))
     }
 
     /// Counts one more lookup of a node already known (readdirplus of a cached entry, link).
-    func addLookup(_ inode: Inode) {
+    /// False if the node is no longer in the table (forgotten meanwhile).
+    @discardableResult
+    func addLookup(_ inode: Inode) -> Bool {
         state.withLock { s in
-            if var e = s.byID[inode.nodeID] {
-                e.lookups += 1
-                s.byID[inode.nodeID] = e
-            }
+            guard var e = s.byID[inode.nodeID] else { return false }
+            e.lookups += 1
+            s.byID[inode.nodeID] = e
+            return true
         }
     }
 
@@ -621,8 +740,11 @@ final class InodeTable: Sendable {
     }
 
     /// Several forgets (a BATCH_FORGET) under one hold of the lock; descriptors close outside it.
+    /// A forgotten backing node is remembered (see Remembered): its place is read outside the
+    /// lock, before its descriptor closes.
     func forget(_ batch: some Collection<(UInt64, UInt64)>) {
         var dead = [Inode]()
+        let limit = rememberLimit
         state.withLock { s in
             for (id, n) in batch {
                 guard var e = s.byID[id] else { continue }
@@ -632,12 +754,93 @@ final class InodeTable: Sendable {
                     continue
                 }
                 s.byID[id] = nil
-                let key = Key(view: e.inode.view, dev: e.inode.dev, ino: e.inode.ino, isReference: e.inode.reference != nil)
-                if s.byKey[key] == id { s.byKey[key] = nil }
-                dead.append(e.inode)
+                let inode = e.inode
+                let key = Key(view: inode.view, dev: inode.dev, ino: inode.ino, isReference: inode.reference != nil)
+                let owned = s.byKey[key] == id
+                if owned { s.byKey[key] = nil }
+                dead.append(inode)
+                if limit > 0, inode.kind == .backing, inode.reference == nil, let root = inode.root {
+                    s.remember(id, Remembered(key: key, root: root, fileType: inode.fileType, isTopLevel: inode.isTopLevel,
+                                              place: .dying(inode)), byKey: owned, limit: limit)
+                }
             }
         }
-        for inode in dead { inode.retire() }
+        if dead.isEmpty { return }
+        guard limit > 0 else {
+            for inode in dead { inode.retire() }
+            return
+        }
+        var places = [(UInt64, Remembered.Place?)]()
+        places.reserveCapacity(dead.count)
+        for inode in dead {
+            if inode.kind == .backing, inode.reference == nil { places.append((inode.nodeID, inode.placeForRemembering())) }
+            inode.retire()
+        }
+        state.withLock { s in
+            for (id, place) in places {
+                guard case .dying? = s.remembered[id]?.place else { continue }  // revived or dropped meanwhile
+                if let place { s.remembered[id]?.place = place } else { s.dropRemembered(id) }
+            }
+        }
+    }
+
+    /// Brings back a node the kernel forgot, under its old id, with one lookup counted (the
+    /// kernel's LOOKUP of "." for a file handle). ESTALE if the file is gone or unknown.
+    func revive(_ id: UInt64) throws(Errno) -> (Inode, stat) {
+        let (fd, st, r) = try openRemembered(id, depth: 0)
+        let (inode, spare): (Inode, Int32) = state.withLock { s in
+            if var e = s.byID[id] {  // revived by another request meanwhile
+                e.lookups += 1
+                s.byID[id] = e
+                return (e.inode, fd)
+            }
+            let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: r.key.dev, ino: r.key.ino, fileType: r.fileType,
+                              root: r.root, view: r.key.view, isTopLevel: r.isTopLevel, budget: budget)
+            s.byID[id] = Entry(inode: inode, lookups: 1)
+            if s.byKey[r.key] == nil { s.byKey[r.key] = id }
+            s.dropRemembered(id)
+            return (inode, -1)
+        }
+        if spare >= 0 { Sys.close(spare) } else { budget.opened() }
+        return (inode, st)
+    }
+
+    /// An O_PATH descriptor of the file a node id stood for, checked to be that file and not
+    /// removed. Its folder may be a forgotten node too (`depth` bounds the climb).
+    private func openRemembered(_ id: UInt64, depth: Int) throws(Errno) -> (Int32, stat, Remembered) {
+        guard depth < 512, let r = state.withLock({ $0.remembered[id] }) else { throw .staleNFSFileHandle }
+        var place = r.place
+        if case .dying(let inode) = place {
+            guard let p = inode.placeForRemembering() else { throw .staleNFSFileHandle }
+            place = p
+        }
+        let fd: Int32
+        switch place {
+        case .handle(let h):
+            let anchor = anchors.anchor(dev: r.key.dev, node: -1, isDirectory: false)
+            guard anchor >= 0 else { throw .staleNFSFileHandle }
+            fd = h.withUnsafeBufferPointer { dd_open_by_handle(anchor, $0.baseAddress, Int32($0.count), Sys.O_PATH | Sys.O_NOFOLLOW) }
+        case .name(let parentID, let name):
+            let open = { (pfd: Int32) in name.withUnsafeBufferPointer { openat(pfd, $0.baseAddress!, Sys.O_PATH | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) } }
+            if let p = get(parentID) {
+                let pfd = try p.acquire()
+                fd = open(pfd)
+                p.release()
+            } else {
+                let (pfd, _, _) = try openRemembered(parentID, depth: depth + 1)
+                fd = open(pfd)
+                Sys.close(pfd)
+            }
+        case .dying:
+            throw .staleNFSFileHandle
+        }
+        guard fd >= 0 else { throw .staleNFSFileHandle }
+        guard let st = try? Sys.stat(fd: fd), UInt64(st.st_dev) == r.key.dev, UInt64(st.st_ino) == r.key.ino,
+              st.st_nlink > 0, st.st_mode & S_IFMT == r.fileType else {
+            Sys.close(fd)
+            throw .staleNFSFileHandle
+        }
+        return (fd, st, r)
     }
 
     var count: Int { state.withLock { $0.byID.count } }
@@ -655,6 +858,8 @@ final class InodeTable: Sendable {
             let v = s.byID.values.map(\.inode)
             s.byID.removeAll()
             s.byKey.removeAll()
+            s.remembered.removeAll()
+            s.rememberedByKey.removeAll()
             return v
         }
         for i in all { i.closeForShutdown() }

@@ -23,6 +23,9 @@ private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, _ mark: dd_fuse_repl
     let backingID = ctx.passthrough.opened(f, in: ctx.fs)
     if backingID > 0 {
         ctx.fs.writesBypass(f)
+        // A shared mapping of it would change the times behind the kernel's cached attributes
+        // (FileSystem+MappedTimes): drop them before the opener can map it.
+        if ctx.fs.opensMappable(f) { ctx.invalidateAttributes(f.inode.nodeID) }
         dd_fuse_mark_reply(Int32(mark.rawValue), backingID)
     }
     let rc = send()
@@ -54,7 +57,10 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
         let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
         var p = entryParam(e, fs)
-        if !replyOpened(ctx, f, DD_REPLY_CREATE_PASSTHROUGH, { fuse_reply_create(req, &p, fi) }) {
+        if !replyOpened(ctx, f, DD_REPLY_CREATE_PASSTHROUGH, {
+            p.attr_timeout = fs.attributeTimeout(e.inode)  // as it is once passed through
+            return fuse_reply_create(req, &p, fi)
+        }) {
             fs.forget(e.inode.nodeID, 1)
             fs.release(f)
             Unmanaged.passUnretained(f).release()
@@ -123,7 +129,7 @@ func opFallocate(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ mode: Int32, _ offset:
     let fs = context(req).fs
     guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
     do throws(Errno) {
-        try fs.fallocate(f, mode: mode, offset: Int64(offset), length: Int64(length))
+        try fs.fallocate(f, mode: mode, offset: Int64(offset), length: Int64(length), caller: caller(req))
         fuse_reply_err(req, 0)
     } catch {
         replyError(req, error)

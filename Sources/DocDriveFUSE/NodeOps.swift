@@ -29,8 +29,8 @@ func opForgetMulti(_ req: fuse_req_t?, _ count: Int, _ forgets: UnsafeMutablePoi
 func opGetattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
     let fs = context(req).fs
     do throws(Errno) {
-        var st = try fs.getattr(ino)
-        fuse_reply_attr(req, &st, fs.options.attrTimeout)
+        var (st, timeout) = try fs.kernelAttributes(ino)
+        fuse_reply_attr(req, &st, timeout)
     } catch {
         replyError(req, error)
     }
@@ -58,8 +58,8 @@ func opSetattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ attr: UnsafeMutablePoint
     if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { c.atime = .now } else if toSet & FUSE_SET_ATTR_ATIME != 0 { c.atime = .at(a.st_atim) }
     if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { c.mtime = .now } else if toSet & FUSE_SET_ATTR_MTIME != 0 { c.mtime = .at(a.st_mtim) }
     do throws(Errno) {
-        var st = try fs.setattr(ino, c, file: openFile(fi))
-        fuse_reply_attr(req, &st, fs.options.attrTimeout)
+        var (st, timeout) = try fs.kernelSetattr(ino, c, file: openFile(fi), caller: caller(req))
+        fuse_reply_attr(req, &st, timeout)
     } catch {
         replyError(req, error)
     }

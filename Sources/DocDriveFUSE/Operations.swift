@@ -13,6 +13,9 @@ func opInit(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<f
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_READDIRPLUS_AUTO))
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_ASYNC_DIO))
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_ATOMIC_O_TRUNC))
+    // File handles (open_by_handle_at, an NFS export) outlive the kernel's cache: it then looks
+    // the node up by id as "." (and a folder's parent as ".."), see FileSystem+Handles.
+    cfuse_conn_enable(conn, UInt32(FUSE_CAP_EXPORT_SUPPORT))
     // Reads are answered from the backing descriptor: splice moves the pages into /dev/fuse
     // instead of copying them through a buffer.
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_SPLICE_WRITE))

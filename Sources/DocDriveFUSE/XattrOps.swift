@@ -33,7 +33,7 @@ func opSetxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CCh
                 _ size: Int, _ flags: Int32) {
     let fs = context(req).fs
     do throws(Errno) {
-        try fs.setxattr(ino, name: name!, value: UnsafeRawPointer(value), size: size, flags: flags)
+        try fs.setxattr(ino, name: name!, value: UnsafeRawPointer(value), size: size, flags: flags, caller: caller(req))
         aclChanged(req, ino, name!)
         fuse_reply_err(req, 0)
     } catch {

@@ -19,7 +19,7 @@ struct Mount: ParsableCommand {
     @Flag(help: "Stay in the foreground and log to stderr (for systemd and debugging).")
     var foreground = false
 
-    @Option(name: .short, help: ArgumentHelp("Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, noatime, noexec, nosuid, nodev.", valueName: "options"))
+    @Option(name: .short, help: ArgumentHelp("Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, noatime, noexec, nosuid, nodev, dev and suid (root only), fsname=NAME (the source findmnt and df show; the drive home by default).", valueName: "options"))
     var options: [String] = []
 
     @Option(help: ArgumentHelp("Seconds to wait for the mount to be ready.", valueName: "seconds"))
@@ -35,19 +35,31 @@ struct Mount: ParsableCommand {
 
     static let allowedOptions: Set<String> = [
         "allow_other", "allow_root", "default_permissions", "ro", "rw", "noatime", "atime", "relatime", "nodiratime",
-        "noexec", "exec", "nosuid", "suid", "nodev", "dev", "sync", "async", "dirsync",
-        "fsname=docdrive", "subtype=docdrive",
+        "noexec", "exec", "nosuid", "suid", "nodev", "dev", "sync", "async", "dirsync", "subtype=docdrive",
     ]
 
-    /// The options given, checked, with the ones DocDrive always wants added.
-    func mountOptions() throws -> String {
-        var list = ["fsname=docdrive", "subtype=docdrive"]
-        for o in options.flatMap({ $0.split(separator: ",").map(String.init) }) where !o.isEmpty {
+    /// The options given, checked, with the ones DocDrive always wants added. The mount's source
+    /// (`fsname=`) is the drive home unless the user names one, so that findmnt, df and the
+    /// tools that tell mounts apart by their source can tell two drives apart; the type stays
+    /// `fuse.docdrive`. `dev` and `suid` are off unless root asks (libfuse mounts nodev,nosuid).
+    func mountOptions(home: String) throws -> String {
+        var list = ["subtype=docdrive"]
+        var fsname: String?
+        for o in Self.splitOptions(options) where !o.isEmpty {
+            if o.hasPrefix("fsname=") {
+                guard o.count > 7 else { throw DriveError(.invalidConfig, "The mount option fsname= needs a name.") }
+                fsname = o
+                continue
+            }
             guard Self.allowedOptions.contains(o) else {
-                throw DriveError(.invalidConfig, "Unknown mount option \"\(o)\" (known: \(Self.allowedOptions.sorted().joined(separator: ", "))).")
+                throw DriveError(.invalidConfig, "Unknown mount option \"\(o)\" (known: \((Self.allowedOptions.sorted() + ["fsname=NAME"]).joined(separator: ", "))).")
             }
             if !list.contains(o) { list.append(o) }
         }
+        if geteuid() != 0, let o = list.first(where: { $0 == "dev" || $0 == "suid" }) {
+            throw DriveError(.invalidConfig, "Only root may mount with \"\(o)\" (a user's FUSE mount is always nodev,nosuid).")
+        }
+        list.insert(fsname ?? "fsname=" + Self.escapeOptionValue(home), at: 0)
         // A mount shared with other users: the kernel checks permissions from the attributes
         // we report; without it a root daemon would let anyone do anything. A private mount's
         // only callers are the daemon's own user (the kernel refuses everyone else), so the
@@ -57,12 +69,34 @@ struct Mount: ParsableCommand {
         return list.joined(separator: ",")
     }
 
+    /// libfuse reads `\,` as a comma inside a value and `\\` as a backslash.
+    static func escapeOptionValue(_ s: String) -> String {
+        s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
+    }
+
+    /// Splits -o values at the commas that are not escaped (the daemon gets the checked list
+    /// back, with the drive home's commas escaped), keeping the escapes for libfuse.
+    static func splitOptions(_ values: [String]) -> [String] {
+        var out = [String]()
+        for v in values {
+            var cur = "", escaped = false
+            for c in v {
+                if escaped { cur.append(c); escaped = false; continue }
+                if c == "\\" { cur.append(c); escaped = true; continue }
+                if c == "," { out.append(cur); cur = ""; continue }
+                cur.append(c)
+            }
+            out.append(cur)
+        }
+        return out
+    }
+
     func run() throws {
         try guarded {
             let home = drive.driveHome
             let config = try home.loadConfig()
             try home.prepareFolders(for: config)
-            let opts = try mountOptions()
+            let opts = try mountOptions(home: home.path)
             Self.clearDeadMount(of: home)
             let mp = try Self.prepareMountpoint(mountpoint)
             if foreground || readyFD != nil {

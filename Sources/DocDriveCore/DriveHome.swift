@@ -7,6 +7,7 @@ import SystemPackage
 /// config.yaml           the configuration
 /// index.sqlite          the index (items, ids)
 /// secret.key            the per-drive key (0600)
+/// device.json           this device's id and name (see DeviceIdentity)
 /// containers/ID/        Documents/, Data/, Inbox/ of each app
 /// stores/NAME/cache/    each store's local copy
 /// run/                  daemon.log, mount.json, lock
@@ -128,6 +129,7 @@ public struct DriveHome: Sendable {
         }
         try prepareFolders(for: config)
         try createKeyIfMissing()
+        _ = try device()
         try saveConfig(config)
     }
 

@@ -13,6 +13,9 @@ struct Init: ParsableCommand {
     @Flag(help: "Succeed quietly if a drive already exists.")
     var ifMissing = false
 
+    @Option(help: "The name other devices see this one by (default: the host name).")
+    var deviceName: String?
+
     func run() throws {
         try guarded {
             let home = drive.driveHome
@@ -20,8 +23,10 @@ struct Init: ParsableCommand {
                 _ = try home.loadConfig()  // still report a broken config
                 return
             }
+            if let deviceName { _ = try DeviceIdentity.checkedName(deviceName) }  // before anything is made
             let config = self.default ? home.defaultConfig() : DriveConfig()
             try home.initialize(with: config)
+            if let deviceName { _ = try home.renameDevice(deviceName) }
             if self.default { try home.seedDefaultContent(config) }
             print("Created a drive at \(home.path) (config: \(home.configPath)).")
         }

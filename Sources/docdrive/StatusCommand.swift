@@ -35,6 +35,7 @@ struct Status: ParsableCommand {
         var waiting = 0
         /// Reference entries and their state (asked of the daemon; empty when not mounted).
         var references = [[String: Any]]()
+        var device: DeviceIdentity?
     }
 
     func run() throws {
@@ -63,6 +64,7 @@ struct Status: ParsableCommand {
     static func snapshot(_ home: DriveHome) throws(DriveError) -> Snapshot {
         let config = try home.loadConfig()
         var s = Snapshot(config: config, record: home.liveMountRecord())
+        s.device = try? home.device()
         let activity = home.liveActivity()
         s.indexWriteError = activity?.indexWriteError
         var queue: UploadQueue?
@@ -112,6 +114,7 @@ struct Status: ParsableCommand {
                 return r
             },
         ]
+        if let d = s.device { out["device"] = ["id": d.id, "name": d.name] }
         if let e = s.indexWriteError { out["indexWriteError"] = e }
         out["references"] = s.references
         if let r = s.record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started,
@@ -123,6 +126,7 @@ struct Status: ParsableCommand {
         var out = ""
         func line(_ l: String) { out += l + "\n" }
         line("Drive:   \(home.path)")
+        if let d = s.device { line("Device:  \(d.name) (id \(d.id))") }
         if let r = s.record {
             line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options)\(r.fileIO == "passthrough" ? ", file I/O passed through" : ""))")
         } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {

@@ -2,6 +2,8 @@
 sentence on stderr starting with "docdrive: ", the documented exit codes), config errors with a
 line number, --home versus DOCDRIVE_HOME."""
 import json
+import re
+import socket
 import os
 
 import pytest
@@ -146,3 +148,23 @@ def test_usage_errors_and_help(home):
     assert p.returncode == 64
     p = run([docdrive_bin(), "app", "add"], timeout=30, check=False)
     assert p.returncode == 64
+
+
+def test_every_drive_is_a_device_with_its_own_id_and_a_name(new_drive):
+    """`init` makes a random device id and takes the host name unless --device-name is given;
+    two drives never share an id (the temp files they put on a shared remote carry it)."""
+    a, b = new_drive(), new_drive()
+    da, db = (json.loads(d.cli("status", "--json").stdout)["device"] for d in (a, b))
+    assert re.fullmatch(r"[0-9a-f]{32}", da["id"]) and re.fullmatch(r"[0-9a-f]{32}", db["id"])
+    assert da["id"] != db["id"]
+    assert da["name"] == socket.gethostname()
+    # the id stays; a drive made with a device name shows it
+    assert json.loads(a.cli("status", "--json").stdout)["device"] == da
+    home = a.base / "named"
+    p = run([a.bin, "init", "--device-name", "work laptop"], env={**os.environ, "DOCDRIVE_HOME": str(home)})
+    assert p.returncode == 0, p.stderr
+    named = json.loads(run([a.bin, "status", "--json"], env={**os.environ, "DOCDRIVE_HOME": str(home)}).stdout)["device"]
+    assert named["name"] == "work laptop"
+    assert "Device:  work laptop" in run([a.bin, "status"], env={**os.environ, "DOCDRIVE_HOME": str(home)}).stdout
+    bad = run([a.bin, "init", "--device-name", "a/b"], env={**os.environ, "DOCDRIVE_HOME": str(a.base / "bad")}, check=False)
+    assert bad.returncode == 4 and bad.stderr.count("\n") == 1 and "cannot name a device" in bad.stderr, bad.stderr

@@ -43,3 +43,18 @@ build_release() {
     (cd "$DOCDRIVE_REPO" && swift build -c release >&2) || { say "docdrive: the release build failed."; return 1; }
     echo "$DOCDRIVE_REPO/.build/release/docdrive"
 }
+
+# install_command BIN: puts `docdrive` where mount(8), fstab lines and systemd units find it
+# (/usr/local/bin for root, ~/.local/bin otherwise) and its shell completions where bash, zsh
+# and fish look for a user's. An existing file that is not a link is left alone.
+install_command() {
+    local bin=$1 dir
+    if [ "$(id -u)" -eq 0 ]; then dir=/usr/local/bin; else dir=$HOME/.local/bin; fi
+    mkdir -p "$dir"
+    if [ ! -e "$dir/docdrive" ] || [ -L "$dir/docdrive" ]; then ln -sfn "$bin" "$dir/docdrive"; fi
+    local data=${XDG_DATA_HOME:-$HOME/.local/share}
+    mkdir -p "$data/bash-completion/completions" "$data/zsh/site-functions" "${XDG_CONFIG_HOME:-$HOME/.config}/fish/completions"
+    "$bin" --generate-completion-script bash > "$data/bash-completion/completions/docdrive" 2>/dev/null || true
+    "$bin" --generate-completion-script zsh > "$data/zsh/site-functions/_docdrive" 2>/dev/null || true
+    "$bin" --generate-completion-script fish > "${XDG_CONFIG_HOME:-$HOME/.config}/fish/completions/docdrive.fish" 2>/dev/null || true
+}

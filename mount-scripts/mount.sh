@@ -6,6 +6,7 @@ source "$(dirname "$0")/lib.sh"
 mountpoint=${1:-$HOME/Drive}
 install_runtime_deps
 bin=$(build_release)
+install_command "$bin"
 "$bin" init --default --if-missing
 set +e
 "$bin" mount "$mountpoint"

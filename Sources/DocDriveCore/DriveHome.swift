@@ -112,6 +112,14 @@ public struct DriveHome: Sendable {
         }
     }
 
+    /// A folder (and its parents), for files the drive writes elsewhere (a systemd unit).
+    public static func makeFolder(_ p: String) throws(DriveError) { try makeDirectory(p, mode: 0o755) }
+
+    /// A text file written atomically, mode 0644 (a systemd unit).
+    public static func write(_ text: String, to path: String) throws(DriveError) {
+        try writeAtomically(text, to: path, mode: 0o644)
+    }
+
     static func makeDirectory(_ p: String, mode: mode_t) throws(DriveError) {
         do {
             try FileManager.default.createDirectory(atPath: p, withIntermediateDirectories: true, attributes: [.posixPermissions: Int(mode)])

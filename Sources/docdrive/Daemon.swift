@@ -64,6 +64,8 @@ struct Daemon {
         let control = try ControlServer(home: home, logger: logger) { documents.handle($0) }
         control.start()
         let ready = Mutex<Int32?>(readyFD)
+        let notify = SystemdNotify.fromEnvironment()
+        let serving = ServingFlag()
         let record = MountRecord(pid: getpid(), mountpoint: mountpoint, started: Date().timeIntervalSince1970, options: options)
         let session = FuseSession(fs: fs, mountpoint: mountpoint, options: options, logger: logger,
                                   passthrough: passthrough) { [home] passedThrough in
@@ -74,10 +76,15 @@ struct Daemon {
                 Daemon.tell(fd, "ready")
                 fd = nil
             }
+            notify?.send("READY=1\nSTATUS=Mounted at \(mountpoint)")
+            if let notify { Daemon.reportUploads(notify, index.uploads, while: serving) }
         }
         let signals = Self.watchSignals(logger: logger) { session.requestExit() }
         defer { signals.forEach { $0.cancel() } }
         defer {
+            serving.value.store(false, ordering: .relaxed)
+            let waiting = (try? index.uploads.waitingCount()) ?? 0
+            notify?.send("STOPPING=1\nSTATUS=Unmounted; uploading \(waiting) file\(waiting == 1 ? "" : "s") (at most \(Int(uploadGrace)) s) before exit")
             control.stop()
             // Import mode's copies last as long as the mount.
             if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies") }
@@ -89,6 +96,24 @@ struct Daemon {
         }
         try session.run()
         logger.info("daemon done")
+    }
+
+    /// Tells systemd how many saved files wait for their upload (`systemctl status` shows it),
+    /// when that changes (looked at twice a second), while the mount serves.
+    static func reportUploads(_ notify: SystemdNotify, _ queue: UploadQueue, while serving: ServingFlag) {
+        let t = Thread {
+            var last = -1
+            while serving.value.load(ordering: .relaxed) {
+                let n = (try? queue.waitingCount()) ?? 0
+                if n != last {
+                    notify.send(n == 0 ? "STATUS=Mounted; everything saved is uploaded" : "STATUS=Mounted; \(n) file\(n == 1 ? "" : "s") to upload")
+                    last = n
+                }
+                for _ in 0..<5 where serving.value.load(ordering: .relaxed) { usleep(100_000) }
+            }
+        }
+        t.name = "docdrive-notify"
+        t.start()
     }
 
     /// SIGTERM, SIGINT and SIGHUP end the session cleanly (they unmount).
@@ -104,4 +129,9 @@ struct Daemon {
             return s
         }
     }
+}
+
+/// Whether the mount still serves (read by the status thread).
+final class ServingFlag: Sendable {
+    let value = Atomic<Bool>(true)
 }

@@ -15,8 +15,43 @@ struct DocDrive: ParsableCommand {
         """,
         version: "0.1.0",
         subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self,
-                      OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Bookmark.self, Grants.self]
+                      OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Bookmark.self, Grants.self,
+                      Service.self]
     )
+
+    /// mount(8) and /etc/fstab reach the drive through fuse3's helper for the type
+    /// fuse.docdrive, which runs `docdrive HOME MOUNTPOINT -o OPTIONS`: that is
+    /// `docdrive mount --home HOME MOUNTPOINT -o OPTIONS`.
+    static func main() {
+        let args = Array(CommandLine.arguments.dropFirst())
+        main(MountHelperArguments.rewrite(args, subcommands: configuration.subcommands.map { $0._commandName }) ?? args)
+    }
+}
+
+/// The arguments mount.fuse3 passes, as those of `docdrive mount`.
+enum MountHelperArguments {
+    /// Options that belong to mount(8) and fstab, not to the file system.
+    static let fstabOnly: Set<String> = ["defaults", "_netdev", "nofail", "auto", "noauto", "user", "users", "nouser", "owner", "group", "comment"]
+
+    static func rewrite(_ args: [String], subcommands: [String]) -> [String]? {
+        guard args.count >= 2, !args[0].hasPrefix("-"), !args[1].hasPrefix("-"), !subcommands.contains(args[0]),
+              FileManager.default.fileExists(atPath: args[0] + "/config.yaml") else { return nil }
+        var out = ["mount", "--home", args[0], args[1]]
+        var i = 2
+        while i < args.count {
+            if args[i] == "-o", i + 1 < args.count {
+                let kept = Mount.splitOptions([args[i + 1]]).filter { o in
+                    !fstabOnly.contains(o) && !o.hasPrefix("x-") && !o.hasPrefix("comment=")
+                }
+                if !kept.isEmpty { out += ["-o", kept.joined(separator: ",")] }
+                i += 2
+            } else {
+                out.append(args[i])
+                i += 1
+            }
+        }
+        return out
+    }
 }
 
 /// Options every subcommand shares.

@@ -168,3 +168,19 @@ def test_every_drive_is_a_device_with_its_own_id_and_a_name(new_drive):
     assert "Device:  work laptop" in run([a.bin, "status"], env={**os.environ, "DOCDRIVE_HOME": str(home)}).stdout
     bad = run([a.bin, "init", "--device-name", "a/b"], env={**os.environ, "DOCDRIVE_HOME": str(a.base / "bad")}, check=False)
     assert bad.returncode == 4 and bad.stderr.count("\n") == 1 and "cannot name a device" in bad.stderr, bad.stderr
+
+
+def test_bash_completion_offers_the_subcommands(tmp_path):
+    """The script mount.sh installs for bash completes docdrive's subcommands and their options."""
+    script = tmp_path / "docdrive.bash"
+    script.write_text(run([docdrive_bin(), "--generate-completion-script", "bash"]).stdout)
+
+    def complete(line: str) -> set[str]:
+        words = line.split(" ")
+        code = (f'source {script}; COMP_WORDS=({" ".join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}; '
+                f'COMP_LINE="{line}"; COMP_POINT={len(line)}; _docdrive; printf "%s\\n" "${{COMPREPLY[@]}}"')
+        return set(run(["bash", "-c", code]).stdout.split())
+
+    assert {"status", "store", "service", "mount", "sync"} <= complete("docdrive s")
+    assert {"install", "uninstall"} <= complete("docdrive service ")
+    assert {"--json", "--watch", "--home"} <= complete("docdrive status ")

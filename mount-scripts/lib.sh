@@ -57,4 +57,14 @@ install_command() {
     "$bin" --generate-completion-script bash > "$data/bash-completion/completions/docdrive" 2>/dev/null || true
     "$bin" --generate-completion-script zsh > "$data/zsh/site-functions/_docdrive" 2>/dev/null || true
     "$bin" --generate-completion-script fish > "${XDG_CONFIG_HOME:-$HOME/.config}/fish/completions/docdrive.fish" 2>/dev/null || true
+    # The man page, generated from the command definitions (once per build).
+    local man
+    if [ "$(id -u)" -eq 0 ]; then man=/usr/local/share/man/man1; else man=$data/man/man1; fi
+    if [ ! -f "$man/docdrive.1" ] || [ "$bin" -nt "$man/docdrive.1" ]; then
+        if (cd "$DOCDRIVE_REPO" && swift package -c release generate-manual >/dev/null 2>&1); then
+            mkdir -p "$man" && cp "$DOCDRIVE_REPO/.build/plugins/GenerateManual/outputs/docdrive/docdrive.1" "$man/docdrive.1"
+        else
+            say "docdrive: the man page could not be generated (docdrive --help has the same text)."
+        fi
+    fi
 }

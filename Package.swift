@@ -58,7 +58,7 @@ let package = Package(
         ),
         .testTarget(
             name: "DocDriveCoreTests",
-            dependencies: ["DocDriveCore"]
+            dependencies: ["DocDriveCore", .product(name: "Crypto", package: "swift-crypto")]
         ),
     ]
 )

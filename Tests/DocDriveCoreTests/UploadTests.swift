@@ -90,7 +90,7 @@ final class FolderRemoteTests: XCTestCase {
         let fd = local("d", "x")
         defer { close(fd) }
         for bad in ["../d", "a/../../d", "", "/abs", "a//b", "."] {
-            XCTAssertThrowsError(try remote.upload(from: fd, to: bad), bad) { e in
+            XCTAssertThrowsError(try remote.upload(from: fd, to: StorePath(bad)), bad) { e in
                 XCTAssertEqual((e as? DriveError)?.code, .invalidName, bad)
             }
         }
@@ -123,7 +123,7 @@ final class FolderRemoteTests: XCTestCase {
             DispatchQueue.concurrentPerform(iterations: 4) { w in
                 // Worker 0 removes the folder first; the others go through the files.
                 for (k, p) in paths.enumerated() where k % 4 == w || (w == 0 && k == 0) {
-                    do { try remote.remove(p) } catch { failures.withLock { $0.append("\(p): \(error)") } }
+                    do { try remote.remove(StorePath(p)) } catch { failures.withLock { $0.append("\(p): \(error)") } }
                 }
             }
             // Then every removal succeeded (a file already gone with its folder is not an error)
@@ -285,7 +285,7 @@ final class UploadQueueTests: XCTestCase {
         _ = try XCTUnwrap(try queue.claim(root: "r", now: 1))            // one more is uploading
         // Then pending and uploading files count, synced ones, deleted paths and folders do not
         let sizes: [String: Int64] = ["a": 100, "sub/b": 2000, "c": 50_000]
-        XCTAssertEqual(try queue.bytesLeft(root: "r", cache: cache), 52_100 - (sizes[synced.path] ?? 0))
+        XCTAssertEqual(try queue.bytesLeft(root: "r", cache: cache), 52_100 - (sizes[synced.path.description] ?? 0))
         XCTAssertEqual(try queue.bytesLeft(root: "other", cache: cache), 100)
         // And a store that leaves the config forgets what waited, but keeps what is synced
         try queue.forgetWaiting(root: "r")

@@ -70,8 +70,7 @@ extension DriveFileSystem {
         let location = removal ? folderPaths.location(of: parent.nodeID) { storeLocation(parent) } : storeLocation(parent)
         switch location {
         case .at(let dir):
-            let n = UnsafeRawBufferPointer(start: name, count: strlen(name)).bindMemory(to: UInt8.self)
-            uploader.noteChanged(root: root.key, path: dir.appending(n), madeFolder: made)
+            uploader.noteChanged(root: root.key, path: dir.appending(UnsafeRawBufferPointer(start: name, count: strlen(name))), madeFolder: made)
         case .tooLong: uploader.noteChangedSomewhere(root: root.key)
         case .unknown: return
         }

@@ -28,7 +28,9 @@ struct Unmount: ParsableCommand {
                 throw DriveError(.notMounted, "\(path) is not a DocDrive mount.")
             }
             // Only this drive's mount: another drive mounted there is not ours to take down.
-            guard let last = home.lastMountRecord(), last.mountpoint == path,
+            // The record holds the resolved mount point; the one given may go through a symlink.
+            let resolved = realpath(path, nil).map { r in defer { free(r) }; return String(cString: r) } ?? path
+            guard let last = home.lastMountRecord(), last.mountpoint == path || last.mountpoint == resolved,
                   processIsAlive(last.pid) || Self.isDeadMount(path) else {
                 throw DriveError(.notMounted, "\(path) is the mount of another drive, not of the drive at \(home.path); set DOCDRIVE_HOME (or --home) to that drive's home to unmount it.")
             }

@@ -107,6 +107,23 @@ def test_paths_longer_than_path_max_reach_the_remote(new_drive):
     assert read_deep(str(u.remote), names) == b"far down\n", "the file at a path longer than PATH_MAX is not on the remote"
 
 
+@pytest.mark.timeout(90)
+def test_a_queued_path_whose_folder_became_a_symlink_is_not_read_through_it(new_drive):
+    u = up_drive(new_drive, writeback=1.0)
+    outside = u.d.base / "outside"
+    outside.mkdir()
+    (outside / "x.txt").write_bytes(b"secret outside the store\n")
+    write(u.dir / "dir" / "x.txt", b"mine\n")  # queued as dir/x.txt, due in 1 s
+    os.rename(u.dir / "dir", u.dir / "dir2")
+    os.symlink(outside, u.dir / "dir")
+    u.sync(30, check=0)
+    if not os.path.islink(u.remote / "dir"):
+        assert not (u.remote / "dir" / "x.txt").exists(), \
+            f"the upload read through a local symlink: {(u.remote / 'dir' / 'x.txt').read_bytes()!r}"
+    assert os.path.islink(u.remote / "dir") and os.readlink(u.remote / "dir") == str(outside)
+    assert (u.remote / "dir2" / "x.txt").read_bytes() == b"mine\n"
+
+
 # --------------------------------------------------------------------------- failed, then gone
 
 @pytest.mark.timeout(120)

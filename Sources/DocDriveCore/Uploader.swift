@@ -644,7 +644,7 @@ public final class Uploader: Sendable {
             StoreActivity(name: $0.config.name, workers: $0.config.workers, bandwidth: $0.config.bandwidth,
                           held: holdUntil($0, now: time) != nil)
         }.sorted { $0.name < $1.name }
-        let a = UploadActivity(pid: getpid(), stores: settings, uploads: now, indexWriteError: indexWriteError() ?? queue.writeError)
+        let a = UploadActivity(pid: getpid(), stores: settings, uploads: now, indexWriteError: lastIndexWriteError())
         let fresh = published.withLock { last -> Bool in
             if last == a { return false }
             last = a
@@ -652,6 +652,10 @@ public final class Uploader: Sendable {
         }
         if fresh { home.writeActivity(a) }
     }
+
+    /// The last failed write to the index or the upload queue, until a write works again.
+    /// Asked through the control socket too: run/uploads.json cannot be rewritten on a full disk.
+    public func lastIndexWriteError() -> String? { indexWriteError() ?? queue.writeError }
 
     /// The files being uploaded now, with their progress.
     public func uploadsInFlight() -> [InFlightUpload] { inFlight.withLock { Array($0.values) } }

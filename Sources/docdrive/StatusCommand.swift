@@ -80,6 +80,10 @@ struct Status: ParsableCommand {
         }
         if s.record != nil {
             s.references = (try? ControlClient.call(home, ["command": "references"], timeout: 30))?["references"] as? [[String: Any]] ?? []
+            // Asked of the daemon itself: on a full disk it cannot rewrite run/uploads.json.
+            if let answer = try? ControlClient.call(home, ["command": "index-error"], timeout: 5) {
+                s.indexWriteError = answer["error"] as? String
+            }
         }
         let failures = (try? queue?.failures()) ?? []
         for c in config.stores {

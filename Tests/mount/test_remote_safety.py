@@ -379,11 +379,12 @@ def test_status_says_the_drive_homes_disk_is_full_and_the_index_error_clears(bas
 
         def full_report():
             s = json.loads(d.cli("status", "--json").stdout)
-            return s if s.get("homeDiskFull") else None
+            return s if s.get("homeDiskFull") and s.get("indexWriteError") else None
         s = wait_until(full_report, 20)
         assert s, json.loads(d.cli("status", "--json").stdout)
         text = d.cli("status").stdout
         assert "drive home's disk is full" in text, text
+        assert "the last write to the index failed" in text, text
         assert "waiting for a pause" not in text, text
         # room again: the report and the index error go by themselves
         os.unlink(u.dir / "fill.bin")

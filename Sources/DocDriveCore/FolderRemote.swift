@@ -255,8 +255,8 @@ public struct FolderRemote: Sendable {
         // Read back what the remote holds before it takes the real name.
         let readBack = Beneath.withCName(tmp) { openat(dfd, $0, O_RDONLY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
         guard readBack >= 0 else { throw remoteError("cannot read back", path, errno) }
+        defer { close(readBack) }
         let check = try Self.sha256(of: readBack, named: path.description)
-        close(readBack)
         guard check.size == Int64(offset), check.sha256 == digest else {
             throw DriveError(.io, "The copy of \(path) on the remote does not match the local file (size or SHA-256); it will be uploaded again.")
         }

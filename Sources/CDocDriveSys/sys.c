@@ -21,6 +21,7 @@ const int dd_O_NOFOLLOW = O_NOFOLLOW;
 const int dd_O_DIRECTORY = O_DIRECTORY;
 const int dd_O_DIRECT = O_DIRECT;
 const int dd_O_CLOEXEC = O_CLOEXEC;
+const int dd_O_NOATIME = O_NOATIME;
 const int dd_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const int dd_AT_SYMLINK_NOFOLLOW = AT_SYMLINK_NOFOLLOW;
 const int dd_AT_REMOVEDIR = AT_REMOVEDIR;

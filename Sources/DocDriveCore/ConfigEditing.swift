@@ -13,9 +13,10 @@ extension DriveHome {
         let fd = open(lockPath, O_RDWR | O_CREAT | dd_O_CLOEXEC, 0o600)
         if fd >= 0 { flock(fd, LOCK_EX) }
         defer { if fd >= 0 { close(fd) } }
-        var config = try loadConfig()
+        var config = try loadConfig(checkingRemotes: false)
         try body(&config)
         try config.validate(file: "the changed config")
+        try checkRemotes(config, file: "the changed config")
         try prepareFolders(for: config)
         try saveConfig(config)
     }
@@ -32,15 +33,30 @@ extension DriveHome {
         }
     }
 
-    /// Adds a store; a folder remote that does not exist yet is created.
-    public func addStore(_ store: StoreConfig) throws(DriveError) {
+    /// Adds a store; a folder remote that does not exist yet is created. The folder is kept with
+    /// its symlinks resolved (uploads never follow one), and it is checked against the drive
+    /// home and the other stores (RemoteChecks) before anything is created or written in it.
+    /// Returns the store as it was added.
+    @discardableResult
+    public func addStore(_ store: StoreConfig) throws(DriveError) -> StoreConfig {
         if let p = Names.problem(withStoreName: store.name) {
             throw DriveError(.invalidName, "The store name \"\(store.name)\" is not valid: \(p).")
         }
         if let p = store.uploadSettingsProblem() {
             throw DriveError(.invalidConfig, p.prefix(1).uppercased() + p.dropFirst() + ".")
         }
-        if case .folder(let path) = store.remote {
+        var store = store
+        if case .folder(let given) = store.remote {
+            guard given.hasPrefix("/") else {
+                throw DriveError(.invalidConfig, "The remote folder \(given) must be an absolute path (it is kept in the config, which is read from anywhere).")
+            }
+            let path = Self.resolved(given)
+            store.remote = .folder(path: path)
+            var candidate = try loadConfig(checkingRemotes: false)
+            if !candidate.stores.contains(where: { $0.name == store.name }) {
+                candidate.stores.append(store)
+                try checkRemotes(candidate, file: "store add")
+            }
             var isDir: ObjCBool = false
             if !FileManager.default.fileExists(atPath: path, isDirectory: &isDir) {
                 do {
@@ -51,14 +67,18 @@ extension DriveHome {
             } else if !isDir.boolValue {
                 throw DriveError(.invalidConfig, "The remote \(path) is not a folder.")
             }
+        }
+        let added = store
+        try updateConfig { (c: inout DriveConfig) throws(DriveError) in
+            if c.stores.contains(where: { $0.name == added.name }) {
+                throw DriveError(.alreadyExists, "The store \(added.name) already exists.")
+            }
+            c.stores.append(added)
+        }
+        if case .folder(let path) = store.remote {
             try FolderRemote(root: path).writeMarker(store: store.name)
         }
-        try updateConfig { (c: inout DriveConfig) throws(DriveError) in
-            if c.stores.contains(where: { $0.name == store.name }) {
-                throw DriveError(.alreadyExists, "The store \(store.name) already exists.")
-            }
-            c.stores.append(store)
-        }
+        return store
     }
 
     /// Removes the app from the config; its folder is deleted only when asked.

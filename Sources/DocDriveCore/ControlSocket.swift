@@ -197,6 +197,8 @@ extension DocumentService {
                 result = try closeApp(need("app"))
             case "references":
                 result = ["references": references()]
+            case "index-error":
+                result = fs.uploader?.lastIndexWriteError().map { ["error": $0] } ?? [:]
             default:
                 throw DriveError(.invalidName, "Unknown request \"\(s("command") ?? "")\".")
             }

@@ -614,7 +614,7 @@ public final class DocumentService: Sendable {
             for root in folders.values {
                 guard let e = FileManager.default.enumerator(atPath: root.path) else { continue }
                 while let rel = e.nextObject() as? String {
-                    guard ReservedNames.isReserved(rel) else { continue }
+                    guard ReservedNames.isReference(rel) else { continue }
                     let full = root.path + "/" + rel
                     let dir = (full as NSString).deletingLastPathComponent
                     let dfd = Glibc.open(dir, O_RDONLY | Sys.O_DIRECTORY | Sys.O_CLOEXEC)

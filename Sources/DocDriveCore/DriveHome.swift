@@ -51,7 +51,10 @@ public struct DriveHome: Sendable {
 
     // MARK: config
 
-    public func loadConfig() throws(DriveError) -> DriveConfig {
+    /// The config, checked. `checkingRemotes: false` skips where the remotes are (RemoteChecks):
+    /// for a change that is checked whole afterwards (a `store remove` must be able to take a
+    /// misplaced store out).
+    public func loadConfig(checkingRemotes: Bool = true) throws(DriveError) -> DriveConfig {
         guard isInitialized else {
             throw DriveError(.notInitialized, "No drive at \(path): run `docdrive init` first (or set DOCDRIVE_HOME).")
         }
@@ -61,7 +64,9 @@ public struct DriveHome: Sendable {
         } catch {
             throw DriveError(.invalidConfig, "\(configPath): cannot be read as UTF-8 text (\(error.localizedDescription)).", underlying: error)
         }
-        return try DriveConfig.parse(text, file: configPath)
+        let config = try DriveConfig.parse(text, file: configPath)
+        if checkingRemotes { try checkRemotes(config, file: configPath) }
+        return config
     }
 
     /// Writes the config atomically (temporary file, fsync, rename), so a crash leaves the old or the new file.

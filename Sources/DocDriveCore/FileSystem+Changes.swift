@@ -6,38 +6,87 @@ import Glibc
 #endif
 
 extension DriveFileSystem {
+    /// Where a node or descriptor is in its store.
+    enum StoreLocation {
+        case at(StorePath)
+        /// Not in an uploaded store, deleted, or not findable.
+        case unknown
+        /// In the store, but at a path longer than the kernel gives back for a descriptor
+        /// (PATH_MAX): the uploader compares the whole store to find what changed.
+        case tooLong
+    }
+
     /// The path of a node inside its top-level folder ("" for the folder itself), or nil when
     /// the node is not in a store or its path cannot be known (deleted).
-    func storePath(_ n: Inode) -> String? {
-        guard let root = n.root, let uploader, uploader.uploads(root.key) else { return nil }
-        guard let fd = try? n.acquire() else { return nil }
+    func storePath(_ n: Inode) -> StorePath? {
+        guard case .at(let p) = storeLocation(n) else { return nil }
+        return p
+    }
+
+    func storeLocation(_ n: Inode) -> StoreLocation {
+        guard let root = n.root, let uploader, uploader.uploads(root.key) else { return .unknown }
+        guard let fd = try? n.acquire() else { return .unknown }
         defer { n.release() }
-        return relativePath(fd: fd, root: root)
+        return storeLocation(fd: fd, root: root)
     }
 
     /// The store path of an open or O_PATH descriptor whose content lives in `root`.
-    func storePath(fd: Int32, root: BackingRoot) -> String? {
-        guard let uploader, uploader.uploads(root.key) else { return nil }
-        return relativePath(fd: fd, root: root)
+    func storePath(fd: Int32, root: BackingRoot) -> StorePath? {
+        guard case .at(let p) = storeLocation(fd: fd, root: root) else { return nil }
+        return p
+    }
+
+    /// Where the descriptor is inside `root`, as the bytes the kernel gives (a name that is not
+    /// UTF-8 stays what it is: see StorePath). On the save path: the buffer is not zeroed and
+    /// only the answer is copied.
+    func storeLocation(fd: Int32, root: BackingRoot) -> StoreLocation {
+        guard let uploader, uploader.uploads(root.key) else { return .unknown }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Int(PATH_MAX) + 1) { buf -> StoreLocation in
+            let n = buf.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buf.count) {
+                Int(dd_proc_path(fd, $0, buf.count))
+            }
+            guard n > 0 else { return dd_errno() == ENAMETOOLONG ? .tooLong : .unknown }
+            var rootLength = 0
+            let matches: Bool = root.path.utf8.withContiguousStorageIfAvailable { r in
+                rootLength = r.count
+                guard n >= r.count else { return false }
+                return memcmp(buf.baseAddress!, r.baseAddress!, r.count) == 0
+            } ?? false
+            guard matches else { return .unknown }
+            if n == rootLength { return .at(.store) }
+            guard buf[rootLength] == UInt8(ascii: "/") else { return .unknown }
+            let rel = UnsafeBufferPointer(rebasing: buf[(rootLength + 1)..<n])
+            let deleted = " (deleted)".utf8
+            if rel.count >= deleted.count, rel.suffix(deleted.count).elementsEqual(deleted) { return .unknown }
+            return .at(StorePath(bytes: Array(rel)))
+        }
     }
 
     /// Tells the uploader that `name` in `parent` changed (saved, removed, renamed from or to).
     /// `removal`: `name` was removed, so the folder's path may come from `folderPaths`.
-    func noteChanged(parent: Inode, name: UnsafePointer<CChar>, removal: Bool = false) {
+    /// `made`: `name` is a folder just made (the uploader queues it only if it stays empty).
+    func noteChanged(parent: Inode, name: UnsafePointer<CChar>, removal: Bool = false, made: Bool = false) {
         guard let uploader, let root = parent.root, uploader.uploads(root.key) else { return }
-        let folder = removal ? folderPaths.path(of: parent.nodeID) { storePath(parent) } : storePath(parent)
-        guard let dir = folder else { return }
-        let n = String(cString: name)
-        uploader.noteChanged(root: root.key, path: dir.isEmpty ? n : dir + "/" + n)
+        let location = removal ? folderPaths.location(of: parent.nodeID) { storeLocation(parent) } : storeLocation(parent)
+        switch location {
+        case .at(let dir):
+            uploader.noteChanged(root: root.key, path: dir.appending(UnsafeRawBufferPointer(start: name, count: strlen(name))), madeFolder: made)
+        case .tooLong: uploader.noteChangedSomewhere(root: root.key)
+        case .unknown: return
+        }
     }
 
     /// Tells the uploader that an open file's content was saved (at close or fsync); `links`
     /// is the file's link count, which the caller has already stat'ed.
     func noteSaved(_ file: OpenFile, links: UInt64?) {
-        guard file.dirty.exchange(false, ordering: .relaxed), let uploader, let root = file.contentRoot,
-              let path = storePath(fd: file.fd, root: root), !path.isEmpty else { return }
-        uploader.noteChanged(root: root.key, path: path)
-        if let links, links > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
+        guard file.dirty.exchange(false, ordering: .relaxed), let uploader, let root = file.contentRoot else { return }
+        switch storeLocation(fd: file.fd, root: root) {
+        case .at(let path) where !path.isEmpty:
+            uploader.noteChanged(root: root.key, path: path)
+            if let links, links > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
+        case .tooLong: uploader.noteChangedSomewhere(root: root.key)
+        default: return
+        }
     }
 
     /// The user.docdrive.status of a node: synced, pending, uploading or failed.
@@ -48,8 +97,13 @@ extension DriveFileSystem {
                   let path = storePath(fd: t, root: root), !path.isEmpty else { return nil }
             return uploader.status(root: root.key, path: path)
         }
-        guard let uploader, let root = n.root, uploader.uploads(root.key), let path = storePath(n), !path.isEmpty else { return nil }
-        return uploader.status(root: root.key, path: path)
+        guard let uploader, let root = n.root, uploader.uploads(root.key) else { return nil }
+        switch storeLocation(n) {
+        case .at(let path) where !path.isEmpty: return uploader.status(root: root.key, path: path)
+        // Not "synced" of what cannot be looked up: the comparison it is part of says more.
+        case .tooLong: return uploader.wholeStoreStatus(root: root.key)
+        default: return nil
+        }
     }
 }
 
@@ -61,7 +115,7 @@ extension DriveFileSystem {
 /// remote, and nothing is at the old path any more. Saves never use these paths.
 final class FolderPathCache: Sendable {
     private struct Entry {
-        var path: String
+        var path: DriveFileSystem.StoreLocation
         var generation: UInt64
         var time: Int64
     }
@@ -76,13 +130,14 @@ final class FolderPathCache: Sendable {
         generation.add(1, ordering: .relaxed)
     }
 
-    func path(of node: UInt64, compute: () -> String?) -> String? {
+    func location(of node: UInt64, compute: () -> DriveFileSystem.StoreLocation) -> DriveFileSystem.StoreLocation {
         let now = Self.monotonicNanoseconds()
         let gen = generation.load(ordering: .relaxed)
         if let e = entries.withLock({ $0[node] }), e.generation == gen, now - e.time < Self.lifetimeNanoseconds {
             return e.path
         }
-        guard let path = compute() else { return nil }
+        let path = compute()
+        if case .unknown = path { return path }
         entries.withLock { m in
             if m.count >= Self.maxEntries { m.removeAll(keepingCapacity: true) }
             m[node] = Entry(path: path, generation: gen, time: now)

@@ -185,7 +185,10 @@ extension DriveFileSystem {
                     tuple.withMemoryRebound(to: CChar.self, capacity: 256) { ReservedNames.isReserved($0) }
                 }
                 if reserved {
-                    guard isContainer else {
+                    let isReference = withUnsafePointer(to: &ent.pointee.d_name) { tuple in
+                        tuple.withMemoryRebound(to: CChar.self, capacity: 256) { ReservedNames.isReference($0, length: strlen($0)) }
+                    }
+                    guard isContainer, isReference else {
                         s.offset = next
                         continue
                     }

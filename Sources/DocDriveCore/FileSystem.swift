@@ -456,6 +456,9 @@ public final class DriveFileSystem: Sendable {
             index.record(.created(root: parent.root!.key, ino: Int64(e.attr.st_ino), parentIno: Int64(parent.ino),
                                   name: String(cString: name), kind: kind))
         }
+        // A file is noted when it is saved (closed); a folder, a link or a fifo has no save: it
+        // is noted now, so that an empty folder and a link reach the remote (remote-safety hook).
+        if kind != .file { noteChanged(parent: parent, name: name, made: kind == .directory) }
         return e
     }
 

@@ -1,5 +1,6 @@
 // FolderRemote: a store's remote that is a folder elsewhere (a NAS mount, a USB disk): atomic,
 // verified uploads, and the marker that tells a reachable remote from an empty mount point.
+import CDocDriveSys
 import Crypto
 import Foundation
 import Synchronization
@@ -41,8 +42,37 @@ public final class BandwidthLimit: Sendable {
     }
 }
 
+/// What a remote path holds.
+public struct RemoteEntry: Equatable, Sendable {
+    public enum Kind: Sendable { case file, folder, symlink, other }
+    public var kind: Kind
+    public var size: Int64
+    public var mtime: timespec
+    public var isDirectory: Bool { kind == .folder }
+
+    init(_ st: stat) {
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: kind = .file
+        case S_IFDIR: kind = .folder
+        case S_IFLNK: kind = .symlink
+        default: kind = .other
+        }
+        size = Int64(st.st_size)
+        mtime = st.st_mtim
+    }
+
+    public static func == (a: RemoteEntry, b: RemoteEntry) -> Bool {
+        a.kind == b.kind && a.size == b.size && a.mtime.tv_sec == b.mtime.tv_sec && a.mtime.tv_nsec == b.mtime.tv_nsec
+    }
+}
+
 /// A folder remote. Uploads land under a temporary name, are fsynced, verified (size and
 /// SHA-256 read back) and renamed into place, so the remote never holds a torn file.
+///
+/// The folder is shared (a NAS): anyone may plant a symbolic link in it. Every path is opened
+/// from the root one name at a time without following a link (see Beneath): an upload, a
+/// removal or a listing never reaches outside the root, and a link where a folder should be is
+/// reported in one sentence instead.
 public struct FolderRemote: Sendable {
     /// Written into the remote's root by `store add`: a NAS that is not mounted shows an empty
     /// folder, and uploading into it would fill the local disk instead.
@@ -59,16 +89,31 @@ public struct FolderRemote: Sendable {
         self.owner = owner
     }
 
+    /// Whether a name is one the remote keeps for itself (its marker, upload temporaries): a
+    /// user's file never takes it (the mount refuses it) and the uploader never writes it.
+    public static func isOwnName<C: Collection>(_ name: C) -> Bool where C.Element == UInt8 {
+        name.elementsEqual(markerName.utf8) || name.starts(with: temporaryPrefix.utf8)
+    }
+
     /// Removes the temporary files an interrupted upload of this drive left (call while no
     /// upload of this drive runs); returns how many.
     @discardableResult
     public func removeStaleUploads() -> Int {
-        let prefix = Self.temporaryPrefix + owner + "-"
+        guard let rootfd = try? openRoot() else { return 0 }
+        defer { close(rootfd) }
+        let prefix = Array((Self.temporaryPrefix + owner + "-").utf8)
         var n = 0
-        guard let e = FileManager.default.enumerator(atPath: root) else { return 0 }
-        for case let rel as String in e where (rel as NSString).lastPathComponent.hasPrefix(prefix) {
-            if unlink(root + "/" + rel) == 0 { n += 1 }
+        func clear(_ dfd: Int32) {
+            for e in Beneath.names(dfd) ?? [] {
+                if e.name.starts(with: prefix) {
+                    if Beneath.withCName(e.name[...], { unlinkat(dfd, $0, 0) }) == 0 { n += 1 }
+                } else if e.type == DT_DIR, case .success(let sub) = Beneath.openFolder(dfd, [e.name[...]]) {
+                    clear(sub)
+                    close(sub)
+                }
+            }
         }
+        clear(rootfd)
         return n
     }
 
@@ -79,20 +124,59 @@ public struct FolderRemote: Sendable {
 
     /// Throws a sentence unless the remote folder is there and is the store's.
     public func checkReachable() throws(DriveError) {
-        var st = stat()
-        guard lstat(root, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
-            throw DriveError(.unreachable, "The remote folder \(root) is not reachable: \(Errno(rawValue: errno).readableDescription).")
+        close(try openRoot())
+    }
+
+    /// Opens the root (never through a symlink: `store add` keeps the resolved folder) and checks
+    /// that it is the store's (its marker is a file in it).
+    private func openRoot() throws(DriveError) -> Int32 {
+        let fd = open(root, O_RDONLY | dd_O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC)
+        guard fd >= 0 else {
+            let e = errno
+            if e == ELOOP || e == ENOTDIR {
+                throw DriveError(.unreachable, "The remote folder \(root) is not a folder (a symbolic link or a file); give the folder itself in config.yaml.")
+            }
+            throw DriveError(.unreachable, "The remote folder \(root) is not reachable: \(Errno(rawValue: e).readableDescription).")
         }
-        guard access(root + "/" + Self.markerName, F_OK) == 0 else {
+        guard let st = Beneath.stat(fd, Array(Self.markerName.utf8)[...]), st.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
             throw DriveError(.unreachable, "The remote folder \(root) is not the store's (no \(Self.markerName) in it: is the disk or share mounted?).")
+        }
+        return fd
+    }
+
+    /// Checks a store path before it is used on the remote: valid names only, none of the
+    /// remote's own.
+    static func checkRelative(_ path: StorePath) throws(DriveError) {
+        if let p = path.problem {
+            throw DriveError(.invalidName, "\"\(path)\" is not a valid path inside a store: \(p).")
+        }
+        if path.names.contains(where: { isOwnName($0) }) {
+            throw DriveError(.invalidName, "\"\(path)\" has a name the remote keeps for itself (\(markerName) or \(temporaryPrefix)...); it is never uploaded.")
         }
     }
 
-    /// Checks a store-relative path: plain names only, no "..", no empty parts, no NUL.
-    static func checkRelative(_ path: String) throws(DriveError) {
-        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
-        guard !parts.isEmpty, parts.allSatisfy({ Names.problem(withFileName: String($0)) == nil }) else {
-            throw DriveError(.invalidName, "\"\(path)\" is not a valid path inside a store.")
+    /// Opens the remote folder `path` beneath `rootfd` (creating it and its parents when
+    /// `create`). Nil when it is not there (without `create`); a symbolic link or a file where a
+    /// folder should be is an error sentence when `create`, else nil (nothing of the store is there).
+    private func openFolder(_ rootfd: Int32, _ path: StorePath, create: Bool, for target: StorePath) throws(DriveError) -> Int32? {
+        let names = path.names
+        switch Beneath.openFolder(rootfd, names, create: create) {
+        case .success(let fd): return fd
+        case .failure(let stop):
+            let at = StorePath(bytes: Array(names[...stop.index].joined(separator: [UInt8(ascii: "/")])))
+            switch stop {
+            case .missing where !create: return nil
+            case .symlink where !create, .notFolder where !create: return nil
+            case .symlink:
+                throw symlinkError(at: at, target: target)
+            case .notFolder:
+                throw DriveError(.io, "\(at) on the remote (\(root)) is a file where a folder should be, so \(target) is not uploaded (remove or rename that file there).")
+            case .missing(_):
+                throw remoteError("cannot create", at, ENOENT)
+            case .failed(let e, _):
+                throw remoteError(create ? "cannot create" : "cannot open", at, e)
+            }
         }
     }
 
@@ -103,26 +187,22 @@ public struct FolderRemote: Sendable {
     /// size) after every chunk; `limit` paces the copy.
     /// `syncFolder`: make the rename durable before returning (fsync of the remote folder);
     /// false when the caller does it once for several uploads (`syncFolders`).
-    public func upload(from source: Int32, to path: String, limit: BandwidthLimit? = nil, syncFolder: Bool = true,
+    public func upload(from source: Int32, to path: StorePath, limit: BandwidthLimit? = nil, syncFolder: Bool = true,
                        progress: ((Int64, Int64) -> Void)? = nil, afterCopy: (() -> Void)? = nil) throws(DriveError) -> UploadReceipt {
         try Self.checkRelative(path)
-        try checkReachable()
-        let target = root + "/" + path
-        let dir = String(target[..<target.lastIndex(of: "/")!])
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        let dfd = try openFolder(rootfd, path.folder, create: true, for: path)!
+        defer { close(dfd) }
         var before = stat()
         guard fstat(source, &before) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
-        let tmp = dir + "/" + Self.temporaryPrefix + owner + "-" + ItemIndex.newID()
-        var out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        if out < 0 && errno == ENOENT {
-            // The folder is new on the remote (most uploads go into folders already there).
-            try makeParents(dir)
-            out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        }
-        guard out >= 0 else { throw remoteError("cannot write to", dir, errno) }
+        let tmp = temporaryName()
+        let out = Beneath.withCName(tmp) { openat(dfd, $0, O_WRONLY | O_CREAT | O_EXCL | dd_O_NOFOLLOW | dd_O_CLOEXEC, 0o600) }
+        guard out >= 0 else { throw remoteError("cannot write to", path.folder, errno) }
         var keep = false
         defer {
             close(out)
-            if !keep { unlink(tmp) }
+            if !keep { _ = Beneath.withCName(tmp) { unlinkat(dfd, $0, 0) } }
         }
         var hasher = SHA256()
         // Sized to the file (a zeroed 1 MiB buffer per small file cost more than its copy).
@@ -150,7 +230,7 @@ public struct FolderRemote: Sendable {
                 let w = buf.withUnsafeBytes { pwrite(out, $0.baseAddress! + written, n - written, offset + off_t(written)) }
                 if w < 0 {
                     if errno == EINTR { continue }
-                    throw remoteError("cannot write", target, errno)
+                    throw remoteError("cannot write", path, errno)
                 }
                 written += w
             }
@@ -166,109 +246,164 @@ public struct FolderRemote: Sendable {
         _ = fchmod(out, before.st_mode & 0o777)
         var times = [before.st_atim, before.st_mtim]
         _ = futimens(out, &times)
-        guard fsync(out) == 0 else { throw remoteError("cannot flush", target, errno) }
+        guard fsync(out) == 0 else { throw remoteError("cannot flush", path, errno) }
         afterCopy?()
         var after = stat()
         guard fstat(source, &after) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
         if changed(after) || Int64(offset) != Int64(after.st_size) { throw changedError }
         let digest = Self.hex(hasher.finalize())
         // Read back what the remote holds before it takes the real name.
-        let check = try Self.sha256(ofFile: tmp)
+        let readBack = Beneath.withCName(tmp) { openat(dfd, $0, O_RDONLY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+        guard readBack >= 0 else { throw remoteError("cannot read back", path, errno) }
+        defer { close(readBack) }
+        let check = try Self.sha256(of: readBack, named: path.description)
         guard check.size == Int64(offset), check.sha256 == digest else {
             throw DriveError(.io, "The copy of \(path) on the remote does not match the local file (size or SHA-256); it will be uploaded again.")
         }
-        guard Glibc.rename(tmp, target) == 0 else { throw remoteError("cannot rename into", target, errno) }
+        try place(tmp, dfd, as: path)
         keep = true
-        if syncFolder { syncFolders([dir]) }
+        if syncFolder { _ = fsync(dfd) }
         return UploadReceipt(size: Int64(offset), sha256: digest)
     }
 
-    /// The remote folder an upload of `path` renames into.
-    public func folder(of path: String) -> String {
-        let target = root + "/" + path
-        return String(target[..<target.lastIndex(of: "/")!])
+    /// Makes `path` on the remote a symbolic link to `target` (bytes, as the local link holds
+    /// them), never following anything on the way; a link already the same is left alone.
+    public func uploadSymlink(_ target: [UInt8], to path: StorePath) throws(DriveError) {
+        try Self.checkRelative(path)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        let dfd = try openFolder(rootfd, path.folder, create: true, for: path)!
+        defer { close(dfd) }
+        if let st = Beneath.stat(dfd, path.lastName), st.st_mode & S_IFMT == S_IFLNK, Beneath.readLink(dfd, path.lastName) == target { return }
+        let tmp = temporaryName()
+        let made = Beneath.withCName(target[...]) { t in Beneath.withCName(tmp) { symlinkat(t, dfd, $0) } }
+        guard made == 0 else { throw remoteError("cannot create a link at", path, errno) }
+        do {
+            try place(tmp, dfd, as: path)
+        } catch {
+            _ = Beneath.withCName(tmp) { unlinkat(dfd, $0, 0) }
+            throw error
+        }
+        _ = fsync(dfd)
+    }
+
+    /// Makes `path` on the remote a folder (an empty folder saved locally reaches the remote as
+    /// one); what else stood at that name is replaced. `mode`: the local folder's permissions.
+    public func makeFolder(_ path: StorePath, mode: mode_t = 0o755) throws(DriveError) {
+        try Self.checkRelative(path)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        let dfd = try openFolder(rootfd, path.folder, create: true, for: path)!
+        defer { close(dfd) }
+        let name = path.lastName
+        if let st = Beneath.stat(dfd, name) {
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR: return
+            case S_IFLNK: throw symlinkError(at: path, target: path)
+            default:  // the local path was a file before it became a folder
+                if Beneath.withCName(name, { unlinkat(dfd, $0, 0) }) != 0 && errno != ENOENT { throw remoteError("cannot replace", path, errno) }
+            }
+        }
+        if Beneath.withCName(name, { mkdirat(dfd, $0, mode & 0o7777) }) != 0 && errno != EEXIST {
+            throw remoteError("cannot create", path, errno)
+        }
+        _ = fsync(dfd)
+    }
+
+    /// Renames the temporary `tmp` in `dfd` to the last name of `path`, replacing an empty
+    /// folder that stood there (the local path became a file or a link). A folder with files in
+    /// it is not removed for that: they may be another device's, which this drive never saw.
+    private func place(_ tmp: [UInt8], _ dfd: Int32, as path: StorePath) throws(DriveError) {
+        let name = path.lastName
+        func rename() -> Int32 {
+            Beneath.withCName(tmp[...]) { t in Beneath.withCName(name) { renameat(dfd, t, dfd, $0) } }
+        }
+        if rename() == 0 { return }
+        var e = errno
+        if e == EISDIR || e == ENOTEMPTY || e == EEXIST {
+            if Beneath.withCName(name, { unlinkat(dfd, $0, dd_AT_REMOVEDIR) }) == 0, rename() == 0 { return }
+            e = errno
+            if e == ENOTEMPTY || e == EEXIST {
+                throw DriveError(.io, "\(path) on the remote (\(root)) is a folder with files in it, so the local \(path) is not uploaded over it (remove or rename that folder there).")
+            }
+        }
+        throw remoteError("cannot rename into", path, e)
+    }
+
+    /// The sentence for a symbolic link met on the remote at `at` while `target` was carried there.
+    private func symlinkError(at: StorePath, target: StorePath) -> DriveError {
+        DriveError(.io, "\(at) on the remote (\(root)) is a symbolic link where a folder should be; DocDrive never follows a link on a remote, so \(target) is not uploaded (remove or rename the link there).")
+    }
+
+    private func temporaryName() -> [UInt8] {
+        Array((Self.temporaryPrefix + owner + "-" + ItemIndex.newID()).utf8)
     }
 
     /// Makes the renames into these remote folders durable (one fsync per folder, however many
     /// uploads went into it). Best effort: a folder that cannot be opened is skipped.
-    public func syncFolders<S: Sequence>(_ folders: S) where S.Element == String {
+    public func syncFolders<S: Sequence>(_ folders: S) where S.Element == StorePath {
+        guard let rootfd = try? openRoot() else { return }
+        defer { close(rootfd) }
         for dir in folders {
-            let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            if dfd >= 0 {
+            if case .success(let dfd) = Beneath.openFolder(rootfd, dir.names) {
                 _ = fsync(dfd)
                 close(dfd)
             }
         }
     }
 
-    /// Removes a file or a whole folder from the remote; what is already gone is fine.
-    public func remove(_ path: String) throws(DriveError) {
+    /// Removes a file, link or whole folder from the remote; what is already gone is fine, and
+    /// so is a path beneath a symbolic link or a file on the remote (nothing of the store is
+    /// there: the link is not followed, and not removed either, being someone else's).
+    public func remove(_ path: StorePath) throws(DriveError) {
         try Self.checkRelative(path)
-        try checkReachable()
-        let target = root + "/" + path
-        var st = stat()
-        guard lstat(target, &st) == 0 else { return }
-        if st.st_mode & S_IFMT == S_IFDIR {
-            let err = Self.removeTree(AT_FDCWD, target)
-            if err != 0 { throw remoteError("cannot remove", target, err) }
-        } else if unlink(target) != 0 && errno != ENOENT {
-            throw remoteError("cannot remove", target, errno)
-        }
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else { return }
+        defer { close(dfd) }
+        let e = Beneath.removeTree(dfd, path.lastName)
+        if e != 0 { throw remoteError("cannot remove", path, e) }
     }
 
-    /// Removes `name` in the folder `dfd` with everything under it, never following a symlink;
-    /// 0, or the errno of what could not be removed. Entries that are already gone are fine:
-    /// several workers remove the files of a deleted folder and the folder itself side by side.
-    private static func removeTree(_ dfd: Int32, _ name: String) -> Int32 {
-        if unlinkat(dfd, name, 0) == 0 || errno == ENOENT { return 0 }
-        guard errno == EISDIR else { return errno }
-        let sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard sub >= 0 else { return errno == ENOENT ? 0 : errno }
-        guard let dir = fdopendir(sub) else {
-            let e = errno
-            close(sub)
-            return e
-        }
-        var names = [String]()
-        while let ent = readdir(dir) {
-            let n = withUnsafePointer(to: &ent.pointee.d_name) { t in
-                t.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
-            if n != "." && n != ".." { names.append(n) }
-        }
-        var failure: Int32 = 0
-        for n in names {
-            let e = removeTree(dirfd(dir), n)
-            if e != 0 { failure = e }
-        }
-        closedir(dir)
-        if failure != 0 { return failure }
-        return unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : errno
+    /// What the remote holds at `path` (not following a link there or on the way), or nil.
+    public func attributes(_ path: StorePath) -> RemoteEntry? {
+        guard Self.checkedOK(path), let rootfd = try? openRoot() else { return nil }
+        defer { close(rootfd) }
+        guard case .success(let dfd) = Beneath.openFolder(rootfd, path.folder.names) else { return nil }
+        defer { close(dfd) }
+        return Beneath.stat(dfd, path.lastName).map(RemoteEntry.init)
     }
 
-    /// Size and modification time of a remote file, or nil if there is none.
-    public func attributes(_ path: String) -> (size: Int64, mtime: timespec, isDirectory: Bool)? {
-        var st = stat()
-        guard lstat(root + "/" + path, &st) == 0 else { return nil }
-        return (Int64(st.st_size), st.st_mtim, st.st_mode & S_IFMT == S_IFDIR)
+    /// Names in a remote folder (without the remote's own files), or [] if there is none (or
+    /// there is a link there: it is not followed).
+    public func list(_ path: StorePath) -> [[UInt8]] {
+        guard path.isEmpty || Self.checkedOK(path), let rootfd = try? openRoot() else { return [] }
+        defer { close(rootfd) }
+        guard case .success(let dfd) = Beneath.openFolder(rootfd, path.names) else { return [] }
+        defer { close(dfd) }
+        return (Beneath.names(dfd) ?? []).map(\.name).filter { !Self.isOwnName($0) }
     }
 
-    /// Names in a remote folder (without the drive's own files), or [] if there is none.
-    public func list(_ path: String) -> [String] {
-        let dir = path.isEmpty ? root : root + "/" + path
-        return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [])
-            .filter { $0 != Self.markerName && !$0.hasPrefix(Self.temporaryPrefix) }
-    }
+    private static func checkedOK(_ path: StorePath) -> Bool { (try? checkRelative(path)) != nil }
 
     /// Renames on the remote (creating the new parents); a missing source is fine (not uploaded yet).
-    public func rename(_ from: String, to: String) throws(DriveError) {
+    public func rename(_ from: StorePath, to: StorePath) throws(DriveError) {
         try Self.checkRelative(from)
         try Self.checkRelative(to)
-        try checkReachable()
-        let target = root + "/" + to
-        try makeParents(String(target[..<target.lastIndex(of: "/")!]))
-        if Glibc.rename(root + "/" + from, target) != 0 && errno != ENOENT { throw remoteError("cannot rename on", target, errno) }
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        guard let src = try openFolder(rootfd, from.folder, create: false, for: from) else { return }
+        defer { close(src) }
+        let dst = try openFolder(rootfd, to.folder, create: true, for: to)!
+        defer { close(dst) }
+        let r = Beneath.withCName(from.lastName) { f in Beneath.withCName(to.lastName) { renameat(src, f, dst, $0) } }
+        if r != 0 && errno != ENOENT { throw remoteError("cannot rename on", to, errno) }
     }
+
+    // MARK: walking the remote beside the cache (the comparison at mount)
+
+    /// The remote's root, opened for a walk beside the local copy (the caller closes it).
+    func openRootForWalk() throws(DriveError) -> Int32 { try openRoot() }
 
     /// Bytes copied between two looks at whether the local file changed.
     public static let changeCheckInterval: off_t = 16 << 20
@@ -283,14 +418,19 @@ public struct FolderRemote: Sendable {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw DriveError.io("cannot read \(path)", Errno(rawValue: errno)) }
         defer { close(fd) }
+        return try sha256(of: fd, named: path)
+    }
+
+    /// Size and SHA-256 of what the open file holds, read from its start.
+    static func sha256(of fd: Int32, named: String) throws(DriveError) -> UploadReceipt {
         var hasher = SHA256()
         var st = stat()
         let size = fstat(fd, &st) == 0 ? Int64(st.st_size) : Int64(1 << 20)
         var buf = [UInt8](repeating: 0, count: bufferSize(for: size, max: 1 << 20))
         var total: Int64 = 0
         while true {
-            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; throw DriveError.io("cannot read \(path)", Errno(rawValue: errno)) }
+            let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(total)) }
+            if n < 0 { if errno == EINTR { continue }; throw DriveError.io("cannot read \(named)", Errno(rawValue: errno)) }
             if n == 0 { break }
             hasher.update(data: buf[0..<n])
             total += Int64(n)
@@ -302,21 +442,15 @@ public struct FolderRemote: Sendable {
         Hex.encode(d)
     }
 
-    private func makeParents(_ dir: String) throws(DriveError) {
-        do {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
-        } catch {
-            throw DriveError(.io, "cannot create \(dir) on the remote: \((error as NSError).localizedDescription).", underlying: error)
-        }
-    }
-
     /// One sentence per way a remote folder fails: full, read-only, gone, or anything else.
-    private func remoteError(_ what: String, _ path: String, _ e: Int32) -> DriveError {
+    private func remoteError(_ what: String, _ path: StorePath, _ e: Int32) -> DriveError {
         switch e {
         case ENOSPC, EDQUOT: return DriveError(.unreachable, "The remote folder \(root) is full (\(what) \(path)).")
         case EROFS: return DriveError(.unreachable, "The remote folder \(root) is read-only (\(what) \(path)).")
         case ENOENT, ENOTCONN, EIO, ESTALE: return DriveError(.unreachable, "The remote folder \(root) is not reachable (\(what) \(path): \(Errno(rawValue: e).readableDescription)).")
-        default: return DriveError.io("\(what) \(path)", Errno(rawValue: e))
+        case ENAMETOOLONG: return DriveError(.io, "The remote folder \(root) does not take a name this long (\(what) \(path)).")
+        case EILSEQ, EINVAL: return DriveError(.io, "The remote folder \(root) does not take this name (\(what) \(path): \(Errno(rawValue: e).readableDescription)).")
+        default: return DriveError.io("\(what) \(path) in the remote folder \(root)", Errno(rawValue: e))
         }
     }
 }

@@ -171,7 +171,7 @@ public final class ItemIndex: Sendable {
                 try pool.write { db in
                     for e in batch { try Self.apply(e, db, now: now) }
                 }
-                lastError.withLock { $0 = nil }
+                lastError.withLock { $0 = nil }  // remote-safety: a write that works again clears the report
             } catch {
                 lastError.withLock { $0 = "\(error)" }
             }

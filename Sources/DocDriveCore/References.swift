@@ -9,9 +9,14 @@ import Glibc
 
 /// The reserved name ending of reference files. The mount never lists a name with it, never
 /// lets one be created (EINVAL), and shows `report.odt.docdrive-ref` as `report.odt`.
+/// Also reserved, everywhere in the mount: the names a folder remote keeps for itself (its
+/// marker `.docdrive-store`, upload temporaries `.docdrive-upload-*`): a user's file with one
+/// would overwrite the marker on the remote, or be taken for (and cleared as) a temporary.
 public enum ReservedNames {
     public static let referenceSuffix = ".docdrive-ref"
     private static let suffixBytes = Array(referenceSuffix.utf8)
+    private static let markerBytes = Array(FolderRemote.markerName.utf8)
+    private static let temporaryBytes = Array(FolderRemote.temporaryPrefix.utf8)
 
     @inline(__always)
     public static func isReserved(_ name: UnsafePointer<CChar>) -> Bool {
@@ -20,12 +25,31 @@ public enum ReservedNames {
 
     @inline(__always)
     static func isReserved(_ name: UnsafePointer<CChar>, length: Int) -> Bool {
+        isReference(name, length: length) || isRemoteOwn(name, length: length)
+    }
+
+    /// A reference file's name (what a container shows under its document's name).
+    @inline(__always)
+    static func isReference(_ name: UnsafePointer<CChar>, length: Int) -> Bool {
         let n = suffixBytes.count
         guard length >= n else { return false }
         return suffixBytes.withUnsafeBufferPointer { memcmp(name + (length - n), $0.baseAddress!, n) == 0 }
     }
 
-    public static func isReserved(_ name: String) -> Bool { name.hasSuffix(referenceSuffix) }
+    /// One of a folder remote's own names. Costs one byte compare for names not starting with ".".
+    @inline(__always)
+    static func isRemoteOwn(_ name: UnsafePointer<CChar>, length: Int) -> Bool {
+        guard length >= markerBytes.count, name[0] == CChar(UInt8(ascii: ".")) else { return false }
+        if length == markerBytes.count { return markerBytes.withUnsafeBufferPointer { memcmp(name, $0.baseAddress!, length) == 0 } }
+        return length >= temporaryBytes.count && temporaryBytes.withUnsafeBufferPointer { memcmp(name, $0.baseAddress!, $0.count) == 0 }
+    }
+
+    public static func isReserved(_ name: String) -> Bool {
+        name.hasSuffix(referenceSuffix) || FolderRemote.isOwnName(name.utf8)
+    }
+
+    /// A reference file's name (a path's last name is enough).
+    public static func isReference(_ name: String) -> Bool { name.hasSuffix(referenceSuffix) }
 
     /// The reference file's name for a shown name.
     public static func referenceName(_ shown: String) -> String { shown + referenceSuffix }

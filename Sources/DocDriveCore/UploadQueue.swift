@@ -2,6 +2,7 @@
 // with coalescing, a generation per entry (a file changed during its upload goes again) and back-off.
 import Foundation
 import GRDB
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,7 +10,7 @@ import Glibc
 /// One file waiting for (or in) an upload.
 public struct UploadJob: Equatable, Sendable {
     public var root: String
-    public var path: String
+    public var path: StorePath
     /// Bumped by every enqueue: a job finished under an older generation is not "synced".
     public var generation: Int64
     public var attempts: Int
@@ -48,6 +49,26 @@ final class WorkSignal: @unchecked Sendable {
     }
 }
 
+/// A path is kept in the queue's `path` column in one canonical form: TEXT when its bytes are
+/// valid UTF-8 (nearly always, and what older queues hold), else a BLOB of the bytes. Both sides
+/// of every comparison go through this form, so a name that is not UTF-8 is stored, found and
+/// handed back byte for byte (SQLite keeps a BLOB in a TEXT column as it is, and a BLOB never
+/// equals a TEXT: no two forms of one path can meet). No migration is needed.
+extension StorePath: DatabaseValueConvertible {
+    public var databaseValue: DatabaseValue {
+        if let s = string { return s.databaseValue }
+        return Data(bytes).databaseValue
+    }
+
+    public static func fromDatabaseValue(_ dbValue: DatabaseValue) -> StorePath? {
+        switch dbValue.storage {
+        case .string(let s): return StorePath(s)
+        case .blob(let d): return StorePath(bytes: [UInt8](d))
+        default: return nil
+        }
+    }
+}
+
 /// The queue lives in the index database. Every method is one transaction.
 public final class UploadQueue: Sendable {
     private let pool: DatabasePool
@@ -83,21 +104,29 @@ public final class UploadQueue: Sendable {
         }
     }
 
+    /// The last write that failed (a full disk under the drive home), until one works again.
+    /// Lock: leaf.
+    private let lastWriteError = Mutex<String?>(nil)
+    public var writeError: String? { lastWriteError.withLock { $0 } }
+
     private func write<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
         do {
-            return try pool.write(body)
+            let r = try pool.write(body)
+            lastWriteError.withLock { if $0 != nil { $0 = nil } }
+            return r
         } catch {
+            lastWriteError.withLock { $0 = "\(error)" }
             throw DriveError(.index, "The upload queue cannot be written: \(error).", underlying: error)
         }
     }
 
     /// Queues `path` for upload at `due` (a later save pushes the time back: saves coalesce).
-    public func enqueue(root: String, path: String, due: Double, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+    public func enqueue(root: String, path: StorePath, due: Double, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
         try enqueueAll([(root, path, due)], now: now)
     }
 
     /// Queues many paths in one transaction (the uploader's group commit).
-    public func enqueueAll(_ entries: [(String, String, Double)], now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+    public func enqueueAll(_ entries: [(String, StorePath, Double)], now: Double = Date().timeIntervalSince1970) throws(DriveError) {
         guard !entries.isEmpty else { return }
         try write { db in
             for (root, path, due) in entries { try Self.enqueue(db, root: root, path: path, due: due, now: now) }
@@ -105,7 +134,7 @@ public final class UploadQueue: Sendable {
         work.signal()
     }
 
-    private static func enqueue(_ db: Database, root: String, path: String, due: Double, now: Double) throws {
+    private static func enqueue(_ db: Database, root: String, path: StorePath, due: Double, now: Double) throws {
         try db.cachedStatement(sql: """
             INSERT INTO upload (root, path, state, generation, attempts, error, due, updated)
             VALUES (?, ?, 'pending', 1, 0, NULL, ?, ?)
@@ -153,10 +182,10 @@ public final class UploadQueue: Sendable {
     }
 
     /// The paths of `root` in one state.
-    public func paths(root: String, state: UploadState) throws(DriveError) -> [String] {
+    public func paths(root: String, state: UploadState) throws(DriveError) -> [StorePath] {
         do {
             return try pool.read { db in
-                try String.fetchAll(db, sql: "SELECT path FROM upload WHERE root = ? AND state = ?", arguments: [root, state.rawValue])
+                try StorePath.fetchAll(db, sql: "SELECT path FROM upload WHERE root = ? AND state = ?", arguments: [root, state.rawValue])
             }
         } catch {
             throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
@@ -164,10 +193,10 @@ public final class UploadQueue: Sendable {
     }
 
     /// The paths of `root` still to upload (pending or uploading; not the whole-store entry).
-    public func waitingPaths(root: String) throws(DriveError) -> [String] {
+    public func waitingPaths(root: String) throws(DriveError) -> [StorePath] {
         do {
             return try pool.read { db in
-                try String.fetchAll(db, sql: "SELECT path FROM upload WHERE root = ? AND state IN ('pending', 'uploading') AND path != ''",
+                try StorePath.fetchAll(db, sql: "SELECT path FROM upload WHERE root = ? AND state IN ('pending', 'uploading') AND path != ''",
                                     arguments: [root])
             }
         } catch {
@@ -180,9 +209,13 @@ public final class UploadQueue: Sendable {
     /// size has to be kept up to date in the queue.
     public func bytesLeft(root: String, cache: String) throws(DriveError) -> Int64 {
         var total: Int64 = 0
+        let cfd = open(cache, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard cfd >= 0 else { return 0 }
+        defer { close(cfd) }
         for path in try waitingPaths(root: root) {
-            var st = stat()
-            if lstat(cache + "/" + path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG { total += Int64(st.st_size) }
+            guard case .success(let dfd) = Beneath.openFolder(cfd, path.folder.names) else { continue }
+            if let st = Beneath.stat(dfd, path.lastName), st.st_mode & S_IFMT == S_IFREG { total += Int64(st.st_size) }
+            close(dfd)
         }
         return total
     }
@@ -196,7 +229,7 @@ public final class UploadQueue: Sendable {
     }
 
     /// Files that failed, with their errors (for `docdrive sync`).
-    public func failures() throws(DriveError) -> [(root: String, path: String, error: String)] {
+    public func failures() throws(DriveError) -> [(root: String, path: StorePath, error: String)] {
         do {
             return try pool.read { db in
                 try Row.fetchAll(db, sql: "SELECT root, path, error FROM upload WHERE state = 'failed' ORDER BY root, path")
@@ -360,7 +393,7 @@ public final class UploadQueue: Sendable {
     }
 
     /// The file was renamed locally before its upload: the entry follows it.
-    public func rename(root: String, from: String, to: String) throws(DriveError) {
+    public func rename(root: String, from: StorePath, to: StorePath) throws(DriveError) {
         try write { db in
             try db.execute(sql: "DELETE FROM upload WHERE root = ? AND path = ?", arguments: [root, to])
             try db.execute(sql: "UPDATE upload SET path = ? WHERE root = ? AND path = ?", arguments: [to, root, from])
@@ -368,7 +401,7 @@ public final class UploadQueue: Sendable {
     }
 
     /// The file was deleted locally: nothing to upload any more.
-    public func remove(root: String, path: String) throws(DriveError) {
+    public func remove(root: String, path: StorePath) throws(DriveError) {
         try write { db in
             try db.execute(sql: "DELETE FROM upload WHERE root = ? AND path = ?", arguments: [root, path])
         }
@@ -392,7 +425,7 @@ public final class UploadQueue: Sendable {
     }
 
     /// The state and last error of one file, for the user.docdrive.status xattr.
-    public func state(root: String, path: String) throws(DriveError) -> (UploadState, String?)? {
+    public func state(root: String, path: StorePath) throws(DriveError) -> (UploadState, String?)? {
         do {
             return try pool.read { db in
                 guard let row = try Row.fetchOne(db, sql: "SELECT state, error FROM upload WHERE root = ? AND path = ?",

@@ -49,7 +49,13 @@ public final class Uploader: Sendable {
     /// The index's last write failure, published for `docdrive status`.
     private let indexWriteError: @Sendable () -> String?
     /// Paths noted but not yet in the queue (root key, path, due). Lock: leaf.
-    private let noted = Mutex<[(String, String, Double)]>([])
+    private let noted = Mutex<[(String, StorePath, Double)]>([])
+    /// Folders made through the mount, with when to look at them again (root key, path, due).
+    /// A folder that still has nothing in it then is queued, so that an empty folder reaches
+    /// the remote; one that has files is dropped: their uploads make it, and an entry of its
+    /// own would only walk it again (and count in the queue) during a `cp -r` or `tar x`.
+    /// In memory only: after a crash the comparison at mount finds empty folders. Lock: leaf.
+    private let madeFolders = Mutex<[(String, StorePath, Double)]>([])
     private let stopping = Atomic<Bool>(false)
     /// Set at unmount: what is queued goes now, burst or not.
     private let draining = Atomic<Bool>(false)
@@ -92,11 +98,29 @@ public final class Uploader: Sendable {
 
     /// A path changed (saved, deleted, renamed from or to): it will be made equal on the remote
     /// after the store's write-back delay. Cheap: the queue gets it with the next group commit.
-    public func noteChanged(root rootKey: String, path: String) {
+    /// `madeFolder`: the path is a folder just made (see `madeFolders`).
+    public func noteChanged(root rootKey: String, path: StorePath, madeFolder: Bool = false) {
         guard let store = store(rootKey), !path.isEmpty else { return }
+        if madeFolder {
+            let now = Date().timeIntervalSince1970
+            store.lastChange.store(Int64(now * 1000), ordering: .relaxed)
+            madeFolders.withLock { $0.append((rootKey, path, now + store.config.writebackDelay)) }
+            return
+        }
         let now = Date().timeIntervalSince1970
         store.lastChange.store(Int64(now * 1000), ordering: .relaxed)
         noted.withLock { $0.append((rootKey, path, now + store.config.writebackDelay)) }
+    }
+
+    /// The same for a path known as text (the document commands).
+    public func noteChanged(root rootKey: String, path: String) {
+        noteChanged(root: rootKey, path: StorePath(path))
+    }
+
+    /// Something changed in the store at a path the caller cannot name (a path longer than the
+    /// kernel gives back for a descriptor): the whole store is compared, as below.
+    public func noteChangedSomewhere(root rootKey: String) {
+        noteSavedWithOtherNames(root: rootKey)
     }
 
     /// A file with several names was saved: its other names (unknown here) changed too. The
@@ -115,13 +139,35 @@ public final class Uploader: Sendable {
     }
 
     /// Whether a path is noted but not yet queued (for user.docdrive.status).
-    func isNoted(root: String, path: String) -> Bool {
+    func isNoted(root: String, path: StorePath) -> Bool {
         noted.withLock { $0.contains { $0.0 == root && $0.1 == path } }
+            || madeFolders.withLock { $0.contains { $0.0 == root && $0.1 == path } }
+    }
+
+    /// Queues the folders made through the mount whose look is due and that are still empty.
+    private func commitMadeFolders() {
+        let now = Date().timeIntervalSince1970
+        let due = madeFolders.withLock { m -> [(String, StorePath, Double)] in
+            guard m.contains(where: { $0.2 <= now }) else { return [] }
+            let d = m.filter { $0.2 <= now }
+            m.removeAll { $0.2 <= now }
+            return d
+        }
+        guard !due.isEmpty else { return }
+        let empty = due.filter { entry in
+            guard let store = store(entry.0), let cache = try? openCache(store) else { return false }
+            defer { close(cache) }
+            guard case .success(let fd) = Beneath.openFolder(cache, entry.1.names) else { return false }
+            defer { close(fd) }
+            return Beneath.names(fd)?.isEmpty ?? false
+        }
+        noted.withLock { $0.append(contentsOf: empty.map { ($0.0, $0.1, now) }) }
     }
 
     /// Writes the noted paths into the queue, in one transaction.
     func commitNoted() {
-        let batch = noted.withLock { n -> [(String, String, Double)] in
+        commitMadeFolders()
+        let batch = noted.withLock { n -> [(String, StorePath, Double)] in
             let b = n
             n.removeAll(keepingCapacity: true)
             return b
@@ -267,7 +313,7 @@ public final class Uploader: Sendable {
     }
 
     /// The queue entry that stands for "compare the whole store" (never claimed by a worker).
-    static let wholeStore = ""
+    static let wholeStore = StorePath.store
 
     /// Clears the temporary files a crash left (no worker of ours is writing yet).
     private func prepare(_ key: String, _ store: Store) {
@@ -344,7 +390,7 @@ public final class Uploader: Sendable {
             }
             var endings = [(UploadJob, UploadQueue.Ending)]()
             endings.reserveCapacity(jobs.count)
-            var folders = Set<String>()
+            var folders = Set<StorePath>()
             for job in jobs {
                 if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) {
                     endings.append((job, .unstarted))
@@ -396,12 +442,12 @@ public final class Uploader: Sendable {
 
     /// Makes the remote equal to the local state of one job's path; says how it ended. The
     /// folders renamed into are added to `folders`, for the caller to make durable.
-    private func upload(_ job: UploadJob, _ store: Store, _ key: String, folders: inout Set<String>) -> UploadQueue.Ending {
+    private func upload(_ job: UploadJob, _ store: Store, _ key: String, folders: inout Set<StorePath>) -> UploadQueue.Ending {
         do {
             switch try sync(job.path, store, key) {
             case .removed: return .removed
             case .uploaded:
-                folders.insert(store.remote.folder(of: job.path))
+                folders.insert(job.path.folder)
                 return .synced
             case .walked: return .synced
             }
@@ -413,6 +459,8 @@ public final class Uploader: Sendable {
             // Saved again while it was copied: the next save's entry takes over.
             return .again(due: Date().timeIntervalSince1970 + store.config.writebackDelay)
         } catch let e as DriveError {
+            // A path gone here and not on the remote needs nothing more: its entry goes.
+            if isSettledAsGone(job.path, store) { return .removed }
             logger.warning("upload of \(job.path) to \(store.config.name) failed: \(e.message)")
             return .failed(e.message)
         } catch {
@@ -422,88 +470,169 @@ public final class Uploader: Sendable {
 
     enum Outcome { case uploaded, removed, walked }
 
-    /// Makes the remote's `path` equal to the local one.
-    private func sync(_ path: String, _ store: Store, _ key: String) throws -> Outcome {
-        let local = store.cache + "/" + path
-        var st = stat()
-        if lstat(local, &st) != 0 {
-            guard errno == ENOENT || errno == ENOTDIR else { throw DriveError.io("cannot read \(local)", .init(rawValue: errno)) }
+    /// Makes the remote's `path` equal to the local one. The local path is opened beneath the
+    /// store's cache one name at a time (Beneath): no length limit, and a folder on the way that
+    /// became a symlink is not followed out of the cache (the path is gone from the store).
+    private func sync(_ path: StorePath, _ store: Store, _ key: String) throws -> Outcome {
+        let cache = try openCache(store)
+        defer { close(cache) }
+        let name = path.lastName
+        guard case .success(let dir) = Beneath.openFolder(cache, path.folder.names) else {
+            try store.remote.remove(path)  // its folder is gone (or is no folder any more) locally
+            return .removed
+        }
+        defer { close(dir) }
+        guard let st = Beneath.stat(dir, name) else {
+            guard errno == ENOENT || errno == ENOTDIR else { throw DriveError.io("cannot read \(path) in the local copy", .init(rawValue: errno)) }
             try store.remote.remove(path)  // deleted (or renamed away) locally
             return .removed
         }
         switch st.st_mode & S_IFMT {
         case S_IFREG:
-            let fd = open(local, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+            let fd = Beneath.openForReading(dir, name)
             guard fd >= 0 else {
                 if errno == ENOENT { try store.remote.remove(path); return .removed }
-                throw DriveError.io("cannot read \(local)", .init(rawValue: errno))
+                throw DriveError.io("cannot read \(path) in the local copy", .init(rawValue: errno))
             }
             defer { close(fd) }
             // A coordinated read: no process holds a write lock while the file is copied.
             let number = uploadNumbers.add(1, ordering: .relaxed).newValue
             defer { _ = inFlight.withLock { $0.removeValue(forKey: number) } }
-            let name = store.config.name
+            let storeName = store.config.name
+            let shown = path.description
             do {
                 try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
                     _ = try store.remote.upload(from: fd, to: path, limit: store.limit, syncFolder: false) { [self] done, total in
-                        inFlight.withLock { $0[number] = InFlightUpload(store: name, path: path, done: done, total: total) }
+                        inFlight.withLock { $0[number] = InFlightUpload(store: storeName, path: shown, done: done, total: total) }
                     }
                 }
             } catch let e as DriveError where e.code == .busy {
                 throw DriveError(.lockedForWriting, "\(path) is locked for writing")
             }
             return .uploaded
+        case S_IFLNK:
+            guard let target = Beneath.readLink(dir, name) else {
+                if errno == ENOENT { try store.remote.remove(path); return .removed }
+                throw DriveError.io("cannot read the link \(path) in the local copy", .init(rawValue: errno))
+            }
+            try store.remote.uploadSymlink(target, to: path)
+            return .walked
         case S_IFDIR:
-            // A folder renamed, or created by a rename: queue what is in it, and what the remote
-            // has there that the local copy no longer has.
+            // A folder made, renamed, or created by a rename: it is made on the remote (an empty
+            // folder is carried as one), and what is in it is queued, with what the remote has
+            // there that the local copy no longer has.
+            try store.remote.makeFolder(path, mode: st.st_mode)
+            guard case .success(let sub) = Beneath.openFolder(dir, [name]) else { return .walked }
+            let localNames = (Beneath.names(sub) ?? []).map(\.name)
+            close(sub)
             let now = Date().timeIntervalSince1970
-            let localNames = Set((try? FileManager.default.contentsOfDirectory(atPath: local)) ?? [])
-            var batch = localNames.map { (key, path + "/" + $0, now) }
-            if let a = store.remote.attributes(path), !a.isDirectory { try store.remote.remove(path) }
-            for name in store.remote.list(path) where !localNames.contains(name) {
-                batch.append((key, path + "/" + name, now))
+            let local = Set(localNames)
+            var batch = localNames.filter { !FolderRemote.isOwnName($0) }.map { (key, path.appending($0), now) }
+            for remoteName in store.remote.list(path) where !local.contains(remoteName) {
+                batch.append((key, path.appending(remoteName), now))
             }
             try queue.enqueueAll(batch)
             return .walked
         default:
-            return .walked  // symlinks, fifos and devices are not uploaded
+            throw DriveError(.unsupported, "\(path) is \(Self.kindPhrase(st.st_mode)); a remote holds files, folders and symbolic links, so it is not carried there.")
         }
     }
 
-    /// At start: queue every local file whose size or time differs from the remote's, so a
-    /// save that a crash kept out of the queue is still uploaded, and every path it uploaded
-    /// before that is gone locally. Never removes what this drive did not put there.
+    static func kindPhrase(_ mode: mode_t) -> String {
+        switch mode & S_IFMT {
+        case S_IFIFO: return "a named pipe (fifo)"
+        case S_IFSOCK: return "a socket"
+        case S_IFCHR, S_IFBLK: return "a device"
+        default: return "neither a file, a folder nor a link"
+        }
+    }
+
+    /// The store's cache folder, opened (never through a symlink) for a walk beneath it.
+    private func openCache(_ store: Store) throws(DriveError) -> Int32 {
+        let fd = open(store.cache, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DriveError.io("cannot open the local copy \(store.cache)", .init(rawValue: errno)) }
+        return fd
+    }
+
+    /// Whether `path` is gone from the local copy (a folder on its way gone or no longer one counts).
+    private func isGoneLocally(_ cache: Int32, _ path: StorePath) -> Bool {
+        guard case .success(let dir) = Beneath.openFolder(cache, path.folder.names) else { return true }
+        defer { close(dir) }
+        return Beneath.stat(dir, path.lastName) == nil && (errno == ENOENT || errno == ENOTDIR)
+    }
+
+    /// Whether `path` is gone both from the local copy and from the remote.
+    private func isSettledAsGone(_ path: StorePath, _ store: Store) -> Bool {
+        guard let cache = try? openCache(store) else { return false }
+        defer { close(cache) }
+        return isGoneLocally(cache, path) && (try? store.remote.checkReachable()) != nil && store.remote.attributes(path) == nil
+    }
+
+    /// At start: queue every local file whose size or time differs from the remote's (and every
+    /// link, and every empty folder, the remote lacks), so a save that a crash kept out of the
+    /// queue is still uploaded, and every path it uploaded before that is gone locally. Never
+    /// removes what this drive did not put there. Entries that failed for a path that is gone
+    /// locally go again at once: their removal from the remote settles them, instead of their
+    /// failure standing until a back-off of minutes runs out.
     private func reconcile(_ key: String, _ store: Store) {
-        var batch = [(String, String, Double)]()
+        var batch = [(String, StorePath, Double)]()
         let now = Date().timeIntervalSince1970
+        guard let cache = try? openCache(store) else { return }
+        defer { close(cache) }
         // Paths this drive put on the remote that are gone locally: a delete or rename that a
         // crash kept out of the queue. Only these are removed; nothing else on the remote is.
-        for path in (try? queue.paths(root: key, state: .synced)) ?? [] {
-            var st = stat()
-            if lstat(store.cache + "/" + path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR) {
-                batch.append((key, path, now))
-            }
+        let gone = ((try? queue.paths(root: key, state: .synced)) ?? []) + ((try? queue.paths(root: key, state: .failed)) ?? [])
+        for path in gone where !path.isEmpty && isGoneLocally(cache, path) {
+            batch.append((key, path, now))
         }
-        let base = URL(fileURLWithPath: store.cache)
-        guard let e = FileManager.default.enumerator(at: base, includingPropertiesForKeys: [.isRegularFileKey, .isSymbolicLinkKey]) else { return }
-        for case let url as URL in e {
+        if let remoteRoot = try? store.remote.openRootForWalk() {
+            compare(cache, remoteRoot, .store, key, store, now: now, into: &batch)
+            close(remoteRoot)
+        }
+        if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return }
+        try? queue.enqueueAll(batch)
+        try? queue.remove(root: key, path: Self.wholeStore)
+        logger.info("store \(store.config.name): compared the local copy with the remote")
+    }
+
+    /// Walks the local folder `local` beside the remote folder `remote` (nil: none there) and
+    /// queues what differs. Neither side's symlinks are followed.
+    private func compare(_ local: Int32, _ remote: Int32?, _ path: StorePath, _ key: String, _ store: Store, now: Double,
+                         into batch: inout [(String, StorePath, Double)]) {
+        guard let entries = Beneath.names(local) else { return }
+        for entry in entries where !FolderRemote.isOwnName(entry.name) {
             if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return }
-            let full = url.path
-            guard full.hasPrefix(store.cache + "/") else { continue }
-            let rel = String(full.dropFirst(store.cache.count + 1))
-            var st = stat()
-            guard lstat(full, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
-            if let r = store.remote.attributes(rel), !r.isDirectory, r.size == Int64(st.st_size),
-               r.mtime.tv_sec == st.st_mtim.tv_sec, r.mtime.tv_nsec == st.st_mtim.tv_nsec { continue }
-            batch.append((key, rel, now))
+            let name = entry.name[...]
+            let rel = path.appending(name)
+            guard let st = Beneath.stat(local, name) else { continue }
+            let there = remote.flatMap { Beneath.stat($0, name) }
+            switch st.st_mode & S_IFMT {
+            case S_IFREG:
+                if let r = there, r.st_mode & S_IFMT == S_IFREG, r.st_size == st.st_size,
+                   r.st_mtim.tv_sec == st.st_mtim.tv_sec, r.st_mtim.tv_nsec == st.st_mtim.tv_nsec { continue }
+                batch.append((key, rel, now))
+            case S_IFLNK:
+                if let r = there, r.st_mode & S_IFMT == S_IFLNK, let remote, Beneath.readLink(remote, name) == Beneath.readLink(local, name) { continue }
+                batch.append((key, rel, now))
+            case S_IFDIR:
+                guard case .success(let sub) = Beneath.openFolder(local, [name]) else { continue }
+                var remoteSub: Int32? = nil
+                if let remote, let r = there, r.st_mode & S_IFMT == S_IFDIR, case .success(let fd) = Beneath.openFolder(remote, [name]) {
+                    remoteSub = fd
+                }
+                // A folder the remote lacks is queued only when empty: its files' uploads make it otherwise.
+                if remoteSub == nil, (Beneath.names(sub) ?? []).isEmpty { batch.append((key, rel, now)) }
+                compare(sub, remoteSub, rel, key, store, now: now, into: &batch)
+                close(sub)
+                if let remoteSub { close(remoteSub) }
+            default:
+                continue  // fifos, devices, sockets: reported when they are made through the mount
+            }
             if batch.count >= 1000 {
                 try? queue.enqueueAll(batch)
                 batch.removeAll()
             }
         }
-        try? queue.enqueueAll(batch)
-        try? queue.remove(root: key, path: Self.wholeStore)
-        logger.info("store \(store.config.name): compared the local copy with the remote")
     }
 
     /// Rewrites run/uploads.json when what it says changed (called every 250 ms), so that
@@ -515,7 +644,7 @@ public final class Uploader: Sendable {
             StoreActivity(name: $0.config.name, workers: $0.config.workers, bandwidth: $0.config.bandwidth,
                           held: holdUntil($0, now: time) != nil)
         }.sorted { $0.name < $1.name }
-        let a = UploadActivity(pid: getpid(), stores: settings, uploads: now, indexWriteError: indexWriteError())
+        let a = UploadActivity(pid: getpid(), stores: settings, uploads: now, indexWriteError: lastIndexWriteError())
         let fresh = published.withLock { last -> Bool in
             if last == a { return false }
             last = a
@@ -524,11 +653,22 @@ public final class Uploader: Sendable {
         if fresh { home.writeActivity(a) }
     }
 
+    /// The last failed write to the index or the upload queue, until a write works again.
+    /// Asked through the control socket too: run/uploads.json cannot be rewritten on a full disk.
+    public func lastIndexWriteError() -> String? { indexWriteError() ?? queue.writeError }
+
     /// The files being uploaded now, with their progress.
     public func uploadsInFlight() -> [InFlightUpload] { inFlight.withLock { Array($0.values) } }
 
+    /// The user.docdrive.status of a file whose path is too long to look up: pending while the
+    /// store has anything waiting (its comparison included), else synced.
+    public func wholeStoreStatus(root: String) -> String {
+        let c = (try? queue.counts(root: root)) ?? [:]
+        return (c[.pending] ?? 0) + (c[.uploading] ?? 0) > 0 ? UploadState.pending.rawValue : UploadState.synced.rawValue
+    }
+
     /// The user.docdrive.status of a store file.
-    public func status(root: String, path: String) -> String {
+    public func status(root: String, path: StorePath) -> String {
         if isNoted(root: root, path: path) { return UploadState.pending.rawValue }
         guard let s = try? queue.state(root: root, path: path) else { return UploadState.synced.rawValue }
         return s.0.rawValue

@@ -19,7 +19,7 @@ struct Mount: ParsableCommand {
     @Flag(help: "Stay in the foreground and log to stderr (for systemd and debugging).")
     var foreground = false
 
-    @Option(name: .short, help: ArgumentHelp("Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, noatime, noexec, nosuid, nodev, dev and suid (root only), fsname=NAME (the source findmnt and df show; the drive home by default).", valueName: "options"))
+    @Option(name: .short, help: ArgumentHelp("Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, noatime, noexec, nosuid, nodev, dev and suid (root only), fsname=NAME (the source findmnt and df show; the drive home by default); nonempty to mount over a folder that has files (they are hidden while mounted).", valueName: "options"))
     var options: [String] = []
 
     @Option(help: ArgumentHelp("Seconds to wait for the mount to be ready.", valueName: "seconds"))
@@ -35,7 +35,7 @@ struct Mount: ParsableCommand {
 
     static let allowedOptions: Set<String> = [
         "allow_other", "allow_root", "default_permissions", "ro", "rw", "noatime", "atime", "relatime", "nodiratime",
-        "noexec", "exec", "nosuid", "suid", "nodev", "dev", "sync", "async", "dirsync", "subtype=docdrive",
+        "noexec", "exec", "nosuid", "suid", "nodev", "dev", "sync", "async", "dirsync", "subtype=docdrive", "nonempty",
     ]
 
     /// The options given, checked, with the ones DocDrive always wants added. The mount's source
@@ -97,10 +97,15 @@ struct Mount: ParsableCommand {
             let config = try home.loadConfig()
             try home.prepareFolders(for: config)
             let opts = try mountOptions(home: home.path)
+            // `nonempty` is ours (libfuse 3 mounts over anything): the daemon started below
+            // hears it too, and FUSE never does.
+            let list = Self.splitOptions([opts])
+            let nonempty = list.contains("nonempty")
             Self.clearDeadMount(of: home)
-            let mp = try Self.prepareMountpoint(mountpoint)
+            let mp = try Self.prepareMountpoint(mountpoint, nonempty: nonempty)
             if foreground || readyFD != nil {
-                try Daemon(home: home, config: config, mountpoint: mp, options: opts, readyFD: readyFD, uploadGrace: uploadGrace,
+                let fuseOptions = list.filter { $0 != "nonempty" }.joined(separator: ",")
+                try Daemon(home: home, config: config, mountpoint: mp, options: fuseOptions, readyFD: readyFD, uploadGrace: uploadGrace,
                            passthrough: !noPassthrough).run()
             } else {
                 try startDaemon(home: home, mountpoint: mp, options: opts)
@@ -117,7 +122,8 @@ struct Mount: ParsableCommand {
     }
 
     /// Resolves, creates if needed and checks the folder; refuses a folder that is already a mount of ours.
-    static func prepareMountpoint(_ raw: String) throws(DriveError) -> String {
+    /// `nonempty`: a folder with files in it is fine (else refused: the mount would hide them).
+    static func prepareMountpoint(_ raw: String, nonempty: Bool = false) throws(DriveError) -> String {
         let abs = DriveHome.absolute(raw)
         var st = stat()
         if dd_stat(abs, &st) != 0 {
@@ -127,7 +133,7 @@ struct Mount: ParsableCommand {
                 guard MountTable.docdriveMount(at: abs) != nil, Unmount.fusermount(abs, lazy: true).0 else {
                     throw DriveError(.busy, "\(abs) is a dead mount (its daemon is gone); run `fusermount3 -uz \(abs)` first.")
                 }
-                return try prepareMountpoint(raw)
+                return try prepareMountpoint(raw, nonempty: nonempty)
             }
             if e != ENOENT { throw DriveError(.io, "Cannot use \(abs) as a mount point: \(String(cString: strerror(e))).") }
             do {
@@ -144,8 +150,24 @@ struct Mount: ParsableCommand {
         if MountTable.docdriveMount(at: path) != nil {
             throw DriveError(.alreadyMounted, "A DocDrive is already mounted at \(path).")
         }
+        if !nonempty, let first = firstEntry(path) {
+            throw DriveError(.invalidConfig, "The mount point \(path) is not empty (it has \(first) in it): the mount would hide its files; empty it, pick another folder, or mount with -o nonempty.")
+        }
         try checkUserCanMount(on: path)
         return path
+    }
+
+    /// A name in the folder, or nil when it is empty (or cannot be read: libfuse says why).
+    static func firstEntry(_ path: String) -> String? {
+        guard let dir = opendir(path) else { return nil }
+        defer { closedir(dir) }
+        while let ent = readdir(dir) {
+            let name = withUnsafePointer(to: &ent.pointee.d_name) { t in
+                t.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { return name }
+        }
+        return nil
     }
 
     /// What a user (not root) needs before libfuse tries: the device, and a mount point it may

@@ -2,6 +2,9 @@
 import ArgumentParser
 import DocDriveCore
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -32,6 +35,8 @@ struct Status: ParsableCommand {
         var totals = [UploadState: Int]()
         var stores = [StoreUploads]()
         var indexWriteError: String?
+        /// Bytes free on the drive home's disk for new data (nil: cannot tell).
+        var homeDiskFree: Int64?
         var waiting = 0
         /// Reference entries and their state (asked of the daemon; empty when not mounted).
         var references = [[String: Any]]()
@@ -67,6 +72,7 @@ struct Status: ParsableCommand {
         s.device = try? home.device()
         let activity = home.liveActivity()
         s.indexWriteError = activity?.indexWriteError
+        s.homeDiskFree = Self.bytesFree(home.path)
         var queue: UploadQueue?
         if FileManager.default.fileExists(atPath: home.indexPath), let index = try? ItemIndex(path: home.indexPath) {
             s.items = ((try? index.counts()) ?? [:]).values.reduce(0, +)
@@ -76,6 +82,10 @@ struct Status: ParsableCommand {
         }
         if s.record != nil {
             s.references = (try? ControlClient.call(home, ["command": "references"], timeout: 30))?["references"] as? [[String: Any]] ?? []
+            // Asked of the daemon itself: on a full disk it cannot rewrite run/uploads.json.
+            if let answer = try? ControlClient.call(home, ["command": "index-error"], timeout: 5) {
+                s.indexWriteError = answer["error"] as? String
+            }
         }
         let failures = (try? queue?.failures()) ?? []
         for c in config.stores {
@@ -84,13 +94,26 @@ struct Status: ParsableCommand {
                 config: c,
                 counts: (try? queue?.counts(root: c.rootKey)) ?? [:],
                 bytesLeft: (try? queue?.bytesLeft(root: c.rootKey, cache: home.cachePath(c.name))) ?? 0,
-                failed: failures.filter { $0.root == c.rootKey }.map { ($0.path, $0.error) },
+                failed: failures.filter { $0.root == c.rootKey }.map { ($0.path.description, $0.error) },
                 runningWorkers: running?.workers,
                 inFlight: activity?.uploads.filter { $0.store == c.name } ?? [],
                 held: running?.held ?? false))
         }
         return s
     }
+
+    /// Below this the drive home's disk counts as full: saves fail and the index cannot grow.
+    static let fullBelow: Int64 = 1 << 20
+
+    /// Bytes the drive's user may still write on the disk of `path` (root may use the reserve).
+    static func bytesFree(_ path: String) -> Int64? {
+        var sv = statvfs()
+        guard statvfs(path, &sv) == 0 else { return nil }
+        let blocks = geteuid() == 0 ? sv.f_bfree : sv.f_bavail
+        return Int64(blocks) * Int64(sv.f_frsize)
+    }
+
+    static func homeDiskIsFull(_ s: Snapshot) -> Bool { (s.homeDiskFree ?? .max) < fullBelow }
 
     static func json(_ home: DriveHome, _ s: Snapshot) -> [String: Any] {
         let counts = { (c: [UploadState: Int]) in Dictionary(uniqueKeysWithValues: UploadState.allCases.map { ($0.rawValue, c[$0] ?? 0) }) }
@@ -116,6 +139,8 @@ struct Status: ParsableCommand {
         ]
         if let d = s.device { out["device"] = ["id": d.id, "name": d.name] }
         if let e = s.indexWriteError { out["indexWriteError"] = e }
+        if let free = s.homeDiskFree { out["homeDiskFree"] = free }
+        out["homeDiskFull"] = homeDiskIsFull(s)
         out["references"] = s.references
         if let r = s.record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started,
                                               "fileIO": r.fileIO ?? "unknown"] }
@@ -127,6 +152,9 @@ struct Status: ParsableCommand {
         func line(_ l: String) { out += l + "\n" }
         line("Drive:   \(home.path)")
         if let d = s.device { line("Device:  \(d.name) (id \(d.id))") }
+        if homeDiskIsFull(s) {
+            line("Disk:    the drive home's disk is full (\(bytes(s.homeDiskFree ?? 0)) free): saves fail with \"No space left on device\" and uploads wait until space is freed there")
+        }
         if let r = s.record {
             line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options)\(r.fileIO == "passthrough" ? ", file I/O passed through" : ""))")
         } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
@@ -142,7 +170,9 @@ struct Status: ParsableCommand {
             let limit = c.bandwidth.map { ", at most \(bytes($0))/s" } ?? ""
             line("  \(c.name)  \"\(c.displayName)\"  \(c.remote.summary)  (\(c.workers) worker\(c.workers == 1 ? "" : "s")\(limit))")
             line("    \(UploadState.allCases.map { "\(st.counts[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", ")); \(bytes(st.bytesLeft)) left")
-            if st.held, (st.counts[.pending] ?? 0) > 0 {
+            if homeDiskIsFull(s), (st.counts[.pending] ?? 0) + (st.counts[.uploading] ?? 0) > 0 {
+                line("    waiting: the drive home's disk is full, so the upload queue cannot be written")
+            } else if st.held, (st.counts[.pending] ?? 0) > 0 {
                 line("    waiting for a pause: files keep changing; uploads start \(seconds(c.writebackDelay)) after the last change")
             }
             for f in st.failed { line("    failed: \(f.path): \(f.error)") }

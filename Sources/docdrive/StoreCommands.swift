@@ -24,7 +24,9 @@ struct Store: ParsableCommand {
         func run() throws {
             try guarded {
                 let home = drive.driveHome
-                let path = DriveHome.absolute(folder)
+                guard folder.hasPrefix("/") else {
+                    throw DriveError(.invalidConfig, "--folder \(folder) must be an absolute path (like /mnt/nas/work).")
+                }
                 var limit: Int64?
                 if let bandwidth {
                     guard let b = StoreConfig.parseBandwidth(bandwidth) else {
@@ -32,9 +34,9 @@ struct Store: ParsableCommand {
                     }
                     limit = b == 0 ? nil : b
                 }
-                try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: path), writebackDelay: writeback,
-                                              workers: workers, bandwidth: limit))
-                print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(path).")
+                let added = try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: folder), writebackDelay: writeback,
+                                                          workers: workers, bandwidth: limit))
+                print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(added.remote.summary.dropFirst("folder ".count)).")
             }
         }
     }

@@ -27,7 +27,14 @@ struct Unmount: ParsableCommand {
             guard MountTable.docdriveMount(at: path) != nil else {
                 throw DriveError(.notMounted, "\(path) is not a DocDrive mount.")
             }
-            let record = home.liveMountRecord().flatMap { $0.mountpoint == path ? $0 : nil }
+            // Only this drive's mount: another drive mounted there is not ours to take down.
+            // The record holds the resolved mount point; the one given may go through a symlink.
+            let resolved = realpath(path, nil).map { r in defer { free(r) }; return String(cString: r) } ?? path
+            guard let last = home.lastMountRecord(), last.mountpoint == path || last.mountpoint == resolved,
+                  processIsAlive(last.pid) || Self.isDeadMount(path) else {
+                throw DriveError(.notMounted, "\(path) is the mount of another drive, not of the drive at \(home.path); set DOCDRIVE_HOME (or --home) to that drive's home to unmount it.")
+            }
+            let record = processIsAlive(last.pid) ? last : nil
             let (ok, message) = Self.fusermount(path, lazy: lazy)
             if !ok {
                 if message.contains("busy") {
@@ -54,6 +61,12 @@ struct Unmount: ParsableCommand {
             let left = (try? ItemIndex(path: home.indexPath).uploads.counts()).map { ($0[.pending] ?? 0) + ($0[.failed] ?? 0) } ?? 0
             print("Unmounted \(path)." + (left == 0 ? "" : " \(left) file\(left == 1 ? " is" : "s are") still to upload; that goes on at the next mount."))
         }
+    }
+
+    /// A mount whose daemon is gone answers ENOTCONN.
+    static func isDeadMount(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) != 0 && errno == ENOTCONN
     }
 
     /// Runs fusermount3 (works for root and for the user who mounted); returns its verdict.

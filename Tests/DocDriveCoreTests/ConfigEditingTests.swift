@@ -27,13 +27,30 @@ final class ConfigEditingTests: XCTestCase {
     }
 
     func testAddStoreCreatesItsRemoteFolderAndRejectsAFile() throws {
-        try home.addStore(StoreConfig(name: "w", displayName: "Work", remote: .folder(path: home.path + "/remote/w")))
-        XCTAssertTrue(FileManager.default.fileExists(atPath: home.path + "/remote/w"))
+        try home.addStore(StoreConfig(name: "w", displayName: "Work", remote: .folder(path: home.remotesPath + "/w")))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: home.remotesPath + "/w"))
         XCTAssertTrue(FileManager.default.fileExists(atPath: home.cachePath("w")))
         FileManager.default.createFile(atPath: home.path + "/afile", contents: Data())
         XCTAssertThrowsError(try home.addStore(StoreConfig(name: "x", displayName: "X", remote: .folder(path: home.path + "/afile"))))
         XCTAssertThrowsError(try home.addStore(StoreConfig(name: "Bad Name", displayName: "B", remote: .folder(path: home.path + "/b"))))
         XCTAssertFalse(FileManager.default.fileExists(atPath: home.path + "/b"), "an invalid store creates nothing")
+    }
+
+    func testMisplacedRemotesAreRefusedBeforeAnythingIsCreated() throws {
+        // Given a store whose remote is beside the drive home
+        let outside = home.path + "-remote"
+        defer { try? FileManager.default.removeItem(atPath: outside) }
+        try home.addStore(StoreConfig(name: "w", displayName: "Work", remote: .folder(path: outside + "/w")))
+        // Then another store on the same folder, inside it, inside the drive home or holding it is refused
+        for (name, folder) in [("twin", outside + "/w"), ("inner", outside + "/w/inner"), ("inhome", home.path + "/mine"),
+                               ("cache", home.cachePath("w") + "/x"), ("outer", (home.path as NSString).deletingLastPathComponent)] {
+            XCTAssertThrowsError(try home.addStore(StoreConfig(name: name, displayName: name, remote: .folder(path: folder))), name) { e in
+                XCTAssertEqual((e as? DriveError)?.code, .invalidConfig, name)
+            }
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: outside + "/w/inner"), "a refused store creates nothing")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: home.path + "/mine"), "a refused store creates nothing")
+        XCTAssertEqual(try home.loadConfig().stores.map(\.name), ["w"])
     }
 
     func testRemoveKeepsFilesUnlessAsked() throws {

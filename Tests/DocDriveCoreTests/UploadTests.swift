@@ -90,11 +90,34 @@ final class FolderRemoteTests: XCTestCase {
         let fd = local("d", "x")
         defer { close(fd) }
         for bad in ["../d", "a/../../d", "", "/abs", "a//b", "."] {
-            XCTAssertThrowsError(try remote.upload(from: fd, to: bad), bad) { e in
+            XCTAssertThrowsError(try remote.upload(from: fd, to: StorePath(bad)), bad) { e in
                 XCTAssertEqual((e as? DriveError)?.code, .invalidName, bad)
             }
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/d.remote"))
+    }
+
+    func testASymlinkOnTheRemoteIsNeverFollowed() throws {
+        // Given a folder outside the remote and a symlink to it planted where a folder should be
+        let outside = dir + "/outside"
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: outside + "/victim.txt", contents: Data("theirs".utf8))
+        try FileManager.default.createSymbolicLink(atPath: dir + "/remote/trap", withDestinationPath: outside)
+        let fd = local("g", "evil")
+        defer { close(fd) }
+        // Then an upload through it fails with a sentence, and a removal or listing does nothing there
+        XCTAssertThrowsError(try remote.upload(from: fd, to: "trap/evil.txt")) { e in
+            XCTAssertTrue((e as? DriveError)?.message.contains("symbolic link") ?? false, "\(e)")
+        }
+        try remote.remove("trap/victim.txt")
+        XCTAssertEqual(remote.list("trap"), [])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), ["victim.txt"])
+        // And the remote's own names are never a user's path
+        for own in [".docdrive-store", "sub/.docdrive-upload-x"] {
+            XCTAssertThrowsError(try remote.upload(from: fd, to: StorePath(own)), own)
+            XCTAssertThrowsError(try remote.remove(StorePath(own)), own)
+        }
+        XCTAssertNoThrow(try remote.checkReachable(), "the marker is still there")
     }
 
     func testRenameAndRemoveOnTheRemote() throws {
@@ -123,7 +146,7 @@ final class FolderRemoteTests: XCTestCase {
             DispatchQueue.concurrentPerform(iterations: 4) { w in
                 // Worker 0 removes the folder first; the others go through the files.
                 for (k, p) in paths.enumerated() where k % 4 == w || (w == 0 && k == 0) {
-                    do { try remote.remove(p) } catch { failures.withLock { $0.append("\(p): \(error)") } }
+                    do { try remote.remove(StorePath(p)) } catch { failures.withLock { $0.append("\(p): \(error)") } }
                 }
             }
             // Then every removal succeeded (a file already gone with its folder is not an error)
@@ -285,12 +308,24 @@ final class UploadQueueTests: XCTestCase {
         _ = try XCTUnwrap(try queue.claim(root: "r", now: 1))            // one more is uploading
         // Then pending and uploading files count, synced ones, deleted paths and folders do not
         let sizes: [String: Int64] = ["a": 100, "sub/b": 2000, "c": 50_000]
-        XCTAssertEqual(try queue.bytesLeft(root: "r", cache: cache), 52_100 - (sizes[synced.path] ?? 0))
+        XCTAssertEqual(try queue.bytesLeft(root: "r", cache: cache), 52_100 - (sizes[synced.path.description] ?? 0))
         XCTAssertEqual(try queue.bytesLeft(root: "other", cache: cache), 100)
         // And a store that leaves the config forgets what waited, but keeps what is synced
         try queue.forgetWaiting(root: "r")
         XCTAssertEqual(try queue.counts(root: "r"), [.synced: 1])
         XCTAssertEqual(try queue.bytesLeft(root: "r", cache: cache), 0)
+    }
+
+    func testAPathThatIsNotUTF8IsKeptByteForByte() throws {
+        // Given paths whose names are not valid UTF-8, beside one that is
+        let odd = StorePath(bytes: Array("dir/caf".utf8) + [0xE9] + Array(".txt".utf8))
+        let plain = StorePath("dir/cafe.txt")
+        try queue.enqueueAll([("r", odd, 0), ("r", plain, 0)], now: 0)
+        // Then they are two entries, and each comes back with its own bytes
+        let jobs = try queue.claim(root: "r", limit: 16, now: 1)
+        XCTAssertEqual(Set(jobs.map(\.path)), [odd, plain])
+        XCTAssertEqual(try queue.state(root: "r", path: odd)?.0, .uploading)
+        XCTAssertEqual(odd.description, "dir/caf\\xE9.txt")
     }
 
     func testBandwidthLimitPacesSpending() {

@@ -12,6 +12,8 @@ extern const int dd_O_NOFOLLOW;
 extern const int dd_O_DIRECTORY;
 extern const int dd_O_DIRECT;
 extern const int dd_O_CLOEXEC;
+/* Reads that leave the file's atime alone (the owner or CAP_FOWNER only: EPERM otherwise). */
+extern const int dd_O_NOATIME;
 extern const int dd_AT_EMPTY_PATH;
 extern const int dd_AT_SYMLINK_NOFOLLOW;
 extern const int dd_AT_REMOVEDIR;

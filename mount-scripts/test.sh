@@ -11,7 +11,7 @@ apt_install rsync git attr tar util-linux python3 python3-pip vim procps diffuti
 # The editors whose saves the tests make for real (test_editor_saves.py): GIO's `gio save`,
 # Emacs, LibreOffice (headless, without its recommended extras).
 apt_install libglib2.0-bin
-APT_NO_RECOMMENDS=1 apt_install emacs-nox libreoffice-writer-nogui
+APT_NO_RECOMMENDS=1 apt_install emacs-nox libreoffice-writer-nogui poppler-utils
 python3 -c 'import pytest, pytest_timeout' 2>/dev/null \
     || python3 -m pip install -q pytest pytest-timeout 2>&1 | tail -n 2 \
     || python3 -m pip install -q --break-system-packages pytest pytest-timeout

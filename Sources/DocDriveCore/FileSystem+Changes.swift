@@ -1,5 +1,6 @@
 // FileSystem+Changes: what the file system tells the uploader: which store paths changed.
 import CDocDriveSys
+import Foundation
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -84,6 +85,7 @@ extension DriveFileSystem {
         case .at(let path) where !path.isEmpty:
             uploader.noteChanged(root: root.key, path: path)
             if let links, links > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
+            if let rel = path.string, Thumbnailer.hasPicture(rel) { pictureSaved(root: root, rel) }
         case .tooLong: uploader.noteChangedSomewhere(root: root.key)
         default: return
         }
@@ -149,5 +151,21 @@ final class FolderPathCache: Sendable {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
         return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+}
+
+extension DriveFileSystem {
+    /// A document that can have a picture was saved in a store: its thumbnail is made off the
+    /// request threads (the item's id is looked up there too).
+    func pictureSaved(root: BackingRoot, _ rel: String) {
+        let backing = root.path + "/" + rel
+        let shown = namespace.displayPath(rootKey: root.key, rel)
+        let index = index
+        thumbnails.saved(backing: backing, shown: shown) {
+            var st = stat(), pst = stat()
+            guard lstat(backing, &st) == 0, lstat((backing as NSString).deletingLastPathComponent, &pst) == 0 else { return nil }
+            return try? index.itemID(root: root.key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino),
+                                     name: (rel as NSString).lastPathComponent, kind: .file)
+        }
     }
 }

@@ -23,6 +23,9 @@ extension DriveFileSystem {
             return Array(try itemID(n, root: root).utf8)
         case "user.docdrive.external":
             return Array("0".utf8)
+        case "user.docdrive.thumbnail":
+            guard n.kind == .backing, let root = n.root, let pic = thumbnails.picture(item: try itemID(n, root: root)) else { throw .noData }
+            return pic
         case "user.docdrive.status":
             guard let status = uploadStatus(n) else { throw .noData }
             return Array(status.utf8)
@@ -46,6 +49,9 @@ extension DriveFileSystem {
         case "user.docdrive.id":
             guard let p = link.payload else { throw .noData }
             return Array(p.item.utf8)
+        case "user.docdrive.thumbnail":
+            guard let p = link.payload, let pic = thumbnails.picture(item: p.item) else { throw .noData }
+            return pic
         case "user.docdrive.container":
             guard let p = link.payload,
                   let store = namespace.current().config.stores.first(where: { $0.name == p.store }) else { throw .noData }

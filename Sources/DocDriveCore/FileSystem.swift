@@ -153,6 +153,8 @@ public final class DriveFileSystem: Sendable {
     let folderPaths = FolderPathCache()
     /// The advisory locks processes hold through the mount (see FileSystem+Locks).
     public let locks = LockTable()
+    /// Pictures of documents saved in stores (see Thumbnails).
+    public let thumbnails: Thumbnailer
     /// Names renamed away a moment ago, for editors' rename-away saves (see FileSystem+Saves).
     let vacated = VacatedNames()
     /// Bumped when an item's content moves to another file (an editor's save): references
@@ -172,6 +174,7 @@ public final class DriveFileSystem: Sendable {
         if let uploader { onReload = { c, m in uploader.apply(c, mtime: m) } }
         self.namespace = Namespace(home: home, config: config, onReload: onReload)
         self.driveKey = try? DriveKey.load(from: home)
+        self.thumbnails = Thumbnailer(home: home, logger: logger)
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))
         table.addPermanent(Inode(nodeID: Self.byAppID, kind: .byApp))
         loadGrants()

@@ -76,6 +76,7 @@ struct Daemon {
                 Daemon.tell(fd, "ready")
                 fd = nil
             }
+            fs.thumbnails.setMountpoint(mountpoint)
             notify?.send("READY=1\nSTATUS=Mounted at \(mountpoint)")
             if let notify { Daemon.reportUploads(notify, index.uploads, while: serving) }
         }

@@ -74,7 +74,9 @@ public final class Uploader: Sendable {
     public init(home: DriveHome, config: DriveConfig, queue: UploadQueue, logger: Logger,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
         self.home = home
-        self.owner = Hex.encode(SHA256.hash(data: Data(home.path.utf8)).prefix(6))
+        // Upload temps on the remote carry this device's id: another device on the same remote
+        // (even one whose drive home has the same path) never takes them for its own leftovers.
+        self.owner = (try? home.device().tag) ?? Hex.encode(SHA256.hash(data: Data(home.path.utf8)).prefix(6))
         self.queue = queue
         self.logger = logger
         self.indexWriteError = indexWriteError

@@ -949,3 +949,18 @@ def test_crash_rounds(new_drive):
               f"absence of {checked} paths, {loose} torn write allowed; {time.monotonic() - t0:.2f} s")
         known = local
     print(f"{CRASH_ROUNDS} rounds in {time.monotonic() - started:.1f} s")
+
+
+def test_upload_temps_carry_the_device_id_and_another_devices_are_left_alone(new_drive):
+    """A crash's upload temps are removed at the next mount, but only this device's: their names
+    carry its device id, so two devices on one remote (even with drive homes at the same path on
+    two machines) never remove each other's uploads in flight."""
+    u = up_drive(new_drive, mount=False)
+    tag = json.loads(u.d.cli("status", "--json").stdout)["device"]["id"][:12]
+    mine = u.remote / f"{TEMP_PREFIX}{tag}-0f00"
+    other = u.remote / f"{TEMP_PREFIX}0123456789ab-0f00"
+    for p in (mine, other):
+        p.write_bytes(b"half an upload")
+    u.mount()
+    assert wait_until(lambda: not mine.exists(), 10), "this device's leftover upload temp was not removed at mount"
+    assert other.exists(), "another device's upload in flight was removed"

@@ -181,7 +181,7 @@ extension DriveFileSystem {
         let tdir = folder.isEmpty ? dup(rootfd) : dd_open_beneath(rootfd, folder, Sys.O_PATH | Sys.O_DIRECTORY | Sys.O_NOFOLLOW, 0)
         guard tdir >= 0 else { return false }
         defer { Sys.close(tdir) }
-        let dst = try Sys.stat(fd: tdir)
+        let folderStat = try Sys.stat(fd: tdir)
         var newIno = Int64(src.st_ino)
         var moved = false
         if src.st_nlink == 1 {
@@ -204,7 +204,7 @@ extension DriveFileSystem {
         table.replacedBehind(dev: UInt64(tst.st_dev), ino: UInt64(tst.st_ino))
         identityChanges.add(1, ordering: .relaxed)
         index.record(.removed(root: p.root!.key, ino: Int64(src.st_ino)))
-        index.record(.replaced(root: store.key, ino: newIno, oldIno: Int64(tst.st_ino), parentIno: Int64(dst.st_ino), name: targetName))
+        index.record(.replaced(root: store.key, ino: newIno, oldIno: Int64(tst.st_ino), parentIno: Int64(folderStat.st_ino), name: targetName))
         uploader?.noteChanged(root: store.key, path: target.path)
         invalidateLater(folder: tdir, name: targetName)
         invalidateLater(folder: npfd, name: String(cString: newName))

@@ -86,7 +86,7 @@ public final class Thumbnailer: Sendable {
         let ext = (path as NSString).pathExtension.lowercased()
         if odf.contains(ext) {
             // An ODF document carries its own picture (Thumbnails/thumbnail.png, 256 px).
-            guard let archive = try? Archive(url: URL(fileURLWithPath: path), accessMode: .read),
+            guard let archive = Archive(url: URL(fileURLWithPath: path), accessMode: .read),
                   let entry = archive["Thumbnails/thumbnail.png"], entry.uncompressedSize <= UInt64(maxBytes) else { return nil }
             var data = Data()
             guard (try? archive.extract(entry, consumer: { data.append($0) })) != nil else { return nil }

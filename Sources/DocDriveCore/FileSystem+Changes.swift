@@ -42,7 +42,13 @@ extension DriveFileSystem {
     /// only the answer is copied.
     func storeLocation(fd: Int32, root: BackingRoot) -> StoreLocation {
         guard let uploader, uploader.uploads(root.key) else { return .unknown }
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Int(PATH_MAX) + 1) { buf -> StoreLocation in
+        return location(fd: fd, root: root)
+    }
+
+    /// Where the descriptor is inside `root` (any root: a store or a container), from the
+    /// kernel's name of it; `.unknown` when outside it or deleted.
+    func location(fd: Int32, root: BackingRoot) -> StoreLocation {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Int(PATH_MAX) + 1) { buf -> StoreLocation in
             let n = buf.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buf.count) {
                 Int(dd_proc_path(fd, $0, buf.count))
             }

@@ -90,30 +90,11 @@ extension DriveFileSystem {
 
     // MARK: finding items by id
 
-    /// The path of `fd` inside `root` ("" for the root itself), nil when outside it or deleted.
-    /// On the save path (every close of a written store file): the buffer is not zeroed.
+    /// The path of `fd` inside `root` ("" for the root itself), nil when outside it or deleted
+    /// (a name that is not UTF-8 is shown with replacement characters: see StorePath).
     func relativePath(fd: Int32, root: BackingRoot) -> String? {
-        // Compared as bytes in the buffer, so that only the answer becomes a String (this runs
-        // for every save and every change in a store).
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Int(PATH_MAX) + 1) { buf -> String? in
-            let n = buf.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buf.count) {
-                Int(dd_proc_path(fd, $0, buf.count))
-            }
-            guard n > 0 else { return nil }
-            var rootLength = 0
-            let matches: Bool = root.path.utf8.withContiguousStorageIfAvailable { r in
-                rootLength = r.count
-                guard n >= r.count else { return false }
-                return memcmp(buf.baseAddress!, r.baseAddress!, r.count) == 0
-            } ?? false
-            guard matches else { return nil }
-            if n == rootLength { return "" }
-            guard buf[rootLength] == UInt8(ascii: "/") else { return nil }
-            let rel = UnsafeBufferPointer(rebasing: buf[(rootLength + 1)..<n])
-            let deleted = " (deleted)".utf8
-            if rel.count >= deleted.count, rel.suffix(deleted.count).elementsEqual(deleted) { return nil }
-            return String(decoding: rel, as: UTF8.self)
-        }
+        guard case .at(let p) = location(fd: fd, root: root) else { return nil }
+        return String(decoding: p.bytes, as: UTF8.self)
     }
 
     /// Finds the file `item` of `root`: by its file handle (follows renames, also those made

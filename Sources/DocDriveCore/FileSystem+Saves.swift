@@ -103,7 +103,7 @@ extension DriveFileSystem {
     /// A reference entry `name` was renamed to `newName` (its file is `newName` + suffix in `npfd`).
     func noteVacatedReference(parent p: Inode, name: UnsafePointer<CChar>, to np: Inode, npfd: Int32, _ newName: UnsafePointer<CChar>) {
         let file = String(cString: newName) + ReservedNames.referenceSuffix
-        guard let token = Self.readSmallFile(npfd, file) else { return }
+        guard let token = ReferenceLink.readFile(npfd, file) else { return }
         vacated.note(folder: p, name: name, .reference(token: token), to: np, newName)
     }
 
@@ -261,21 +261,5 @@ extension DriveFileSystem {
     static func split(_ path: String) -> (folder: String, name: String) {
         guard let slash = path.lastIndex(of: "/") else { return ("", path) }
         return (String(path[..<slash]), String(path[path.index(after: slash)...]))
-    }
-
-    /// A small file's bytes (a reference file: at most the token's length), nil if unreadable.
-    static func readSmallFile(_ dirfd: Int32, _ name: String) -> [UInt8]? {
-        let fd = openat(dirfd, name, O_RDONLY | Sys.O_NOFOLLOW | Sys.O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { Sys.close(fd) }
-        var buf = [UInt8](repeating: 0, count: SignedToken.maxLength + 2)
-        var total = 0
-        while total < buf.count {
-            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            total += n
-        }
-        return total <= SignedToken.maxLength + 1 ? Array(buf[0..<total]) : nil
     }
 }

@@ -141,7 +141,14 @@ public final class ReferenceLink: Sendable {
 
     /// Reads and checks a reference file (at most 8 KiB; the token's own limit).
     static func read(_ dirfd: Int32, _ name: String, key: DriveKey?) -> ReferencePayload? {
-        guard let key else { return nil }
+        guard let key, let bytes = readFile(dirfd, name) else { return nil }
+        var text = String(decoding: bytes, as: UTF8.self)
+        if text.hasSuffix("\n") { text.removeLast() }
+        return try? SignedToken.open(text, as: ReferencePayload.self, purpose: .reference, key: key)
+    }
+
+    /// A reference file's bytes, nil if unreadable or longer than a token can be.
+    static func readFile(_ dirfd: Int32, _ name: String) -> [UInt8]? {
         let fd = openat(dirfd, name, O_RDONLY | Sys.O_NOFOLLOW | Sys.O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { Sys.close(fd) }
@@ -153,10 +160,7 @@ public final class ReferenceLink: Sendable {
             if n <= 0 { break }
             total += n
         }
-        guard total <= SignedToken.maxLength + 1 else { return nil }
-        var text = String(decoding: buf[0..<total], as: UTF8.self)
-        if text.hasSuffix("\n") { text.removeLast() }
-        return try? SignedToken.open(text, as: ReferencePayload.self, purpose: .reference, key: key)
+        return total <= SignedToken.maxLength + 1 ? Array(buf[0..<total]) : nil
     }
 
     /// The file's content for `payload`.

@@ -15,7 +15,8 @@ struct DocDrive: ParsableCommand {
         """,
         version: "0.1.0",
         subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self,
-                      OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Bookmark.self, Grants.self]
+                      OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Bookmark.self, Grants.self,
+                      Query.self]
     )
 }
 

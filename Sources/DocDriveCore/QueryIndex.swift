@@ -25,6 +25,10 @@ public struct QueryHit: Sendable, Equatable {
 public struct QueryKey: Hashable, Sendable {
     public var root: String
     public var path: String
+    public init(root: String, path: String) {
+        self.root = root
+        self.path = path
+    }
 }
 
 /// What a query searches: the seeds' scopes, a store, an app, or a folder of the mount.
@@ -39,18 +43,33 @@ public enum QuerySort: String, Sendable {
     case name, size, modified
 }
 
-/// One row as stored.
-struct QueryRow: Equatable {
-    var root: String
-    var path: String
-    var name: String
-    var kind: String
-    var size: Int64
-    var mtime: Double
-    var tags: String
-    var ref: Bool
-    var targetRoot: String?
-    var targetPath: String?
+/// One row as stored (public for the unit tests).
+public struct QueryRow: Equatable, Sendable {
+    public var root: String
+    public var path: String
+    public var name: String
+    public var kind: String
+    public var size: Int64
+    public var mtime: Double
+    /// ",a,b," (folded), or "".
+    public var tags: String
+    public var ref: Bool
+    public var targetRoot: String?
+    public var targetPath: String?
+
+    public init(root: String, path: String, name: String, kind: String, size: Int64, mtime: Double, tags: String,
+                ref: Bool, targetRoot: String?, targetPath: String?) {
+        self.root = root
+        self.path = path
+        self.name = name
+        self.kind = kind
+        self.size = size
+        self.mtime = mtime
+        self.tags = tags
+        self.ref = ref
+        self.targetRoot = targetRoot
+        self.targetPath = targetPath
+    }
 }
 
 /// The query database. Writes come from one thread at a time (the watcher); reads from any.
@@ -96,7 +115,7 @@ public final class QueryIndex: Sendable {
 
     /// Applies upserts and deletions (a folder's deletion takes its subtree) in one transaction;
     /// returns every key whose row appeared, changed or went.
-    func apply(upserts: [QueryRow], deletes: [QueryKey], subtreeDeletes: [QueryKey]) throws -> [QueryKey] {
+    public func apply(upserts: [QueryRow], deletes: [QueryKey], subtreeDeletes: [QueryKey]) throws -> [QueryKey] {
         try pool.write { db in
             var changed = [QueryKey]()
             for k in subtreeDeletes {

@@ -144,6 +144,10 @@ public final class QueryEngine: Sendable {
 
     public func stop() { stopped.store(true, ordering: .relaxed) }
 
+    /// `DOCDRIVE_QUERY_INDEX=off` in the daemon's environment leaves the query index out (for
+    /// measuring what it costs); `docdrive query` then says it is off.
+    public static var isDisabled: Bool { ProcessInfo.processInfo.environment["DOCDRIVE_QUERY_INDEX"] == "off" }
+
     public var isReady: Bool { ready.load(ordering: .acquiring) }
 
     private func run() {
@@ -468,6 +472,12 @@ public final class QueryEngine: Sendable {
             }
             if !out.isEmpty { q.sink(out) }
         }
+    }
+
+    /// Waits for the first walk (at most `timeout` seconds).
+    public func waitUntilReady(timeout: Double) {
+        let deadline = Date().timeIntervalSince1970 + timeout
+        while !isReady && Date().timeIntervalSince1970 < deadline { usleep(5_000) }
     }
 
     /// Waits until the engine has finished a pass that started after this call (tests, `--sync`).

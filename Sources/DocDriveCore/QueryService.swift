@@ -22,6 +22,9 @@ public final class QueryService: Sendable {
     }
 
     func parse(_ r: [String: Any]) throws(DriveError) -> Request {
+        if QueryEngine.isDisabled {
+            throw DriveError(.unsupported, "The query index is off in this mount (its daemon runs with DOCDRIVE_QUERY_INDEX=off).")
+        }
         let words = r["expr"] as? [String] ?? []
         let node = try QueryParser().parse(words)
         var scopes = [QueryScope]()
@@ -70,7 +73,7 @@ public final class QueryService: Sendable {
     public func handle(_ r: [String: Any]) -> [String: Any] {
         do throws(DriveError) {
             let q = try parse(r)
-            engine.settle(timeout: 0)  // nothing to wait for but the first walk
+            engine.waitUntilReady(timeout: 60)  // the first walk, at mount
             let hits = try engine.index.search(q.node, scopes: q.scopes, sort: q.sort, descending: q.descending, limit: q.limit)
             if r["count"] as? Bool == true { return ["ok": true, "result": ["count": hits.count]] }
             return ["ok": true, "result": ["items": hits.map(describe)]]

@@ -197,6 +197,8 @@ public final class QueryEngine: Sendable {
     struct Dirty {
         var order = [QueryKey]()
         var seen = Set<QueryKey>()
+        /// Paths whose xattrs may have changed (IN_ATTRIB, or moved in): their tags are read again.
+        var attrs = Set<QueryKey>()
         /// Folders moved away or deleted: their subtrees go.
         var gone = Set<QueryKey>()
         var overflow = false
@@ -233,6 +235,7 @@ public final class QueryEngine: Sendable {
                     let k = QueryKey(root: dir.root, path: dir.rel.isEmpty ? name : dir.rel + "/" + name)
                     if mask & UInt32(IN_ISDIR) != 0 && mask & UInt32(IN_MOVED_FROM | IN_DELETE) != 0 { dirty.gone.insert(k) }
                     dirty.add(k)
+                    if mask & UInt32(IN_ATTRIB | IN_MOVED_TO) != 0 { dirty.attrs.insert(k) }
                 }
             }
         }
@@ -259,7 +262,10 @@ public final class QueryEngine: Sendable {
                 forgetWatches(under: k)
             }
             let isDir = st.st_mode & S_IFMT == S_IFDIR
-            if let row = makeRow(root: k.root, rootPath: base, rel: k.path, st: st) { upserts.append(row) }
+            // A file just created has no tags; setting them later is an IN_ATTRIB.
+            if let row = makeRow(root: k.root, rootPath: base, rel: k.path, st: st, readTags: dirty.attrs.contains(k)) {
+                upserts.append(row)
+            }
             if isDir {
                 addWatch(k.root, base, k.path)
                 let dfd = open(full, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -295,7 +301,7 @@ public final class QueryEngine: Sendable {
             let gone = before.keys.filter { !present.contains($0) }.map { QueryKey(root: r.key, path: $0) }
             let changed = rows.filter { row in
                 guard let f = before[row.path] else { return true }
-                return f.0 != row.size || f.1 != row.mtime || f.2 != row.tags || f.3 != row.kind
+                return f.0 != row.size || f.1 != row.mtime || f.2 != (row.tags ?? f.2) || f.3 != row.kind
             }
             commit(upserts: changed, deletes: gone, subtrees: [])
         }
@@ -337,7 +343,8 @@ public final class QueryEngine: Sendable {
     }
 
     /// The row for one entry (nil for an unreadable reference file).
-    func makeRow(root: String, rootPath: String, rel: String, st: stat, dirfd: Int32 = -1, name: String? = nil) -> QueryRow? {
+    func makeRow(root: String, rootPath: String, rel: String, st: stat, dirfd: Int32 = -1, name: String? = nil,
+                 readTags: Bool = true) -> QueryRow? {
         let name = name ?? String(rel.split(separator: "/").last ?? Substring(rel))
         let full = rootPath + "/" + rel
         let type = st.st_mode & S_IFMT
@@ -377,7 +384,7 @@ public final class QueryEngine: Sendable {
         } else if let k = QueryKinds.fromName(name) {
             row.kind = k.rawValue
         }
-        if type == S_IFREG || type == S_IFDIR { row.tags = Self.tags(full) }
+        if type == S_IFREG || type == S_IFDIR { row.tags = readTags ? Self.tags(full) : nil }
         return row
     }
 

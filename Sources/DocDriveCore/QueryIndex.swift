@@ -51,13 +51,13 @@ public struct QueryRow: Equatable, Sendable {
     public var kind: String
     public var size: Int64
     public var mtime: Double
-    /// ",a,b," (folded), or "".
-    public var tags: String
+    /// ",a,b," (folded), or ""; nil: as the row has them (not read again).
+    public var tags: String?
     public var ref: Bool
     public var targetRoot: String?
     public var targetPath: String?
 
-    public init(root: String, path: String, name: String, kind: String, size: Int64, mtime: Double, tags: String,
+    public init(root: String, path: String, name: String, kind: String, size: Int64, mtime: Double, tags: String?,
                 ref: Bool, targetRoot: String?, targetPath: String?) {
         self.root = root
         self.path = path
@@ -135,8 +135,9 @@ public final class QueryIndex: Sendable {
             for r in upserts {
                 let old = try Row.fetchOne(db.cachedStatement(sql: "SELECT kind, size, mtime, tags, targetPath FROM entry WHERE root = ? AND path = ?"),
                                            arguments: [r.root, r.path])
+                let tags = r.tags ?? (old?["tags"] as String?) ?? ""
                 if let old, old["kind"] as String == r.kind, old["size"] as Int64 == r.size, old["mtime"] as Double == r.mtime,
-                   old["tags"] as String == r.tags, (old["targetPath"] as String?) == r.targetPath {
+                   old["tags"] as String == tags, (old["targetPath"] as String?) == r.targetPath {
                     continue
                 }
                 try db.cachedStatement(sql: """
@@ -145,7 +146,7 @@ public final class QueryIndex: Sendable {
                     ON CONFLICT(root, path) DO UPDATE SET name = excluded.name, fold = excluded.fold, kind = excluded.kind,
                       size = excluded.size, mtime = excluded.mtime, tags = excluded.tags, ref = excluded.ref,
                       targetRoot = excluded.targetRoot, targetPath = excluded.targetPath, conflict = excluded.conflict
-                    """).execute(arguments: [r.root, r.path, r.name, QueryParser.fold(r.name), r.kind, r.size, r.mtime, r.tags,
+                    """).execute(arguments: [r.root, r.path, r.name, QueryParser.fold(r.name), r.kind, r.size, r.mtime, tags,
                                              r.ref, r.targetRoot, r.targetPath, r.name.contains(" (conflict from ")])
                 changed.append(QueryKey(root: r.root, path: r.path))
             }

@@ -76,6 +76,8 @@ public final class QueryService: Sendable {
             engine.waitUntilReady(timeout: 60)  // the first walk, at mount
             let hits = try engine.index.search(q.node, scopes: q.scopes, sort: q.sort, descending: q.descending, limit: q.limit)
             if r["count"] as? Bool == true { return ["ok": true, "result": ["count": hits.count]] }
+            // Plain output needs the paths only (a thousand dictionaries cost more than the search).
+            if r["pathsOnly"] as? Bool == true { return ["ok": true, "result": ["paths": hits.map { engine.displayPath($0.key) }]] }
             return ["ok": true, "result": ["items": hits.map(describe)]]
         } catch {
             return ["ok": false, "code": error.code.description, "error": error.message]

@@ -54,6 +54,7 @@ struct Query: ParsableCommand {
             }
             if let limit { request["limit"] = limit }
             if count { request["count"] = true }
+            if !json && !watch { request["pathsOnly"] = true }
             let mnt = home.liveMountRecord()?.mountpoint ?? ""
             let base = mnt.hasSuffix("/") ? String(mnt.dropLast()) : mnt
             if !watch {
@@ -62,13 +63,12 @@ struct Query: ParsableCommand {
                     print(result["count"] as? Int ?? 0)
                     return
                 }
-                let items = (result["items"] as? [[String: Any]] ?? []).map { Self.absolute($0, base) }
                 if json {
-                    printJSON(items)
+                    printJSON((result["items"] as? [[String: Any]] ?? []).map { Self.absolute($0, base) })
                 } else {
-                    var out = Data()
-                    for i in items { out.append(Data(((i["path"] as? String ?? "") + (nul ? "\0" : "\n")).utf8)) }
-                    FileHandle.standardOutput.write(out)
+                    var out = ""
+                    for p in result["paths"] as? [String] ?? [] { out += base + "/" + p + (nul ? "\0" : "\n") }
+                    FileHandle.standardOutput.write(Data(out.utf8))
                 }
                 return
             }

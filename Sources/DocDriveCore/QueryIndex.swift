@@ -132,23 +132,22 @@ public final class QueryIndex: Sendable {
                 try db.cachedStatement(sql: "DELETE FROM entry WHERE root = ? AND path = ?").execute(arguments: [k.root, k.path])
                 if db.changesCount > 0 { changed.append(k) }
             }
+            // One statement per row: it writes only when something the queries see changed
+            // (a close after a write that changed nothing costs no write).
+            let upsert = try db.cachedStatement(sql: """
+                INSERT INTO entry (root, path, name, fold, kind, size, mtime, tags, ref, targetRoot, targetPath, conflict)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, coalesce(?8, ''), ?9, ?10, ?11, ?12)
+                ON CONFLICT(root, path) DO UPDATE SET name = excluded.name, fold = excluded.fold, kind = excluded.kind,
+                  size = excluded.size, mtime = excluded.mtime, tags = coalesce(?8, entry.tags), ref = excluded.ref,
+                  targetRoot = excluded.targetRoot, targetPath = excluded.targetPath, conflict = excluded.conflict
+                WHERE entry.kind != excluded.kind OR entry.size != excluded.size OR entry.mtime != excluded.mtime
+                  OR entry.ref != excluded.ref OR entry.targetPath IS NOT excluded.targetPath
+                  OR (?8 IS NOT NULL AND entry.tags != ?8)
+                """)
             for r in upserts {
-                let old = try Row.fetchOne(db.cachedStatement(sql: "SELECT kind, size, mtime, tags, targetPath FROM entry WHERE root = ? AND path = ?"),
-                                           arguments: [r.root, r.path])
-                let tags = r.tags ?? (old?["tags"] as String?) ?? ""
-                if let old, old["kind"] as String == r.kind, old["size"] as Int64 == r.size, old["mtime"] as Double == r.mtime,
-                   old["tags"] as String == tags, (old["targetPath"] as String?) == r.targetPath {
-                    continue
-                }
-                try db.cachedStatement(sql: """
-                    INSERT INTO entry (root, path, name, fold, kind, size, mtime, tags, ref, targetRoot, targetPath, conflict)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT(root, path) DO UPDATE SET name = excluded.name, fold = excluded.fold, kind = excluded.kind,
-                      size = excluded.size, mtime = excluded.mtime, tags = excluded.tags, ref = excluded.ref,
-                      targetRoot = excluded.targetRoot, targetPath = excluded.targetPath, conflict = excluded.conflict
-                    """).execute(arguments: [r.root, r.path, r.name, QueryParser.fold(r.name), r.kind, r.size, r.mtime, tags,
-                                             r.ref, r.targetRoot, r.targetPath, r.name.contains(" (conflict from ")])
-                changed.append(QueryKey(root: r.root, path: r.path))
+                try upsert.execute(arguments: [r.root, r.path, r.name, QueryParser.fold(r.name), r.kind, r.size, r.mtime, r.tags,
+                                               r.ref, r.targetRoot, r.targetPath, r.name.contains(" (conflict from ")])
+                if db.changesCount > 0 { changed.append(QueryKey(root: r.root, path: r.path)) }
             }
             return changed
         }

@@ -87,7 +87,7 @@ public struct QueryParser: Sendable {
         var chars = Array(s)
         var i = 0
         // A NUL or control character has no place in a name or a term.
-        if let bad = chars.first(where: { $0.unicodeScalars.contains { $0.properties.generalCategory == .control } }) {
+        if let bad = chars.first(where: { !$0.isWhitespace && $0.unicodeScalars.contains { $0.properties.generalCategory == .control } }) {
             throw error("it contains the control character \(bad.unicodeScalars.first!.escaped(asASCII: true))")
         }
         while i < chars.count {

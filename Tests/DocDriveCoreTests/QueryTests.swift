@@ -25,6 +25,7 @@ final class QueryTests: XCTestCase {
         XCTAssertEqual(try parse("a AND b"), .and([.term(.word("a")), .term(.word("b"))]))
         XCTAssertEqual(try parser.parse(["two words", "three"]), .and([.term(.word("two")), .term(.word("words")), .term(.word("three"))]))
         XCTAssertEqual(try parse("file-name"), .term(.word("file-name")))
+        XCTAssertEqual(try parse("a\tb\nc"), .and([.term(.word("a")), .term(.word("b")), .term(.word("c"))]))
     }
 
     func testOrNotAndParentheses() throws {

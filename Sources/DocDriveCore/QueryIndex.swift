@@ -84,6 +84,9 @@ public final class QueryIndex: Sendable {
                 // 100,000 rows and their indexes stay in the connection's own cache: with the
                 // default 2 MB, each insert during `tar x` after a cache drop read pages from disk.
                 try db.execute(sql: "PRAGMA cache_size = -16384")
+                // Checkpoint every 32 MB of WAL rather than 4 MB: a page changed by many
+                // transactions is copied into the database once.
+                try db.execute(sql: "PRAGMA wal_autocheckpoint = 8192")
                 if let itemIndexPath {
                     // Upload states come from the drive's index (read only, never written here).
                     try db.execute(sql: "ATTACH DATABASE ? AS idx", arguments: [itemIndexPath])

@@ -19,16 +19,21 @@ public final class ControlServer: Sendable {
     private let path: String
     private let fd: Int32
     private let handler: @Sendable ([String: Any]) -> [String: Any]
+    /// Serves a request that answers with a stream of lines (a live query) on the connection
+    /// itself; returns false for the others, which `handler` answers.
+    private let stream: (@Sendable ([String: Any], Int32) -> Bool)?
     private let logger: Logger
     private let stopped = Atomic<Bool>(false)
 
     /// Largest request accepted (a token is at most 8 KiB).
     static let maxRequest = 64 * 1024
 
-    public init(home: DriveHome, logger: Logger, handler: @escaping @Sendable ([String: Any]) -> [String: Any]) throws(DriveError) {
+    public init(home: DriveHome, logger: Logger, stream: (@Sendable ([String: Any], Int32) -> Bool)? = nil,
+                handler: @escaping @Sendable ([String: Any]) -> [String: Any]) throws(DriveError) {
         path = home.controlSocketPath
         self.logger = logger
         self.handler = handler
+        self.stream = stream
         unlink(path)
         let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { throw DriveError.io("Cannot create the control socket", .init(rawValue: errno)) }
@@ -108,6 +113,7 @@ public final class ControlServer: Sendable {
             Self.send(c, ["ok": false, "code": "usage", "error": "The request is not one JSON object on one line."])
             return
         }
+        if let stream, stream(request, c) { return }
         Self.send(c, handler(request))
     }
 

@@ -61,7 +61,14 @@ struct Daemon {
         // The document modes, for the commands: import copies a crash left are removed first.
         let documents = DocumentService(fs: fs)
         if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies left by the last run") }
-        let control = try ControlServer(home: home, logger: logger) { documents.handle($0) }
+        // The query index follows the backing folders on its own thread (QueryEngine).
+        let queryEngine = try QueryEngine(home: home, config: config, logger: logger)
+        if !QueryEngine.isDisabled { queryEngine.start() }
+        defer { queryEngine.stop() }
+        let queries = QueryService(engine: queryEngine)
+        let control = try ControlServer(home: home, logger: logger, stream: { queries.stream($0, $1) }) { r in
+            r["command"] as? String == "query" ? queries.handle(r) : documents.handle(r)
+        }
         control.start()
         let ready = Mutex<Int32?>(readyFD)
         let notify = SystemdNotify.fromEnvironment()

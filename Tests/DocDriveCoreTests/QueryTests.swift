@@ -1,0 +1,207 @@
+// QueryTests: the query expression parser (every form, and random malformed expressions) and the
+// query index's SQL over a made-up set of rows.
+import Foundation
+import XCTest
+import DocDriveCore
+
+final class QueryTests: XCTestCase {
+    // 2026-11-22 12:00 UTC, read in UTC.
+    let now = Date(timeIntervalSince1970: 1_795_348_800)
+    var utc: Calendar {
+        var c = Calendar(identifier: .gregorian)
+        c.timeZone = TimeZone(identifier: "UTC")!
+        return c
+    }
+    var parser: QueryParser { QueryParser(now: now, calendar: utc) }
+
+    func parse(_ s: String) throws -> QueryNode { try parser.parse(s) }
+
+    func testWordsAreFoldedAndJoinedByAnd() throws {
+        XCTAssertEqual(try parse(""), .all)
+        XCTAssertEqual(try parse("Report"), .term(.word("report")))
+        XCTAssertEqual(try parse("Résumé ÉTÉ"), .and([.term(.word("resume")), .term(.word("ete"))]))
+        XCTAssertEqual(try parse("\"my report\""), .term(.word("my report")))
+        XCTAssertEqual(try parse("\"kind:pdf\""), .term(.word("kind:pdf")))
+        XCTAssertEqual(try parse("a AND b"), .and([.term(.word("a")), .term(.word("b"))]))
+        XCTAssertEqual(try parser.parse(["two words", "three"]), .and([.term(.word("two")), .term(.word("words")), .term(.word("three"))]))
+        XCTAssertEqual(try parse("file-name"), .term(.word("file-name")))
+        XCTAssertEqual(try parse("a\tb\nc"), .and([.term(.word("a")), .term(.word("b")), .term(.word("c"))]))
+    }
+
+    func testOrNotAndParentheses() throws {
+        XCTAssertEqual(try parse("a OR b c"), .or([.term(.word("a")), .and([.term(.word("b")), .term(.word("c"))])]))
+        XCTAssertEqual(try parse("(a OR b) c"), .and([.or([.term(.word("a")), .term(.word("b"))]), .term(.word("c"))]))
+        XCTAssertEqual(try parse("-draft"), .not(.term(.word("draft"))))
+        XCTAssertEqual(try parse("NOT draft"), .not(.term(.word("draft"))))
+        XCTAssertEqual(try parse("- draft"), .not(.term(.word("draft"))))
+        XCTAssertEqual(try parse("-(a OR b)"), .not(.or([.term(.word("a")), .term(.word("b"))])))
+        XCTAssertEqual(try parse("--a"), .not(.not(.term(.word("a")))))
+        XCTAssertEqual(try parse("((a))"), .term(.word("a")))
+        XCTAssertEqual(try parse("or"), .term(.word("or")))
+    }
+
+    func testFields() throws {
+        XCTAssertEqual(try parse("name:*.ODT"), .term(.nameGlob("*.odt")))
+        XCTAssertEqual(try parse("name:\"my file*\""), .term(.nameGlob("my file*")))
+        XCTAssertEqual(try parse("kind:document|image"), .term(.kind([.document, .image])))
+        XCTAssertEqual(try parse("kind:PDF"), .term(.kind([.pdf])))
+        XCTAssertEqual(try parse("kind:folder"), .term(.kind([.folder])))
+        for k in QueryKind.allCases { XCTAssertEqual(try parse("kind:\(k.rawValue)"), .term(.kind([k]))) }
+        XCTAssertEqual(try parse("status:pending|failed"), .term(.status([.pending, .failed])))
+        for s in QueryStatus.allCases { XCTAssertEqual(try parse("status:\(s.rawValue)"), .term(.status([s]))) }
+        XCTAssertEqual(try parse("tag:Work"), .term(.tag("work")))
+        XCTAssertEqual(try parse("app:org.example.notes"), .term(.app("org.example.notes")))
+        XCTAssertEqual(try parse("store:archive"), .term(.store("archive")))
+        XCTAssertEqual(try parse("external"), .term(.external))
+        XCTAssertEqual(try parse("\"external\""), .term(.word("external")))
+    }
+
+    func testSizes() throws {
+        XCTAssertEqual(try parse("size>1M"), .term(.size(min: 1_048_577, max: nil)))
+        XCTAssertEqual(try parse("size>=1M"), .term(.size(min: 1_048_576, max: nil)))
+        XCTAssertEqual(try parse("size<10k"), .term(.size(min: nil, max: 10_239)))
+        XCTAssertEqual(try parse("size<=10KiB"), .term(.size(min: nil, max: 10_240)))
+        XCTAssertEqual(try parse("size:500"), .term(.size(min: 500, max: 500)))
+        XCTAssertEqual(try parse("size=1.5M"), .term(.size(min: 1_572_864, max: 1_572_864)))
+        XCTAssertEqual(try parse("size>2G"), .term(.size(min: 2_147_483_649, max: nil)))
+        XCTAssertEqual(try parse("size>3MB"), .term(.size(min: 3_145_729, max: nil)))
+    }
+
+    func testDates() throws {
+        let today = 1_795_305_600.0  // 2026-11-22 00:00 UTC
+        XCTAssertEqual(try parse("modified:today"), .term(.modified(from: today, until: today + 86400)))
+        XCTAssertEqual(try parse("modified:yesterday"), .term(.modified(from: today - 86400, until: today)))
+        let nov1 = 1_793_491_200.0  // 2026-11-01 00:00 UTC
+        XCTAssertEqual(try parse("modified>2026-11-01"), .term(.modified(from: nov1 + 86400, until: nil)))
+        XCTAssertEqual(try parse("modified>=2026-11-01"), .term(.modified(from: nov1, until: nil)))
+        XCTAssertEqual(try parse("modified<2026-11-01"), .term(.modified(from: nil, until: nov1)))
+        XCTAssertEqual(try parse("modified:2026-11-01"), .term(.modified(from: nov1, until: nov1 + 86400)))
+        let t = now.timeIntervalSince1970
+        XCTAssertEqual(try parse("modified<7d"), .term(.modified(from: t - 7 * 86400, until: nil)))
+        XCTAssertEqual(try parse("modified>2h"), .term(.modified(from: nil, until: t - 7200)))
+        XCTAssertEqual(try parse("modified:30m"), .term(.modified(from: t - 1800, until: nil)))
+        XCTAssertEqual(try parse("modified<1w"), .term(.modified(from: t - 7 * 86400, until: nil)))
+    }
+
+    func testErrorsPointAtTheBadTerm() {
+        let cases: [(String, String)] = [
+            ("colour:red", "\"colour:red\" names the unknown field \"colour\""),
+            ("kind:", "\"kind:\" has no value"),
+            ("kind:movie", "unknown kind \"movie\""),
+            ("size>big", "\"size>big\" has the size \"big\""),
+            ("modified>someday", "\"modified>someday\" has \"someday\""),
+            ("modified:2026-02-30", "\"modified:2026-02-30\""),
+            ("status:lost", "unknown status \"lost\""),
+            ("name>a", "only size and modified compare"),
+            ("(a", "\"(\" is never closed"),
+            ("a)", "\")\" closes no \"(\""),
+            ("()", "\"()\" holds no term"),
+            ("a OR", "\"OR\" needs a term after it"),
+            ("OR a", "\"OR\" needs a term before it"),
+            ("a -", "\"-\" must be followed by a term"),
+            ("\"open", "is never closed"),
+            (":x", "has no field"),
+            ("app:../x", "is not an app id"),
+        ]
+        for (expr, fragment) in cases {
+            XCTAssertThrowsError(try parse(expr), expr) { e in
+                let d = e as! DriveError
+                XCTAssertEqual(d.code, .invalidName, expr)
+                XCTAssertTrue(d.message.contains(fragment), "\(expr): \(d.message)")
+                XCTAssertTrue(d.message.hasPrefix("The query expression is not valid: ") && d.message.hasSuffix("."), d.message)
+                XCTAssertFalse(d.message.dropLast().contains("\n"), d.message)
+            }
+        }
+    }
+
+    /// 1,000 random malformed expressions: each gives an error (never a crash, never a result).
+    func testRandomMalformedExpressionsGiveAnError() {
+        let seed = UInt64(ProcessInfo.processInfo.environment["QUERY_FUZZ_SEED"].flatMap { UInt64($0) } ?? UInt64(Date().timeIntervalSince1970 * 1000))
+        print("QueryTests fuzz seed: \(seed) (QUERY_FUZZ_SEED=\(seed) repeats it)")
+        var rng = SplitMix(seed)
+        let good = ["report", "name:*.odt", "kind:pdf", "size>1M", "modified:today", "status:synced", "tag:work",
+                    "app:org.x", "store:archive", "external", "\"a b\"", "-draft", "(a OR b)", "Été"]
+        // Each breaks an expression wherever it is put (joined by spaces).
+        let broken = ["(", ")", "OR", "AND", "-", "NOT", "colour:red", "kind:", "kind:movie", "size>", "size>x1",
+                      "size<<1", "modified>never", "modified:2026-13-01", "status:lost", "name<a", "tag>x", "\"unclosed",
+                      ":x", "app:..", "kind:pdf|", "size:1.2.3M", "modified<7q", "\u{01}", "()"]
+        for i in 0..<1000 {
+            var parts = [String]()
+            for _ in 0..<Int(rng.next() % 5) { parts.append(good[Int(rng.next() % UInt64(good.count))]) }
+            let bad = broken[Int(rng.next() % UInt64(broken.count))]
+            parts.insert(bad, at: Int(rng.next() % UInt64(parts.count + 1)))
+            // Some random bytes too, kept away from the broken term.
+            if rng.next() % 3 == 0 {
+                let junk = String((0..<Int(rng.next() % 6)).map { _ in Character(Unicode.Scalar(UInt8(97 + rng.next() % 26))) })
+                if !junk.isEmpty { parts.insert(junk, at: 0) }
+            }
+            let expr = parts.joined(separator: " ")
+            // "-" and "NOT" before nothing, "OR"/"AND" at an edge or doubled are errors; a "-" or "NOT"
+            // just before a good term is not: make sure the broken token is not fixed by its neighbour.
+            if ["-", "NOT"].contains(bad), parts.last != bad { parts.append("-"); }
+            if ["OR", "AND"].contains(bad), parts.first != bad, parts.last != bad { parts.append("OR") }
+            if bad == ")" { parts.insert(")", at: 0) }
+            if bad == "(" { parts.append("(") }
+            let final = parts.joined(separator: " ")
+            XCTAssertThrowsError(try parse(final), "case \(i), seed \(seed): \(final) (from \(expr)) parsed") { e in
+                guard let d = e as? DriveError else { return XCTFail("case \(i): \(e)") }
+                XCTAssertEqual(d.code, .invalidName)
+                XCTAssertTrue(d.message.hasPrefix("The query expression is not valid: "), d.message)
+            }
+        }
+    }
+
+    // MARK: the index
+
+    func makeIndex() throws -> (QueryIndex, String) {
+        let dir = NSTemporaryDirectory() + "/query-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return (try QueryIndex(path: dir + "/q.sqlite", itemIndexPath: nil), dir)
+    }
+
+    func row(_ root: String, _ path: String, kind: String = "other", size: Int64 = 0, mtime: Double = 0, tags: String = "",
+             ref: Bool = false, target: String? = nil) -> QueryRow {
+        QueryRow(root: root, path: path, name: String(path.split(separator: "/").last!), kind: kind, size: size, mtime: mtime,
+                 tags: tags, ref: ref, targetRoot: target == nil ? nil : "store:work", targetPath: target)
+    }
+
+    func testSearchOverRows() throws {
+        // Given rows in two apps' Documents and Data and in a store
+        let (idx, dir) = try makeIndex()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        _ = try idx.apply(upserts: [
+            row("app:org.a:Documents", "Report.odt", kind: "document", size: 2_000_000, mtime: 100, tags: ",work,"),
+            row("app:org.a:Documents", "sub", kind: "folder"),
+            row("app:org.a:Documents", "sub/Été.txt", kind: "text", size: 10, mtime: 200),
+            row("app:org.a:Data", "secret-report.db", size: 5),
+            row("app:org.a:Documents", "plan.pdf", kind: "document", size: 30, ref: true, target: "plan.pdf"),
+            row("store:work", "plan.pdf", kind: "pdf", size: 30, mtime: 300),
+            row("store:work", "photo.png", kind: "image", size: 3_000_000, mtime: 400),
+        ], deletes: [], subtreeDeletes: [])
+        func paths(_ e: String, _ scopes: [QueryScope] = [], sort: QuerySort? = nil) throws -> [String] {
+            try idx.search(parser.parse(e), scopes: scopes, sort: sort).map { $0.root + "/" + $0.path }
+        }
+        // Then each term and scope selects what it says
+        XCTAssertEqual(try paths("report"), ["app:org.a:Documents/Report.odt"])
+        XCTAssertEqual(try paths("report", [.data]), ["app:org.a:Data/secret-report.db"])
+        XCTAssertEqual(try paths("ete"), ["app:org.a:Documents/sub/Été.txt"])
+        XCTAssertEqual(try paths("name:*.odt"), ["app:org.a:Documents/Report.odt"])
+        XCTAssertEqual(try paths("kind:image"), ["store:work/photo.png"])
+        XCTAssertEqual(try paths("kind:folder"), ["app:org.a:Documents/sub"])
+        XCTAssertEqual(try paths("size>1M", sort: .size), ["app:org.a:Documents/Report.odt", "store:work/photo.png"])
+        XCTAssertEqual(try paths("kind:document size>1M"), ["app:org.a:Documents/Report.odt"])
+        XCTAssertEqual(try paths("tag:work"), ["app:org.a:Documents/Report.odt"])
+        XCTAssertEqual(try paths("external"), ["app:org.a:Documents/plan.pdf"])
+        XCTAssertEqual(try paths("", [.external]), ["app:org.a:Documents/plan.pdf", "store:work/plan.pdf"])
+        XCTAssertEqual(try paths("store:work -kind:image"), ["store:work/plan.pdf"])
+        XCTAssertEqual(try paths("app:org.a kind:text OR kind:image", sort: .name), ["app:org.a:Documents/sub/Été.txt", "store:work/photo.png"])
+        XCTAssertEqual(try paths("", [.folder(root: "app:org.a:Documents", prefix: "sub")]), ["app:org.a:Documents/sub/Été.txt"])
+        XCTAssertEqual(try paths("", [.app("org.a")]).count, 5)
+        XCTAssertEqual(try paths("modified<1970-01-02 modified>=1970-01-01 kind:pdf"), ["store:work/plan.pdf"])
+        // When the folder goes, its subtree goes with it
+        let gone = try idx.apply(upserts: [], deletes: [QueryKey(root: "app:org.a:Documents", path: "sub")],
+                                 subtreeDeletes: [QueryKey(root: "app:org.a:Documents", path: "sub")])
+        XCTAssertEqual(Set(gone.map { $0.path }), ["sub", "sub/Été.txt"])
+        XCTAssertEqual(try paths("ete"), [])
+    }
+}

@@ -40,8 +40,9 @@ class Tree:
         return p
 
     def paths(self, *args) -> set[str]:
-        """The results as paths relative to the mount root."""
-        out = self.query(*args).stdout.splitlines()
+        """The results as paths relative to the mount root (NUL-separated: the shared drive's
+        other tests leave names with newlines in them)."""
+        out = [p for p in self.query("-0", *args).stdout.split("\0") if p]
         root = str(self.drive.mnt) + "/"
         assert all(line.startswith(root) for line in out), out
         return {line[len(root):] for line in out}

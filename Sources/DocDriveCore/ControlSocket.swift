@@ -132,27 +132,43 @@ public final class ControlServer: Sendable {
     }
 }
 
-/// The commands' side: one request, one answer.
+/// The commands' side: one request, one answer (or a stream of them, see `stream`).
 public enum ControlClient {
-    public static func call(_ home: DriveHome, _ request: [String: Any], timeout: Int = 600) throws(DriveError) -> [String: Any] {
+    /// Connects to the daemon and sends `request`; the socket, for reading the answer (the
+    /// caller closes it). `timeout`: seconds a read may wait (0: for ever).
+    static func send(_ home: DriveHome, _ request: [String: Any], timeout: Int) throws(DriveError) -> Int32 {
         guard home.liveMountRecord() != nil else {
             throw DriveError(.notMounted, "The drive is not mounted; mount it first (`docdrive mount DIR`).")
         }
         let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { throw DriveError.io("Cannot create a socket", .init(rawValue: errno)) }
-        defer { close(s) }
         let r = ControlServer.withAddress(home) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         guard r == 0 else {
-            throw DriveError(.notMounted, "The drive's daemon does not answer on \(home.controlSocketPath) (\(Errno(rawValue: errno).readableDescription)); is it mounted?")
+            let e = errno
+            close(s)
+            throw DriveError(.notMounted, "The drive's daemon does not answer on \(home.controlSocketPath) (\(Errno(rawValue: e).readableDescription)); is it mounted?")
         }
-        var tv = timeval(tv_sec: timeout, tv_usec: 0)
-        setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        if timeout > 0 {
+            var tv = timeval(tv_sec: timeout, tv_usec: 0)
+            setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        }
         guard var data = try? JSONSerialization.data(withJSONObject: request) else {
+            close(s)
             throw DriveError(.invalidName, "The request cannot be encoded.")
         }
         data.append(0x0A)
         let sent = data.withUnsafeBytes { write(s, $0.baseAddress!, $0.count) }
-        guard sent == data.count else { throw DriveError.io("Cannot talk to the daemon", .init(rawValue: errno)) }
+        guard sent == data.count else {
+            let e = errno
+            close(s)
+            throw DriveError.io("Cannot talk to the daemon", .init(rawValue: e))
+        }
+        return s
+    }
+
+    public static func call(_ home: DriveHome, _ request: [String: Any], timeout: Int = 600) throws(DriveError) -> [String: Any] {
+        let s = try send(home, request, timeout: timeout)
+        defer { close(s) }
         var answer = Data()
         var buf = [UInt8](repeating: 0, count: 65536)
         while true {

@@ -163,22 +163,8 @@ extension ControlClient {
     /// Sends one request and hands each answer line to `line` until it returns false or the
     /// daemon closes the connection (a live query).
     public static func stream(_ home: DriveHome, _ request: [String: Any], _ line: ([String: Any]) throws -> Bool) throws {
-        guard home.liveMountRecord() != nil else {
-            throw DriveError(.notMounted, "The drive is not mounted; mount it first (`docdrive mount DIR`).")
-        }
-        let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard s >= 0 else { throw DriveError.io("Cannot create a socket", .init(rawValue: errno)) }
+        let s = try send(home, request, timeout: 0)
         defer { close(s) }
-        let r = ControlServer.withAddress(home) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        guard r == 0 else {
-            throw DriveError(.notMounted, "The drive's daemon does not answer on \(home.controlSocketPath); is it mounted?")
-        }
-        guard var data = try? JSONSerialization.data(withJSONObject: request) else {
-            throw DriveError(.invalidName, "The request cannot be encoded.")
-        }
-        data.append(0x0A)
-        let sent = data.withUnsafeBytes { write(s, $0.baseAddress!, $0.count) }
-        guard sent == data.count else { throw DriveError.io("Cannot talk to the daemon", .init(rawValue: errno)) }
         var pending = Data()
         var buf = [UInt8](repeating: 0, count: 65536)
         while true {

@@ -106,7 +106,7 @@ final class ItemIndexTests: XCTestCase {
     func testUnwrittenEventsAnswerAsTheDatabaseWill() throws {
         let seed = UInt64(ProcessInfo.processInfo.environment["DOCDRIVE_INDEX_SEED"] ?? "") ?? UInt64.random(in: 0..<1_000_000)
         print("index overlay seed \(seed) (replay with DOCDRIVE_INDEX_SEED=\(seed))")
-        var rng = SplitMix(seed)
+        var rng = SplitMix64(seed: seed)
         for round in 0..<40 {
             let index = try ItemIndex(path: dir + "/p\(round).sqlite")
             defer { index.stop() }
@@ -135,18 +135,5 @@ final class ItemIndexTests: XCTestCase {
             XCTAssertEqual(before, after, "seed \(seed), round \(round)")
             XCTAssertEqual(pathsBefore, pathsAfter, "seed \(seed), round \(round)")
         }
-    }
-}
-
-/// A small seeded generator, so that a failing seed replays.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(_ seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

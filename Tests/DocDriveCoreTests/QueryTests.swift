@@ -118,7 +118,7 @@ final class QueryTests: XCTestCase {
     func testRandomMalformedExpressionsGiveAnError() {
         let seed = UInt64(ProcessInfo.processInfo.environment["QUERY_FUZZ_SEED"].flatMap { UInt64($0) } ?? UInt64(Date().timeIntervalSince1970 * 1000))
         print("QueryTests fuzz seed: \(seed) (QUERY_FUZZ_SEED=\(seed) repeats it)")
-        var rng = SplitMix(seed)
+        var rng = SplitMix64(seed: seed)
         let good = ["report", "name:*.odt", "kind:pdf", "size>1M", "modified:today", "status:synced", "tag:work",
                     "app:org.x", "store:archive", "external", "\"a b\"", "-draft", "(a OR b)", "Été"]
         // Each breaks an expression wherever it is put (joined by spaces).

@@ -7,7 +7,7 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         private enum Raw: String, Sendable {
             case invalidConfig, invalidName, notFound, alreadyExists, notInitialized
             case alreadyMounted, notMounted, busy, io, index, mount, unsupported, invalidToken
-            case unreachable, changedDuringUpload, lockedForWriting
+            case unreachable, changedDuringUpload, lockedForWriting, remoteChanged
         }
         private let raw: Raw
         private init(_ raw: Raw) { self.raw = raw }
@@ -34,6 +34,9 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         public static let changedDuringUpload = Code(.changedDuringUpload)
         /// A process holds a write lock on the local file: upload it after the release.
         public static let lockedForWriting = Code(.lockedForWriting)
+        /// A conditional write or delete found another version on the remote than the one it
+        /// expected (another device wrote it): nothing was changed; decide again.
+        public static let remoteChanged = Code(.remoteChanged)
     }
 
     public let code: Code

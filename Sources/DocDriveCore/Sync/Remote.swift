@@ -1,0 +1,100 @@
+// Remote: what a store's remote must do for several devices to share it without losing an update
+// (DESIGN.md 9). FolderRemote and S3Remote implement it; the sync engine uses nothing else.
+import Foundation
+
+/// What travels with an item on a remote beside its bytes (folder: extended attributes; S3:
+/// `x-amz-meta-*`). Every field may be missing on an item another tool wrote.
+public struct RemoteMeta: Equatable, Sendable, Codable {
+    /// The item's stable id: the same on every device (`user.docdrive.id`).
+    public var itemID: String?
+    /// The id of the device that wrote this version, and its name (shown in conflict copies).
+    public var deviceID: String?
+    public var deviceName: String?
+    /// Modification time in nanoseconds since 1970, and permission bits, as the writer had them.
+    public var mtimeNanoseconds: Int64?
+    public var mode: UInt32?
+
+    public init(itemID: String? = nil, deviceID: String? = nil, deviceName: String? = nil,
+                mtimeNanoseconds: Int64? = nil, mode: UInt32? = nil) {
+        self.itemID = itemID
+        self.deviceID = deviceID
+        self.deviceName = deviceName
+        self.mtimeNanoseconds = mtimeNanoseconds
+        self.mode = mode
+    }
+}
+
+/// One item of a remote listing.
+public struct RemoteItem: Equatable, Sendable {
+    public var path: StorePath
+    public var kind: SyncEntry.Kind
+    /// The remote's version token: any change of content (or a replacement by another item)
+    /// changes it. Folder remote: size, mtime and inode; S3: the ETag. Folders: "".
+    public var version: String
+    public var size: Int64
+    public var meta: RemoteMeta
+
+    public init(path: StorePath, kind: SyncEntry.Kind, version: String, size: Int64, meta: RemoteMeta = RemoteMeta()) {
+        self.path = path
+        self.kind = kind
+        self.version = version
+        self.size = size
+        self.meta = meta
+    }
+}
+
+/// What a conditional write or delete expects to find on the remote.
+public enum RemoteExpectation: Equatable, Sendable {
+    /// Nothing at the path: create only (S3 `If-None-Match: *`, folder `RENAME_NOREPLACE`).
+    case absent
+    /// Exactly this version (S3 `If-Match`, folder: the version checked under the store's lock).
+    case version(String)
+}
+
+/// A store's remote as the sync engine uses it. Every write and delete is conditional: when the
+/// remote does not hold what the caller expects, the call throws `DriveError.Code.remoteChanged`
+/// and changes nothing. A remote that cannot be reached throws `.unreachable`; it is never read
+/// as empty.
+public protocol Remote: Sendable {
+    /// For sentences: "the remote folder /mnt/nas/work", "s3://bucket/prefix".
+    var displayName: String { get }
+
+    /// Throws a sentence unless the remote is there, answers and is the store's.
+    func checkReachable() throws(DriveError)
+
+    /// Every item of the store (files, folders, links), with versions and metadata. Throws
+    /// (never returns a partial or empty list) when the remote cannot be listed.
+    func list() throws(DriveError) -> [RemoteItem]
+
+    /// The item at `path`, or nil when there is none.
+    func item(at path: StorePath) throws(DriveError) -> RemoteItem?
+
+    /// Writes the content of `path` (exactly `version` when given, else whatever is there) into
+    /// the local descriptor `out` from its start, and returns the item as read. `.remoteChanged`
+    /// when the version is no longer there; `.notFound` when nothing is.
+    func download(_ path: StorePath, version: String?, to out: Int32,
+                  progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem
+
+    /// Uploads the open local file `source` (read with pread, from 0 to its end) to `path`,
+    /// if the remote holds what `expecting` says, with `meta`. Returns the new item.
+    func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
+                limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem
+
+    /// Makes `path` a folder (nothing happens when it is one already).
+    func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem
+
+    /// Makes `path` a symbolic link holding `target`, if the remote holds what `expecting` says.
+    func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem
+
+    /// Deletes the file or link at `path` if it is still `version`; a folder only when empty
+    /// (version ""). Already gone: fine.
+    func delete(_ path: StorePath, version: String) throws(DriveError)
+
+    /// Moves the item at `from` (if still `version`) to `to`, where nothing may be. A folder
+    /// moves with what is in it. Returns the moved item.
+    func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem
+
+    /// Clears what an interrupted write of this device left (temporary files, unfinished
+    /// multipart uploads); call when no write of this device runs.
+    func removeStaleUploads()
+}

@@ -13,6 +13,8 @@ import Glibc
 public struct UploadReceipt: Equatable, Sendable {
     public var size: Int64
     public var sha256: String
+    /// The remote's version token of what was placed ("" when not known).
+    public var version: String = ""
 }
 
 /// A limit on the bytes per second that all uploads of one store send together: each chunk
@@ -129,7 +131,7 @@ public struct FolderRemote: Sendable {
 
     /// Opens the root (never through a symlink: `store add` keeps the resolved folder) and checks
     /// that it is the store's (its marker is a file in it).
-    private func openRoot() throws(DriveError) -> Int32 {
+    func openRoot() throws(DriveError) -> Int32 {
         let fd = open(root, O_RDONLY | dd_O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC)
         guard fd >= 0 else {
             let e = errno
@@ -159,7 +161,7 @@ public struct FolderRemote: Sendable {
     /// Opens the remote folder `path` beneath `rootfd` (creating it and its parents when
     /// `create`). Nil when it is not there (without `create`); a symbolic link or a file where a
     /// folder should be is an error sentence when `create`, else nil (nothing of the store is there).
-    private func openFolder(_ rootfd: Int32, _ path: StorePath, create: Bool, for target: StorePath) throws(DriveError) -> Int32? {
+    func openFolder(_ rootfd: Int32, _ path: StorePath, create: Bool, for target: StorePath) throws(DriveError) -> Int32? {
         let names = path.names
         switch Beneath.openFolder(rootfd, names, create: create) {
         case .success(let fd): return fd
@@ -187,7 +189,10 @@ public struct FolderRemote: Sendable {
     /// size) after every chunk; `limit` paces the copy.
     /// `syncFolder`: make the rename durable before returning (fsync of the remote folder);
     /// false when the caller does it once for several uploads (`syncFolders`).
+    /// `expecting`: place it only if the remote holds that (checked under the store's lock),
+    /// else `.remoteChanged`; nil replaces whatever is there. `meta` travels in an xattr.
     public func upload(from source: Int32, to path: StorePath, limit: BandwidthLimit? = nil, syncFolder: Bool = true,
+                       expecting: RemoteExpectation? = nil, meta: RemoteMeta? = nil,
                        progress: ((Int64, Int64) -> Void)? = nil, afterCopy: (() -> Void)? = nil) throws(DriveError) -> UploadReceipt {
         try Self.checkRelative(path)
         let rootfd = try openRoot()
@@ -260,10 +265,17 @@ public struct FolderRemote: Sendable {
         guard check.size == Int64(offset), check.sha256 == digest else {
             throw DriveError(.io, "The copy of \(path) on the remote does not match the local file (size or SHA-256); it will be uploaded again.")
         }
-        try place(tmp, dfd, as: path)
+        if let meta { Self.writeMeta(fd: out, meta) }
+        if let expecting {
+            try placeConditionally(tmp, dfd, as: path, expecting: expecting, rootfd: rootfd)
+        } else {
+            try place(tmp, dfd, as: path)
+        }
         keep = true
         if syncFolder { _ = fsync(dfd) }
-        return UploadReceipt(size: Int64(offset), sha256: digest)
+        var placed = stat()
+        let version = fstat(out, &placed) == 0 ? Self.version(placed) : ""
+        return UploadReceipt(size: Int64(offset), sha256: digest, version: version)
     }
 
     /// Makes `path` on the remote a symbolic link to `target` (bytes, as the local link holds
@@ -313,7 +325,7 @@ public struct FolderRemote: Sendable {
     /// Renames the temporary `tmp` in `dfd` to the last name of `path`, replacing an empty
     /// folder that stood there (the local path became a file or a link). A folder with files in
     /// it is not removed for that: they may be another device's, which this drive never saw.
-    private func place(_ tmp: [UInt8], _ dfd: Int32, as path: StorePath) throws(DriveError) {
+    func place(_ tmp: [UInt8], _ dfd: Int32, as path: StorePath) throws(DriveError) {
         let name = path.lastName
         func rename() -> Int32 {
             Beneath.withCName(tmp[...]) { t in Beneath.withCName(name) { renameat(dfd, t, dfd, $0) } }
@@ -331,11 +343,11 @@ public struct FolderRemote: Sendable {
     }
 
     /// The sentence for a symbolic link met on the remote at `at` while `target` was carried there.
-    private func symlinkError(at: StorePath, target: StorePath) -> DriveError {
+    func symlinkError(at: StorePath, target: StorePath) -> DriveError {
         DriveError(.io, "\(at) on the remote (\(root)) is a symbolic link where a folder should be; DocDrive never follows a link on a remote, so \(target) is not uploaded (remove or rename the link there).")
     }
 
-    private func temporaryName() -> [UInt8] {
+    func temporaryName() -> [UInt8] {
         Array((Self.temporaryPrefix + owner + "-" + ItemIndex.newID()).utf8)
     }
 
@@ -443,7 +455,7 @@ public struct FolderRemote: Sendable {
     }
 
     /// One sentence per way a remote folder fails: full, read-only, gone, or anything else.
-    private func remoteError(_ what: String, _ path: StorePath, _ e: Int32) -> DriveError {
+    func remoteError(_ what: String, _ path: StorePath, _ e: Int32) -> DriveError {
         switch e {
         case ENOSPC, EDQUOT: return DriveError(.unreachable, "The remote folder \(root) is full (\(what) \(path)).")
         case EROFS: return DriveError(.unreachable, "The remote folder \(root) is read-only (\(what) \(path)).")

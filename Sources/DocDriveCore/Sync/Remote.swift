@@ -95,6 +95,6 @@ public protocol Remote: Sendable {
     func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem
 
     /// Clears what an interrupted write of this device left (temporary files, unfinished
-    /// multipart uploads); call when no write of this device runs.
-    func removeStaleUploads()
+    /// multipart uploads); call when no write of this device runs. Returns how many.
+    func removeStaleUploads() -> Int
 }

@@ -1,0 +1,303 @@
+// FolderRemote+Remote: a shared folder as a Remote. Versions are (size, mtime, inode); metadata
+// travels in one extended attribute; conditional writes are checked and placed under a lock on
+// the store's marker file, which every DocDrive device takes.
+//
+// The race left: a program that is not DocDrive (rsync, a file manager on the NAS) writing the
+// same name between the check and the rename is overwritten, as it would be by any other
+// program. DocDrive devices never overwrite each other: they all take the lock. flock is
+// honoured by NFS (as a POSIX lock) and SMB mounts; a file system without locks is refused at
+// the first write with a sentence.
+import CDocDriveSys
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension FolderRemote: Remote {
+    public var displayName: String { "the remote folder \(root)" }
+
+    /// The extended attribute that holds an item's RemoteMeta (JSON) on the remote.
+    static let metaAttribute = "user.docdrive.meta"
+
+    /// A file's or link's version: size, mtime and inode. An upload is a new file renamed into
+    /// place (a new inode), so two versions never share one; a rename keeps it.
+    static func version(_ st: stat) -> String {
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR: return ""
+        default: return "\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec):\(st.st_ino)"
+        }
+    }
+
+    static func kind(_ st: stat) -> SyncEntry.Kind? {
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: return .file
+        case S_IFDIR: return .folder
+        case S_IFLNK: return .symlink
+        default: return nil
+        }
+    }
+
+    static func writeMeta(fd: Int32, _ meta: RemoteMeta) {
+        guard let data = try? JSONEncoder().encode(meta) else { return }
+        _ = data.withUnsafeBytes { dd_setxattr_path(fd, metaAttribute, $0.baseAddress, $0.count, 0) }
+    }
+
+    /// The metadata of `name` in `dfd` (none for a link: Linux keeps no user xattrs on links),
+    /// with mtime and mode from `st`.
+    static func readMeta(_ dfd: Int32, _ name: ArraySlice<UInt8>, _ st: stat) -> RemoteMeta {
+        var meta = RemoteMeta()
+        if st.st_mode & S_IFMT != S_IFLNK {
+            let fd = Beneath.withCName(name) { openat(dfd, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+            if fd >= 0 {
+                defer { close(fd) }
+                var buf = [UInt8](repeating: 0, count: 1024)
+                let n = buf.withUnsafeMutableBytes { dd_getxattr_path(fd, metaAttribute, $0.baseAddress, $0.count) }
+                if n > 0, let m = try? JSONDecoder().decode(RemoteMeta.self, from: Data(buf[0..<n])) { meta = m }
+            }
+        }
+        meta.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        meta.mode = UInt32(st.st_mode & 0o7777)
+        return meta
+    }
+
+    static func item(_ path: StorePath, _ dfd: Int32, _ name: ArraySlice<UInt8>, _ st: stat) -> RemoteItem? {
+        guard let kind = kind(st) else { return nil }
+        return RemoteItem(path: path, kind: kind, version: version(st), size: kind == .folder ? 0 : Int64(st.st_size),
+                          meta: readMeta(dfd, name, st))
+    }
+
+    /// Runs `body` holding the store's lock (an exclusive flock of the marker file).
+    func withStoreLock<T>(_ rootfd: Int32, _ body: () throws(DriveError) -> T) throws(DriveError) -> T {
+        let fd = openat(rootfd, Self.markerName, O_RDONLY | dd_O_NOFOLLOW | dd_O_CLOEXEC)
+        guard fd >= 0 else { throw remoteError("cannot lock", StorePath(Self.markerName), errno) }
+        defer { close(fd) }
+        while flock(fd, LOCK_EX) != 0 {
+            if errno == EINTR { continue }
+            throw DriveError(.unreachable, "The remote folder \(root) does not take locks (\(Errno(rawValue: errno).readableDescription)); several devices cannot share it safely.")
+        }
+        return try body()
+    }
+
+    /// Whether what stands at `name` in `dfd` is what `expecting` says.
+    func holds(_ dfd: Int32, _ name: ArraySlice<UInt8>, _ expecting: RemoteExpectation) -> Bool {
+        let st = Beneath.stat(dfd, name)
+        switch expecting {
+        case .absent: return st == nil
+        case .version(let v): return st.map { Self.version($0) == v } ?? false
+        }
+    }
+
+    /// Renames the temporary `tmp` to `path` if the remote holds what `expecting` says.
+    func placeConditionally(_ tmp: [UInt8], _ dfd: Int32, as path: StorePath, expecting: RemoteExpectation, rootfd: Int32) throws(DriveError) {
+        try withStoreLock(rootfd) { () throws(DriveError) in
+            guard holds(dfd, path.lastName, expecting) else {
+                throw DriveError(.remoteChanged, "\(path) changed on the remote (another device wrote it) since this device last saw it.")
+            }
+            let flags: UInt32 = expecting == .absent ? UInt32(dd_RENAME_NOREPLACE) : 0
+            let r = Beneath.withCName(tmp[...]) { t in Beneath.withCName(path.lastName) { dd_renameat2(dfd, t, dfd, $0, flags) } }
+            if r != 0 {
+                if errno == EEXIST { throw DriveError(.remoteChanged, "\(path) was created on the remote by another device meanwhile.") }
+                throw remoteError("cannot rename into", path, errno)
+            }
+        }
+    }
+
+    // MARK: Remote
+
+    public func list() throws(DriveError) -> [RemoteItem] {
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        var out = [RemoteItem]()
+        func walk(_ dfd: Int32, _ path: StorePath) throws(DriveError) {
+            guard let entries = Beneath.names(dfd) else { throw remoteError("cannot list", path, errno) }
+            for e in entries where !Self.isOwnName(e.name) {
+                let name = e.name[...]
+                guard let st = Beneath.stat(dfd, name) else { continue }
+                let rel = path.appending(name)
+                guard let item = Self.item(rel, dfd, name, st) else { continue }
+                out.append(item)
+                if item.kind == .folder, case .success(let sub) = Beneath.openFolder(dfd, [name]) {
+                    defer { close(sub) }
+                    try walk(sub, rel)
+                }
+            }
+        }
+        try walk(rootfd, .store)
+        return out
+    }
+
+    public func item(at path: StorePath) throws(DriveError) -> RemoteItem? {
+        try Self.checkRelative(path)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else { return nil }
+        defer { close(dfd) }
+        guard let st = Beneath.stat(dfd, path.lastName) else { return nil }
+        return Self.item(path, dfd, path.lastName, st)
+    }
+
+    public func download(_ path: StorePath, version: String?, to out: Int32,
+                         progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+        try Self.checkRelative(path)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else {
+            throw DriveError(.notFound, "\(path) is no longer on the remote.")
+        }
+        defer { close(dfd) }
+        guard let st = Beneath.stat(dfd, path.lastName), let item = Self.item(path, dfd, path.lastName, st) else {
+            throw DriveError(.notFound, "\(path) is no longer on the remote.")
+        }
+        if let version, item.version != version {
+            throw DriveError(.remoteChanged, "\(path) changed on the remote while it was being downloaded.")
+        }
+        if item.kind == .symlink {
+            let target = Beneath.readLink(dfd, path.lastName) ?? []
+            guard ftruncate(out, 0) == 0, target.withUnsafeBytes({ pwrite(out, $0.baseAddress, $0.count, 0) }) == target.count else {
+                throw DriveError.io("cannot write the download of \(path)", Errno(rawValue: errno))
+            }
+            return item
+        }
+        guard item.kind == .file else { return item }
+        let src = Beneath.openForReading(dfd, path.lastName)
+        guard src >= 0 else { throw remoteError("cannot read", path, errno) }
+        defer { close(src) }
+        var buf = [UInt8](repeating: 0, count: Self.bufferSize(for: item.size, max: 1 << 20))
+        var offset: off_t = 0
+        progress?(0, item.size)
+        while true {
+            let n = buf.withUnsafeMutableBytes { pread(src, $0.baseAddress, $0.count, offset) }
+            if n < 0 { if errno == EINTR { continue }; throw remoteError("cannot read", path, errno) }
+            if n == 0 { break }
+            var written = 0
+            while written < n {
+                let w = buf.withUnsafeBytes { pwrite(out, $0.baseAddress! + written, n - written, offset + off_t(written)) }
+                if w < 0 {
+                    if errno == EINTR { continue }
+                    throw DriveError.io("cannot write the download of \(path)", Errno(rawValue: errno))
+                }
+                written += w
+            }
+            offset += off_t(n)
+            progress?(Int64(offset), item.size)
+        }
+        // Replaced by a rename keeps the old file readable (its inode): check that the version
+        // read is the one still there (a file rewritten in place by another tool shows too).
+        var after = stat()
+        guard fstat(src, &after) == 0, Self.version(after) == item.version, Int64(offset) == item.size else {
+            throw DriveError(.remoteChanged, "\(path) changed on the remote while it was being downloaded.")
+        }
+        return item
+    }
+
+    public func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
+                       limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+        let receipt = try upload(from: source, to: path, limit: limit, syncFolder: true, expecting: expecting, meta: meta, progress: progress)
+        var st = stat()
+        _ = fstat(source, &st)
+        var m = meta
+        m.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        m.mode = UInt32(st.st_mode & 0o7777)
+        return RemoteItem(path: path, kind: .file, version: receipt.version, size: receipt.size, meta: m)
+    }
+
+    public func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        try Self.checkRelative(path)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        let dfd = try openFolder(rootfd, path.folder, create: true, for: path)!
+        defer { close(dfd) }
+        let name = path.lastName
+        if let st = Beneath.stat(dfd, name), st.st_mode & S_IFMT != S_IFDIR {
+            throw DriveError(.remoteChanged, "\(path) is a file on the remote where this device has a folder.")
+        }
+        let made = Beneath.withCName(name, { mkdirat(dfd, $0, mode_t(meta.mode ?? 0o755) & 0o7777) }) == 0
+        if !made && errno != EEXIST { throw remoteError("cannot create", path, errno) }
+        if made {
+            if case .success(let sub) = Beneath.openFolder(dfd, [name]) {
+                Self.writeMeta(fd: sub, meta)
+                close(sub)
+            }
+            _ = fsync(dfd)
+        }
+        guard let st = Beneath.stat(dfd, name), let item = Self.item(path, dfd, name, st) else {
+            throw DriveError(.remoteChanged, "\(path) was removed from the remote meanwhile.")
+        }
+        return item
+    }
+
+    public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        try Self.checkRelative(path)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        let dfd = try openFolder(rootfd, path.folder, create: true, for: path)!
+        defer { close(dfd) }
+        let tmp = temporaryName()
+        let made = Beneath.withCName(target[...]) { t in Beneath.withCName(tmp) { symlinkat(t, dfd, $0) } }
+        guard made == 0 else { throw remoteError("cannot create a link at", path, errno) }
+        do {
+            try placeConditionally(tmp, dfd, as: path, expecting: expecting, rootfd: rootfd)
+        } catch {
+            _ = Beneath.withCName(tmp) { unlinkat(dfd, $0, 0) }
+            throw error
+        }
+        _ = fsync(dfd)
+        guard let st = Beneath.stat(dfd, path.lastName), let item = Self.item(path, dfd, path.lastName, st) else {
+            throw DriveError(.remoteChanged, "\(path) was removed from the remote meanwhile.")
+        }
+        return item
+    }
+
+    public func delete(_ path: StorePath, version: String) throws(DriveError) {
+        try Self.checkRelative(path)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else { return }
+        defer { close(dfd) }
+        try withStoreLock(rootfd) { () throws(DriveError) in
+            guard let st = Beneath.stat(dfd, path.lastName) else { return }
+            guard Self.version(st) == version, (st.st_mode & S_IFMT == S_IFDIR) == version.isEmpty else {
+                throw DriveError(.remoteChanged, "\(path) changed on the remote since this device last saw it, so it is not deleted there.")
+            }
+            let flags = st.st_mode & S_IFMT == S_IFDIR ? dd_AT_REMOVEDIR : 0
+            if Beneath.withCName(path.lastName, { unlinkat(dfd, $0, flags) }) != 0 {
+                if errno == ENOENT { return }
+                if errno == ENOTEMPTY || errno == EEXIST {
+                    throw DriveError(.remoteChanged, "\(path) on the remote has files this device has not seen, so it is not deleted there.")
+                }
+                throw remoteError("cannot remove", path, errno)
+            }
+        }
+        _ = fsync(dfd)
+    }
+
+    public func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem {
+        try Self.checkRelative(from)
+        try Self.checkRelative(to)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        guard let src = try openFolder(rootfd, from.folder, create: false, for: from) else {
+            throw DriveError(.remoteChanged, "\(from) is no longer on the remote.")
+        }
+        defer { close(src) }
+        let dst = try openFolder(rootfd, to.folder, create: true, for: to)!
+        defer { close(dst) }
+        try withStoreLock(rootfd) { () throws(DriveError) in
+            guard let st = Beneath.stat(src, from.lastName), Self.version(st) == version else {
+                throw DriveError(.remoteChanged, "\(from) changed on the remote since this device last saw it, so it is not moved there.")
+            }
+            let r = Beneath.withCName(from.lastName) { f in Beneath.withCName(to.lastName) { dd_renameat2(src, f, dst, $0, UInt32(dd_RENAME_NOREPLACE)) } }
+            if r != 0 {
+                if errno == EEXIST || errno == ENOTEMPTY { throw DriveError(.remoteChanged, "\(to) was created on the remote by another device meanwhile.") }
+                throw remoteError("cannot rename on", to, errno)
+            }
+        }
+        _ = fsync(src)
+        if src != dst { _ = fsync(dst) }
+        guard let st = Beneath.stat(dst, to.lastName), let item = Self.item(to, dst, to.lastName, st) else {
+            throw DriveError(.remoteChanged, "\(to) was removed from the remote meanwhile.")
+        }
+        return item
+    }
+}

@@ -38,14 +38,19 @@ public struct StoreConfig: Equatable, Sendable {
     public var workers: Int
     /// Bytes per second all of the store's uploads together may send; nil is no limit.
     public var bandwidth: Int64?
+    /// Seconds between two looks at the remote for other devices' changes.
+    public var poll: Double
 
     public static let defaultWritebackDelay = 2.0
+    public static let defaultPoll = 10.0
+    public static let pollRange = 0.2...86400.0
     public static let defaultWorkers = 4
     public static let workerRange = 1...64
 
     public init(name: String, displayName: String, remote: RemoteConfig, writebackDelay: Double = StoreConfig.defaultWritebackDelay,
-                workers: Int = StoreConfig.defaultWorkers, bandwidth: Int64? = nil) {
+                workers: Int = StoreConfig.defaultWorkers, bandwidth: Int64? = nil, poll: Double = StoreConfig.defaultPoll) {
         self.name = name
+        self.poll = poll
         self.displayName = displayName
         self.remote = remote
         self.writebackDelay = writebackDelay
@@ -172,7 +177,7 @@ extension DriveConfig {
         }
         if let stores = top["stores"] {
             for node in try reader.sequence(stores, "stores") {
-                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback", "workers", "bandwidth"])
+                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback", "workers", "bandwidth", "poll"])
                 let name = try reader.string(m, "name", in: node, what: "a store")
                 guard let remoteNode = m["remote"] else {
                     throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
@@ -204,9 +209,13 @@ extension DriveConfig {
                     }
                     bandwidth = b == 0 ? nil : b
                 }
+                let poll = try reader.optionalDouble(m, "poll") ?? StoreConfig.defaultPoll
+                guard StoreConfig.pollRange.contains(poll) else {
+                    throw reader.error(m["poll"]!, "the poll interval of store \(name) must be between 0.2 and 86400 seconds, not \(poll)")
+                }
                 config.stores.append(StoreConfig(
                     name: name, displayName: try reader.optionalString(m, "display") ?? name, remote: remote, writebackDelay: delay,
-                    workers: workers, bandwidth: bandwidth))
+                    workers: workers, bandwidth: bandwidth, poll: poll))
             }
         }
         try config.validate(file: file)
@@ -315,6 +324,7 @@ extension DriveConfig {
             out += "    writeback: \(store.writebackDelay)\n"
             out += "    workers: \(store.workers)\n"
             if let b = store.bandwidth { out += "    bandwidth: \(b)\n" }
+            if store.poll != StoreConfig.defaultPoll { out += "    poll: \(store.poll)\n" }
             switch store.remote {
             case .folder(let path):
                 out += "    remote:\n      type: folder\n      path: \(Self.quote(path))\n"

@@ -76,7 +76,12 @@ extension DriveHome {
             c.stores.append(added)
         }
         if case .folder(let path) = store.remote {
-            try FolderRemote(root: path).writeMarker(store: store.name)
+            // A folder another device made a store of is joined as it is: its marker stays the
+            // same file (every device locks it for conditional writes).
+            var st = stat()
+            if lstat(path + "/" + FolderRemote.markerName, &st) != 0 || st.st_mode & S_IFMT != S_IFREG {
+                try FolderRemote(root: path).writeMarker(store: store.name)
+            }
         }
         return store
     }

@@ -219,6 +219,21 @@ extension DocumentService {
                 result = try closeApp(need("app"))
             case "references":
                 result = ["references": references()]
+            case "sync-poll":
+                // Looks at every store's remote now and answers once that look is done.
+                guard let up = fs.uploader else { result = [:]; break }
+                let marks = up.pollNow()
+                let deadline = Date().addingTimeInterval(min(120, max(0.5, r["timeout"] as? Double ?? 120)))
+                while !up.polledSince(marks) && Date() < deadline { usleep(20_000) }
+                var stores = [String: Any]()
+                for (name, st) in up.remoteStates() {
+                    var d: [String: Any] = ["devices": st.devices]
+                    if let t = st.lastPoll { d["lastPoll"] = t }
+                    if let t = st.offlineSince { d["offlineSince"] = t }
+                    if let r = st.offlineReason { d["offlineReason"] = r }
+                    stores[name] = d
+                }
+                result = ["stores": stores]
             case "index-error":
                 result = fs.uploader?.lastIndexWriteError().map { ["error": $0] } ?? [:]
             default:

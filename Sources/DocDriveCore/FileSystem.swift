@@ -79,10 +79,14 @@ public final class OpenFile: Sendable {
         self.writable = flags & O_ACCMODE != O_RDONLY
         self.readable = flags & O_ACCMODE != O_WRONLY
         inode.noteOpened()
+        if writable { inode.writableOpens.add(1, ordering: .relaxed) }
         self.seenVersion = Mutex(version)
     }
 
-    deinit { inode.noteClosed() }
+    deinit {
+        if writable { inode.writableOpens.subtract(1, ordering: .relaxed) }
+        inode.noteClosed()
+    }
 }
 
 /// Tunables that the adapter passes on to the kernel.
@@ -178,6 +182,18 @@ public final class DriveFileSystem: Sendable {
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))
         table.addPermanent(Inode(nodeID: Self.byAppID, kind: .byApp))
         loadGrants()
+        if let uploader {
+            var hooks = SyncHooks()
+            hooks.isOpenForWriting = { [table] dev, ino in table.isOpenForWriting(dev: dev, ino: ino) }
+            hooks.changedBehindMount = { [weak self] folder, name in
+                guard let self else { return }
+                let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)
+                guard fd >= 0 else { return }
+                defer { close(fd) }
+                self.invalidateEntry(folder: fd, name: name)
+            }
+            uploader.setSyncHooks(hooks)
+        }
     }
 
     /// Closes every backing descriptor (after unmount).

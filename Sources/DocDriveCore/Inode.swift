@@ -105,6 +105,8 @@ public final class Inode: Sendable {
     /// Open files of this node whose I/O the kernel passes through and that a shared writable
     /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
     let mappableOpens = Atomic<Int>(0)
+    /// Open files of this node that may write it (the sync engine never replaces such a file).
+    let writableOpens = Atomic<Int>(0)
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
          fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,
@@ -844,6 +846,13 @@ final class InodeTable: Sendable {
     }
 
     var count: Int { state.withLock { $0.byID.count } }
+
+    /// Whether a process has the backing file (dev, ino) open for writing through the mount.
+    func isOpenForWriting(dev: UInt64, ino: UInt64) -> Bool {
+        state.withLock { s in
+            s.byID.values.contains { e in e.inode.dev == dev && e.inode.ino == ino && e.inode.writableOpens.load(ordering: .relaxed) > 0 }
+        }
+    }
 
     /// The node ids the kernel knows for a backing folder (one per view), for invalidations.
     func nodeIDs(dev: UInt64, ino: UInt64) -> [UInt64] {

@@ -92,6 +92,8 @@ public final class ItemIndex: Sendable {
     private let lastError = Mutex<String?>(nil)
     /// The durable upload queue, in the same database.
     public let uploads: UploadQueue
+    /// What this device and each store's remote last agreed on (the sync engine's base table).
+    public let bases: BaseVersions
 
     /// Opens (creating if needed) the index at `path` and migrates it.
     public init(path: String) throws(DriveError) {
@@ -105,6 +107,7 @@ public final class ItemIndex: Sendable {
             pool = try DatabasePool(path: path, configuration: config)
             try Self.migrator.migrate(pool)
             uploads = UploadQueue(pool: pool)
+            bases = BaseVersions(pool: pool)
         } catch {
             throw DriveError(.index, "The index \(path) cannot be opened: \(error).", underlying: error)
         }
@@ -127,6 +130,7 @@ public final class ItemIndex: Sendable {
         }
         UploadQueue.migrate(&m)
         Self.migrateDocuments(&m)
+        BaseVersions.migrate(&m)
         return m
     }
 
@@ -192,6 +196,9 @@ public final class ItemIndex: Sendable {
     private static func apply(_ e: ItemEvent, _ db: Database, now: Double) throws {
         switch e {
         case let .created(root, ino, parentIno, name, kind, id):
+            // An id that came with a download (made on another device) moves here from a copy
+            // this device had under another inode.
+            try db.cachedStatement(sql: "DELETE FROM item WHERE id = ? AND NOT (root = ? AND ino = ?)").execute(arguments: [id, root, ino])
             try db.cachedStatement(sql: """
                 INSERT INTO item (id, root, ino, parentIno, name, kind, created) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(root, ino) DO UPDATE SET id = excluded.id, parentIno = excluded.parentIno,

@@ -28,6 +28,9 @@ public struct StoreActivity: Codable, Sendable, Equatable {
     /// The store's files keep changing: its uploads wait until it has been quiet for its
     /// write-back delay (nil from a daemon that predates it).
     public var held: Bool?
+    /// The remote as the last poll found it: when, whether offline (since when, why), and the
+    /// devices that wrote what it holds.
+    public var remote: RemoteState?
 }
 
 /// The whole of run/uploads.json.

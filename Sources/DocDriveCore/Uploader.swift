@@ -18,7 +18,9 @@ public final class Uploader: Sendable {
     final class Store: Sendable {
         let config: StoreConfig
         let cache: String
-        let remote: FolderRemote
+        let remote: any Remote
+        /// The two-way sync of this store with its remote.
+        let sync: StoreSync
         let limit: BandwidthLimit?
         /// Set when the store left the config or was replaced: its workers finish their file and end.
         let stopped = Atomic<Bool>(false)
@@ -26,11 +28,12 @@ public final class Uploader: Sendable {
         /// since the epoch: a burst of changes holds the uploads back (see `holdUntil`).
         let lastChange = Atomic<Int64>(0)
 
-        init(config: StoreConfig, cache: String, remote: FolderRemote) {
+        init(config: StoreConfig, cache: String, remote: any Remote, sync: StoreSync, limit: BandwidthLimit?) {
             self.config = config
             self.cache = cache
             self.remote = remote
-            self.limit = config.bandwidth.map { BandwidthLimit(bytesPerSecond: $0) }
+            self.sync = sync
+            self.limit = limit
         }
     }
 
@@ -65,15 +68,21 @@ public final class Uploader: Sendable {
     /// Stores with a whole-store comparison scheduled. Lock: leaf.
     private let compareScheduled = Mutex<Set<String>>([])
     /// Files being copied, by upload number, with their progress. Lock: leaf.
-    private let inFlight = Mutex<[Int: InFlightUpload]>([:])
-    private let uploadNumbers = Atomic<Int>(0)
+    private let inFlight = Mutex<[String: InFlightUpload]>([:])
+    /// What the file system tells the sync engine (set once the file system exists). Lock: leaf.
+    private let hooks = Mutex(SyncHooks())
+    private let index: ItemIndex
+    private let device: DeviceIdentity
     /// The last activity written to run/uploads.json (only the committer thread writes it).
     /// Lock: leaf.
     private let published = Mutex<UploadActivity?>(nil)
 
-    public init(home: DriveHome, config: DriveConfig, queue: UploadQueue, logger: Logger,
+    public init(home: DriveHome, config: DriveConfig, index: ItemIndex, logger: Logger,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
         self.home = home
+        self.index = index
+        let queue = index.uploads
+        self.device = (try? home.device()) ?? DeviceIdentity.make()
         // Upload temps on the remote carry this device's id: another device on the same remote
         // (even one whose drive home has the same path) never takes them for its own leftovers.
         self.owner = (try? home.device().tag) ?? Hex.encode(SHA256.hash(data: Data(home.path.utf8)).prefix(6))
@@ -88,8 +97,22 @@ public final class Uploader: Sendable {
 
     private func makeStore(_ config: StoreConfig) -> Store? {
         guard case .folder(let path) = config.remote else { return nil }
-        return Store(config: config, cache: home.cachePath(config.name), remote: FolderRemote(root: path, owner: owner))
+        let remote = FolderRemote(root: path, owner: owner)
+        let limit = config.bandwidth.map { BandwidthLimit(bytesPerSecond: $0) }
+        let storeName = config.name
+        let sync = StoreSync(key: config.rootKey, name: config.name, cache: home.cachePath(config.name),
+                             downloads: home.storePath(config.name) + "/downloads", remote: remote, device: device,
+                             index: index, coordinator: coordinator, logger: logger, limit: limit,
+                             hooks: { [unowned self] in hooks.withLock { $0 } },
+                             progress: { [unowned self] path, done, total in
+                                 inFlight.withLock { $0[storeName + "/" + path.description] = InFlightUpload(store: storeName, path: path.description, done: done, total: total) }
+                             },
+                             progressDone: { [unowned self] path in _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) } })
+        return Store(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)
     }
+
+    /// Set by the file system: how the sync engine asks about open files and tells the kernel.
+    public func setSyncHooks(_ h: SyncHooks) { hooks.withLock { $0 = h } }
 
     private func store(_ rootKey: String) -> Store? { stores.withLock { $0[rootKey] } }
 
@@ -157,7 +180,9 @@ public final class Uploader: Sendable {
         }
         guard !due.isEmpty else { return }
         let empty = due.filter { entry in
-            guard let store = store(entry.0), let cache = try? openCache(store) else { return false }
+            guard let store = store(entry.0) else { return false }
+            let cache = open(store.cache, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard cache >= 0 else { return false }
             defer { close(cache) }
             guard case .success(let fd) = Beneath.openFolder(cache, entry.1.names) else { return false }
             defer { close(fd) }
@@ -331,6 +356,7 @@ public final class Uploader: Sendable {
             w.name = "docdrive-upload-\(store.config.name)-\(i)"
             w.start()
         }
+        if !stopping.load(ordering: .relaxed) { startPoller(key, store) }
     }
 
     /// Stops taking new work after uploading what is queued, for at most `seconds`; returns
@@ -392,16 +418,13 @@ public final class Uploader: Sendable {
             }
             var endings = [(UploadJob, UploadQueue.Ending)]()
             endings.reserveCapacity(jobs.count)
-            var folders = Set<StorePath>()
             for job in jobs {
                 if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) {
                     endings.append((job, .unstarted))
                     continue
                 }
-                endings.append((job, upload(job, store, key, folders: &folders)))
+                endings.append((job, upload(job, store, key)))
             }
-            // The renames are durable before the queue says the files are on the remote.
-            store.remote.syncFolders(folders)
             do {
                 try queue.finish(endings)
             } catch {
@@ -442,101 +465,29 @@ public final class Uploader: Sendable {
         }
     }
 
-    /// Makes the remote equal to the local state of one job's path; says how it ended. The
-    /// folders renamed into are added to `folders`, for the caller to make durable.
-    private func upload(_ job: UploadJob, _ store: Store, _ key: String, folders: inout Set<StorePath>) -> UploadQueue.Ending {
+    /// Makes the remote and the local copy agree on one job's path (SyncDecision decides which
+    /// way); says how it ended.
+    private func upload(_ job: UploadJob, _ store: Store, _ key: String) -> UploadQueue.Ending {
         do {
-            switch try sync(job.path, store, key) {
+            switch try store.sync.sync(job.path) {
             case .removed: return .removed
-            case .uploaded:
-                folders.insert(job.path.folder)
-                return .synced
-            case .walked: return .synced
+            case .synced: return .synced
+            case .busy: return .again(due: Date().timeIntervalSince1970 + 0.3)
             }
         } catch let e as DriveError where e.code == .lockedForWriting {
             // Not a failure: try again a second later, without using up an attempt.
             logger.debug("upload of \(job.path) to \(store.config.name) waits: \(e.message)")
             return .again(due: Date().timeIntervalSince1970 + 1)
-        } catch let e as DriveError where e.code == .changedDuringUpload {
-            // Saved again while it was copied: the next save's entry takes over.
+        } catch let e as DriveError where e.code == .changedDuringUpload || e.code == .remoteChanged {
+            // Saved again while it was copied (the next save's entry takes over), or another
+            // device keeps writing it: decided again a little later.
             return .again(due: Date().timeIntervalSince1970 + store.config.writebackDelay)
         } catch let e as DriveError {
-            // A path gone here and not on the remote needs nothing more: its entry goes.
-            if isSettledAsGone(job.path, store) { return .removed }
-            logger.warning("upload of \(job.path) to \(store.config.name) failed: \(e.message)")
+            if e.code == .unreachable { remotesDown.withLock { _ = $0.insert(key) } }
+            logger.warning("sync of \(job.path) with \(store.config.name) failed: \(e.message)")
             return .failed(e.message)
         } catch {
             return .failed("\(error)")
-        }
-    }
-
-    enum Outcome { case uploaded, removed, walked }
-
-    /// Makes the remote's `path` equal to the local one. The local path is opened beneath the
-    /// store's cache one name at a time (Beneath): no length limit, and a folder on the way that
-    /// became a symlink is not followed out of the cache (the path is gone from the store).
-    private func sync(_ path: StorePath, _ store: Store, _ key: String) throws -> Outcome {
-        let cache = try openCache(store)
-        defer { close(cache) }
-        let name = path.lastName
-        guard case .success(let dir) = Beneath.openFolder(cache, path.folder.names) else {
-            try store.remote.remove(path)  // its folder is gone (or is no folder any more) locally
-            return .removed
-        }
-        defer { close(dir) }
-        guard let st = Beneath.stat(dir, name) else {
-            guard errno == ENOENT || errno == ENOTDIR else { throw DriveError.io("cannot read \(path) in the local copy", .init(rawValue: errno)) }
-            try store.remote.remove(path)  // deleted (or renamed away) locally
-            return .removed
-        }
-        switch st.st_mode & S_IFMT {
-        case S_IFREG:
-            let fd = Beneath.openForReading(dir, name)
-            guard fd >= 0 else {
-                if errno == ENOENT { try store.remote.remove(path); return .removed }
-                throw DriveError.io("cannot read \(path) in the local copy", .init(rawValue: errno))
-            }
-            defer { close(fd) }
-            // A coordinated read: no process holds a write lock while the file is copied.
-            let number = uploadNumbers.add(1, ordering: .relaxed).newValue
-            defer { _ = inFlight.withLock { $0.removeValue(forKey: number) } }
-            let storeName = store.config.name
-            let shown = path.description
-            do {
-                try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
-                    _ = try store.remote.upload(from: fd, to: path, limit: store.limit, syncFolder: false) { [self] done, total in
-                        inFlight.withLock { $0[number] = InFlightUpload(store: storeName, path: shown, done: done, total: total) }
-                    }
-                }
-            } catch let e as DriveError where e.code == .busy {
-                throw DriveError(.lockedForWriting, "\(path) is locked for writing")
-            }
-            return .uploaded
-        case S_IFLNK:
-            guard let target = Beneath.readLink(dir, name) else {
-                if errno == ENOENT { try store.remote.remove(path); return .removed }
-                throw DriveError.io("cannot read the link \(path) in the local copy", .init(rawValue: errno))
-            }
-            try store.remote.uploadSymlink(target, to: path)
-            return .walked
-        case S_IFDIR:
-            // A folder made, renamed, or created by a rename: it is made on the remote (an empty
-            // folder is carried as one), and what is in it is queued, with what the remote has
-            // there that the local copy no longer has.
-            try store.remote.makeFolder(path, mode: st.st_mode)
-            guard case .success(let sub) = Beneath.openFolder(dir, [name]) else { return .walked }
-            let localNames = (Beneath.names(sub) ?? []).map(\.name)
-            close(sub)
-            let now = Date().timeIntervalSince1970
-            let local = Set(localNames)
-            var batch = localNames.filter { !FolderRemote.isOwnName($0) }.map { (key, path.appending($0), now) }
-            for remoteName in store.remote.list(path) where !local.contains(remoteName) {
-                batch.append((key, path.appending(remoteName), now))
-            }
-            try queue.enqueueAll(batch)
-            return .walked
-        default:
-            throw DriveError(.unsupported, "\(path) is \(Self.kindPhrase(st.st_mode)); a remote holds files, folders and symbolic links, so it is not carried there.")
         }
     }
 
@@ -549,92 +500,58 @@ public final class Uploader: Sendable {
         }
     }
 
-    /// The store's cache folder, opened (never through a symlink) for a walk beneath it.
-    private func openCache(_ store: Store) throws(DriveError) -> Int32 {
-        let fd = open(store.cache, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw DriveError.io("cannot open the local copy \(store.cache)", .init(rawValue: errno)) }
-        return fd
-    }
-
-    /// Whether `path` is gone from the local copy (a folder on its way gone or no longer one counts).
-    private func isGoneLocally(_ cache: Int32, _ path: StorePath) -> Bool {
-        guard case .success(let dir) = Beneath.openFolder(cache, path.folder.names) else { return true }
-        defer { close(dir) }
-        return Beneath.stat(dir, path.lastName) == nil && (errno == ENOENT || errno == ENOTDIR)
-    }
-
-    /// Whether `path` is gone both from the local copy and from the remote.
-    private func isSettledAsGone(_ path: StorePath, _ store: Store) -> Bool {
-        guard let cache = try? openCache(store) else { return false }
-        defer { close(cache) }
-        return isGoneLocally(cache, path) && (try? store.remote.checkReachable()) != nil && store.remote.attributes(path) == nil
-    }
-
-    /// At start: queue every local file whose size or time differs from the remote's (and every
-    /// link, and every empty folder, the remote lacks), so a save that a crash kept out of the
-    /// queue is still uploaded, and every path it uploaded before that is gone locally. Never
-    /// removes what this drive did not put there. Entries that failed for a path that is gone
-    /// locally go again at once: their removal from the remote settles them, instead of their
-    /// failure standing until a back-off of minutes runs out.
+    /// At start (and when a file with several names was saved): queues every local path that
+    /// differs from what this device and the remote last agreed on, then looks at the remote.
+    /// Nothing is removed on either side here: each queued path is decided on its own.
     private func reconcile(_ key: String, _ store: Store) {
-        var batch = [(String, StorePath, Double)]()
-        let now = Date().timeIntervalSince1970
-        guard let cache = try? openCache(store) else { return }
-        defer { close(cache) }
-        // Paths this drive put on the remote that are gone locally: a delete or rename that a
-        // crash kept out of the queue. Only these are removed; nothing else on the remote is.
-        let gone = ((try? queue.paths(root: key, state: .synced)) ?? []) + ((try? queue.paths(root: key, state: .failed)) ?? [])
-        for path in gone where !path.isEmpty && isGoneLocally(cache, path) {
-            batch.append((key, path, now))
-        }
-        if let remoteRoot = try? store.remote.openRootForWalk() {
-            compare(cache, remoteRoot, .store, key, store, now: now, into: &batch)
-            close(remoteRoot)
-        }
+        store.sync.compareLocal { stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) }
         if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return }
-        try? queue.enqueueAll(batch)
+        store.sync.poll()
         try? queue.remove(root: key, path: Self.wholeStore)
         logger.info("store \(store.config.name): compared the local copy with the remote")
     }
 
-    /// Walks the local folder `local` beside the remote folder `remote` (nil: none there) and
-    /// queues what differs. Neither side's symlinks are followed.
-    private func compare(_ local: Int32, _ remote: Int32?, _ path: StorePath, _ key: String, _ store: Store, now: Double,
-                         into batch: inout [(String, StorePath, Double)]) {
-        guard let entries = Beneath.names(local) else { return }
-        for entry in entries where !FolderRemote.isOwnName(entry.name) {
-            if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return }
-            let name = entry.name[...]
-            let rel = path.appending(name)
-            guard let st = Beneath.stat(local, name) else { continue }
-            let there = remote.flatMap { Beneath.stat($0, name) }
-            switch st.st_mode & S_IFMT {
-            case S_IFREG:
-                if let r = there, r.st_mode & S_IFMT == S_IFREG, r.st_size == st.st_size,
-                   r.st_mtim.tv_sec == st.st_mtim.tv_sec, r.st_mtim.tv_nsec == st.st_mtim.tv_nsec { continue }
-                batch.append((key, rel, now))
-            case S_IFLNK:
-                if let r = there, r.st_mode & S_IFMT == S_IFLNK, let remote, Beneath.readLink(remote, name) == Beneath.readLink(local, name) { continue }
-                batch.append((key, rel, now))
-            case S_IFDIR:
-                guard case .success(let sub) = Beneath.openFolder(local, [name]) else { continue }
-                var remoteSub: Int32? = nil
-                if let remote, let r = there, r.st_mode & S_IFMT == S_IFDIR, case .success(let fd) = Beneath.openFolder(remote, [name]) {
-                    remoteSub = fd
-                }
-                // A folder the remote lacks is queued only when empty: its files' uploads make it otherwise.
-                if remoteSub == nil, (Beneath.names(sub) ?? []).isEmpty { batch.append((key, rel, now)) }
-                compare(sub, remoteSub, rel, key, store, now: now, into: &batch)
-                close(sub)
-                if let remoteSub { close(remoteSub) }
-            default:
-                continue  // fifos, devices, sockets: reported when they are made through the mount
-            }
-            if batch.count >= 1000 {
-                try? queue.enqueueAll(batch)
-                batch.removeAll()
+    /// Looks at the remote every `poll` seconds (at once when `docdrive sync` asks) for what
+    /// other devices changed.
+    private func startPoller(_ key: String, _ store: Store) {
+        let t = Thread { [self] in
+            dd_background_thread()
+            var last = Date().timeIntervalSince1970
+            while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
+                usleep(50_000)
+                let now = Date().timeIntervalSince1970
+                let wanted = store.sync.pollWanted.exchange(false, ordering: .relaxed)
+                guard wanted || now - last >= store.config.poll else { continue }
+                last = now
+                store.sync.poll()
+                store.sync.clearResolvedConflicts()
             }
         }
+        t.name = "docdrive-poll-\(store.config.name)"
+        t.start()
+    }
+
+    /// Asks every store to look at its remote now; returns the poll counts to wait past.
+    public func pollNow() -> [String: Int] {
+        var out = [String: Int]()
+        for (key, store) in allStores() {
+            out[key] = store.sync.pollsStarted.load(ordering: .relaxed)
+            store.sync.pollWanted.store(true, ordering: .relaxed)
+        }
+        return out
+    }
+
+    /// Whether every store finished a poll that started after `marks` were taken (polls run
+    /// one at a time per store, so the polls done then exceed the polls started at the mark).
+    public func polledSince(_ marks: [String: Int]) -> Bool {
+        allStores().allSatisfy { key, store in
+            store.sync.polls.load(ordering: .relaxed) >= (marks[key] ?? 0) + 1
+        }
+    }
+
+    /// Per store: last poll, offline state, devices seen on the remote.
+    public func remoteStates() -> [String: RemoteState] {
+        Dictionary(uniqueKeysWithValues: allStores().values.map { ($0.config.name, $0.sync.state.withLock { $0 }) })
     }
 
     /// Rewrites run/uploads.json when what it says changed (called every 250 ms), so that
@@ -644,7 +561,7 @@ public final class Uploader: Sendable {
         let time = Date().timeIntervalSince1970
         let settings = allStores().values.map {
             StoreActivity(name: $0.config.name, workers: $0.config.workers, bandwidth: $0.config.bandwidth,
-                          held: holdUntil($0, now: time) != nil)
+                          held: holdUntil($0, now: time) != nil, remote: $0.sync.state.withLock { $0 })
         }.sorted { $0.name < $1.name }
         let a = UploadActivity(pid: getpid(), stores: settings, uploads: now, indexWriteError: lastIndexWriteError())
         let fresh = published.withLock { last -> Bool in
@@ -671,6 +588,7 @@ public final class Uploader: Sendable {
 
     /// The user.docdrive.status of a store file.
     public func status(root: String, path: StorePath) -> String {
+        if index.bases.inConflict(root: root, path: path.description) { return "conflict" }
         if isNoted(root: root, path: path) { return UploadState.pending.rawValue }
         guard let s = try? queue.state(root: root, path: path) else { return UploadState.synced.rawValue }
         return s.0.rawValue

@@ -54,7 +54,7 @@ struct Daemon {
         defer { close(lock) }
         let index = try ItemIndex(path: home.indexPath)
         index.startWriter()
-        let uploader = Uploader(home: home, config: config, queue: index.uploads, logger: logger,
+        let uploader = Uploader(home: home, config: config, index: index, logger: logger,
                                 indexWriteError: { [index] in index.writeError })
         let fs = DriveFileSystem(home: home, config: config, index: index, uploader: uploader, logger: logger)
         uploader.start()

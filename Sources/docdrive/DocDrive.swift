@@ -14,7 +14,7 @@ struct DocDrive: ParsableCommand {
         Exit codes: \(ExitCodes.summary)
         """,
         version: "0.1.0",
-        subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self,
+        subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self, Device.self,
                       OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Bookmark.self, Grants.self,
                       Service.self, Migrate.self, Query.self]
     )

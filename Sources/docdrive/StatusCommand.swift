@@ -25,6 +25,8 @@ struct Status: ParsableCommand {
         var inFlight: [InFlightUpload]
         /// The store keeps changing, so its uploads wait for a pause (see Uploader.holdUntil).
         var held = false
+        var remote: RemoteState?
+        var conflicts: [ConflictRecord] = []
     }
 
     /// Everything the report shows, read once per drawing.
@@ -74,11 +76,13 @@ struct Status: ParsableCommand {
         s.indexWriteError = activity?.indexWriteError
         s.homeDiskFree = Self.bytesFree(home.path)
         var queue: UploadQueue?
+        var conflicts = [(root: String, ConflictRecord)]()
         if FileManager.default.fileExists(atPath: home.indexPath), let index = try? ItemIndex(path: home.indexPath) {
             s.items = ((try? index.counts()) ?? [:]).values.reduce(0, +)
             queue = index.uploads
             s.totals = (try? index.uploads.counts()) ?? [:]
             s.waiting = (try? index.uploads.waitingCount()) ?? 0
+            conflicts = (try? index.bases.conflicts()) ?? []
         }
         if s.record != nil {
             s.references = (try? ControlClient.call(home, ["command": "references"], timeout: 30))?["references"] as? [[String: Any]] ?? []
@@ -97,7 +101,8 @@ struct Status: ParsableCommand {
                 failed: failures.filter { $0.root == c.rootKey }.map { ($0.path.description, $0.error) },
                 runningWorkers: running?.workers,
                 inFlight: activity?.uploads.filter { $0.store == c.name } ?? [],
-                held: running?.held ?? false))
+                held: running?.held ?? false, remote: running?.remote,
+                conflicts: conflicts.filter { $0.root == c.rootKey }.map(\.1)))
         }
         return s
     }
@@ -134,6 +139,14 @@ struct Status: ParsableCommand {
                 if let b = st.config.bandwidth { r["bandwidth"] = b }
                 if let w = st.runningWorkers { r["runningWorkers"] = w }
                 r["held"] = st.held
+                if let rs = st.remote {
+                    var o: [String: Any] = ["offline": rs.offlineSince != nil, "devices": rs.devices]
+                    if let t = rs.lastPoll { o["lastPoll"] = t }
+                    if let t = rs.offlineSince { o["offlineSince"] = t }
+                    if let why = rs.offlineReason { o["offlineReason"] = why }
+                    r["sync"] = o
+                }
+                r["conflicts"] = st.conflicts.map { ["path": $0.path, "copy": $0.copy, "device": $0.device, "time": $0.time] as [String: Any] }
                 return r
             },
         ]
@@ -175,6 +188,14 @@ struct Status: ParsableCommand {
             } else if st.held, (st.counts[.pending] ?? 0) > 0 {
                 line("    waiting for a pause: files keep changing; uploads start \(seconds(c.writebackDelay)) after the last change")
             }
+            if let rs = st.remote {
+                if let since = rs.offlineSince {
+                    line("    offline since \(clock(since)): \(rs.offlineReason ?? "the remote does not answer"); changes wait here")
+                } else if let last = rs.lastPoll {
+                    line("    remote looked at \(clock(last))\(rs.devices.isEmpty ? "" : "; devices writing to it: " + rs.devices.joined(separator: ", "))")
+                }
+            }
+            for c in st.conflicts { line("    conflict: \(c.path): the version from \(c.device) is kept as \(c.copy)") }
             for f in st.failed { line("    failed: \(f.path): \(f.error)") }
             for u in st.inFlight {
                 line(bars ? "    " + progressBar(u) : "    uploading \(u.path): \(bytes(u.done)) of \(bytes(u.total))")
@@ -199,6 +220,13 @@ struct Status: ParsableCommand {
         let filled = Int(fraction * Double(width))
         let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
         return "\(u.path)  [\(bar)]  \(bytes(u.done)) / \(bytes(u.total))  \(Int(fraction * 100))%"
+    }
+
+    /// A time of day, local: "14:03:27".
+    static func clock(_ t: Double) -> String {
+        let f = DateFormatter()
+        f.dateFormat = "yyyy-MM-dd HH:mm:ss"
+        return f.string(from: Date(timeIntervalSince1970: t))
     }
 
     /// "2 s", "0.5 s".

@@ -20,6 +20,8 @@ struct Store: ParsableCommand {
         var workers: Int = StoreConfig.defaultWorkers
         @Option(help: ArgumentHelp("Limit the store's uploads to this many bytes per second (500K, 10M; default: no limit).", valueName: "rate"))
         var bandwidth: String?
+        @Option(help: ArgumentHelp("Seconds between two looks at the remote for other devices' changes (default 10).", valueName: "seconds"))
+        var poll: Double = StoreConfig.defaultPoll
 
         func run() throws {
             try guarded {
@@ -34,8 +36,16 @@ struct Store: ParsableCommand {
                     }
                     limit = b == 0 ? nil : b
                 }
+                guard StoreConfig.pollRange.contains(poll) else {
+                    throw DriveError(.invalidConfig, "--poll \(poll) must be between 0.2 and 86400 seconds.")
+                }
+                let joining = FileManager.default.fileExists(atPath: folder + "/" + FolderRemote.markerName)
                 let added = try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: folder), writebackDelay: writeback,
-                                                          workers: workers, bandwidth: limit))
+                                                          workers: workers, bandwidth: limit, poll: poll))
+                if joining {
+                    print("Joined store \(name), shown as \"\(display ?? name)\": the folder remote \(added.remote.summary.dropFirst("folder ".count)) is already a store (another device's); what it holds is downloaded at the next mount.")
+                    return
+                }
                 print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(added.remote.summary.dropFirst("folder ".count)).")
             }
         }

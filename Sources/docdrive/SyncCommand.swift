@@ -16,30 +16,53 @@ struct Sync: ParsableCommand {
         try guarded {
             let home = drive.driveHome
             _ = try home.loadConfig()
-            let queue = try ItemIndex(path: home.indexPath).uploads
+            let index = try ItemIndex(path: home.indexPath)
+            let queue = index.uploads
             let start = Date()
             let tty = isatty(2) != 0
             // A close reaches the daemon a moment after it returns, and the daemon commits the
             // queue every 50 ms: the queue must be seen empty twice, 0.3 s apart.
             usleep(300_000)
-            // Failed entries are retried within a second of their remote coming back: they must
-            // look settled for a little longer before they are reported.
-            var settled = 0
-            while true {
-                let c = try queue.counts()
-                let waiting = try queue.waitingCount()
-                if waiting == 0 {
-                    settled += 1
-                    if settled >= ((c[.failed] ?? 0) > 0 ? 5 : 2) { break }
-                } else {
-                    settled = 0
-                    if tty { warn("\rWaiting for \(waiting) upload\(waiting == 1 ? "" : "s") (\(c[.uploading] ?? 0) in progress)...\u{1B}[K", newline: false) }
+            // Both directions: the daemon looks at the remotes (other devices' changes are
+            // queued), the queue drains, and again until a look finds nothing new.
+            var offline = [String]()
+            rounds: for round in 0..<20 {
+                var sawWork = false
+                let left = timeout.map { max(0.5, $0 - Date().timeIntervalSince(start)) } ?? 120
+                if let answer = try? ControlClient.call(home, ["command": "sync-poll", "timeout": left], timeout: Int(left) + 10),
+                   let stores = answer["stores"] as? [String: Any] {
+                    offline = stores.compactMap { name, v in
+                        guard let d = v as? [String: Any], d["offlineSince"] != nil else { return nil }
+                        return "\(name): \(d["offlineReason"] as? String ?? "offline")"
+                    }.sorted()
+                } else if round > 0 {
+                    break  // not mounted: only the uploads this device queued are waited for
                 }
-                if let timeout, Date().timeIntervalSince(start) > timeout {
-                    if tty { warn("") }
-                    throw DriveError(.busy, "\(waiting) file\(waiting == 1 ? " is" : "s are") still waiting for upload after \(Int(timeout)) s (is the drive mounted and the remote reachable? see `docdrive status`).")
+                let roundStart = Date()
+                // Failed entries are retried within a second of their remote coming back: they
+                // must look settled for a little longer before they are reported.
+                var settled = 0
+                while true {
+                    let c = try queue.counts()
+                    let waiting = try queue.waitingCount()
+                    if waiting == 0 {
+                        settled += 1
+                        if settled >= ((c[.failed] ?? 0) > 0 ? 5 : 2) { break }
+                    } else {
+                        settled = 0
+                        sawWork = true
+                        // An offline store's changes wait for it: said below, not waited for.
+                        if !offline.isEmpty && Date().timeIntervalSince(roundStart) > 2 { break rounds }
+                        if tty { warn("\rWaiting for \(waiting) upload\(waiting == 1 ? "" : "s") (\(c[.uploading] ?? 0) in progress)...\u{1B}[K", newline: false) }
+                    }
+                    if let timeout, Date().timeIntervalSince(start) > timeout {
+                        if tty { warn("") }
+                        throw DriveError(.busy, "\(waiting) file\(waiting == 1 ? " is" : "s are") still waiting for upload after \(Int(timeout)) s (is the drive mounted and the remote reachable? see `docdrive status`).")
+                    }
+                    usleep(300_000)
                 }
-                usleep(300_000)
+                if !sawWork && round > 0 { break }
+                if !offline.isEmpty { break }
             }
             if tty { warn("\r\u{1B}[K", newline: false) }
             let failed = try queue.failures()
@@ -47,7 +70,14 @@ struct Sync: ParsableCommand {
                 for f in failed { warn("  \(f.root.replacingOccurrences(of: "store:", with: ""))/\(f.path): \(f.error)") }
                 throw DriveError(.io, "\(failed.count) file\(failed.count == 1 ? "" : "s") could not be uploaded (listed above); they are retried by themselves.")
             }
+            if !offline.isEmpty {
+                for o in offline { warn("  \(o)") }
+                throw DriveError(.unreachable, "\(offline.count) store\(offline.count == 1 ? " is" : "s are") offline (listed above): changes wait here until the remote answers.")
+            }
+            let conflicts = try index.bases.conflicts()
+            for (_, c) in conflicts { warn("  conflict: \(c.store)/\(c.path): the version from \(c.device) is kept as \(c.copy)") }
             let synced = try queue.counts()[.synced] ?? 0
+            if !conflicts.isEmpty { print("\(conflicts.count) conflict\(conflicts.count == 1 ? "" : "s") kept as copies (listed above); delete a copy once you have merged it.") }
             print("Everything is on the remotes (\(synced) path\(synced == 1 ? "" : "s") carried over so far).")
         }
     }

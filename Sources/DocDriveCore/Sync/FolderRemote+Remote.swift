@@ -210,7 +210,8 @@ extension FolderRemote: Remote {
         defer { close(dfd) }
         let name = path.lastName
         if let st = Beneath.stat(dfd, name), st.st_mode & S_IFMT != S_IFDIR {
-            throw DriveError(.remoteChanged, "\(path) is a file on the remote where this device has a folder.")
+            if st.st_mode & S_IFMT == S_IFLNK { throw symlinkError(at: path, target: path) }
+            throw DriveError(.io, "\(path) is a file on the remote (\(root)) where this device has a folder; rename one of them.")
         }
         let made = Beneath.withCName(name, { mkdirat(dfd, $0, mode_t(meta.mode ?? 0o755) & 0o7777) }) == 0
         if !made && errno != EEXIST { throw remoteError("cannot create", path, errno) }

@@ -1,0 +1,156 @@
+// BaseVersions: per (store, path), what this device and the remote last agreed on: the item's id,
+// the remote version last seen and the local version last synced (DESIGN.md 9). Every remote
+// write and delete is conditional on the remote version kept here. Also the conflicts this
+// device kept as copies, until the copy is gone.
+import Foundation
+import GRDB
+
+/// One row: `SyncBase` with the item's id.
+public struct BaseRow: Equatable, Sendable {
+    public var path: StorePath
+    public var id: String?
+    public var kind: SyncEntry.Kind
+    public var localToken: String
+    public var remoteToken: String
+
+    public var base: SyncBase {
+        SyncBase(path: path.description, kind: kind, localToken: localToken, remoteToken: remoteToken)
+    }
+}
+
+/// A conflict kept as a copy beside the document.
+public struct ConflictRecord: Equatable, Sendable, Codable {
+    public var store: String
+    public var path: String
+    public var copy: String
+    public var device: String
+    public var time: Double
+}
+
+public final class BaseVersions: Sendable {
+    let pool: DatabasePool
+
+    init(pool: DatabasePool) { self.pool = pool }
+
+    static func migrate(_ m: inout DatabaseMigrator) {
+        m.registerMigration("v5 sync bases") { db in
+            try db.create(table: "syncBase") { t in
+                t.column("root", .text).notNull()
+                t.column("path", .text).notNull()
+                t.column("id", .text)
+                t.column("kind", .text).notNull()
+                t.column("localToken", .text).notNull()
+                t.column("remoteToken", .text).notNull()
+                t.primaryKey(["root", "path"])
+            }
+            try db.create(index: "syncBase_id", on: "syncBase", columns: ["root", "id"])
+            try db.create(table: "syncConflict") { t in
+                t.column("root", .text).notNull()
+                t.column("path", .text).notNull()
+                t.column("copy", .text).notNull()
+                t.column("device", .text).notNull()
+                t.column("time", .double).notNull()
+                t.primaryKey(["root", "copy"])
+            }
+        }
+    }
+
+    private func write<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
+        do { return try pool.write(body) } catch {
+            throw DriveError(.index, "The sync table cannot be written: \(error).", underlying: error)
+        }
+    }
+
+    private func read<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
+        do { return try pool.read(body) } catch {
+            throw DriveError(.index, "The sync table cannot be read: \(error).", underlying: error)
+        }
+    }
+
+    private static func row(_ r: Row) -> BaseRow {
+        BaseRow(path: r["path"], id: r["id"], kind: SyncEntry.Kind(rawValue: r["kind"]) ?? .file,
+                localToken: r["localToken"], remoteToken: r["remoteToken"])
+    }
+
+    public func base(root: String, path: StorePath) throws(DriveError) -> BaseRow? {
+        try read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM syncBase WHERE root = ? AND path = ?", arguments: [root, path]).map(Self.row)
+        }
+    }
+
+    public func base(root: String, id: String) throws(DriveError) -> BaseRow? {
+        try read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM syncBase WHERE root = ? AND id = ?", arguments: [root, id]).map(Self.row)
+        }
+    }
+
+    public func all(root: String) throws(DriveError) -> [BaseRow] {
+        try read { db in try Row.fetchAll(db, sql: "SELECT * FROM syncBase WHERE root = ?", arguments: [root]).map(Self.row) }
+    }
+
+    public func count(root: String) throws(DriveError) -> Int {
+        try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM syncBase WHERE root = ?", arguments: [root]) ?? 0 }
+    }
+
+    /// Records (or replaces) the base of `row.path` (hard links: several paths share an id).
+    public func put(root: String, _ row: BaseRow) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: """
+                INSERT INTO syncBase (root, path, id, kind, localToken, remoteToken) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT(root, path) DO UPDATE SET id = excluded.id, kind = excluded.kind,
+                  localToken = excluded.localToken, remoteToken = excluded.remoteToken
+                """, arguments: [root, row.path, row.id, row.kind.rawValue, row.localToken, row.remoteToken])
+        }
+    }
+
+    public func remove(root: String, path: StorePath) throws(DriveError) {
+        try write { db in try db.execute(sql: "DELETE FROM syncBase WHERE root = ? AND path = ?", arguments: [root, path]) }
+    }
+
+    /// `from` (and, for a folder, everything under it) is now at `to`.
+    public func move(root: String, from: StorePath, to: StorePath) throws(DriveError) {
+        try write { db in
+            let prefix = from.bytes + [UInt8(ascii: "/")]
+            let rows = try Row.fetchAll(db, sql: "SELECT path FROM syncBase WHERE root = ?", arguments: [root])
+            for r in rows {
+                let p: StorePath = r["path"]
+                let moved: StorePath
+                if p == from { moved = to } else if p.bytes.starts(with: prefix) {
+                    moved = StorePath(bytes: to.bytes + p.bytes[from.bytes.count...])
+                } else { continue }
+                try db.execute(sql: "DELETE FROM syncBase WHERE root = ? AND path = ?", arguments: [root, moved])
+                try db.execute(sql: "UPDATE syncBase SET path = ? WHERE root = ? AND path = ?", arguments: [moved, root, p])
+            }
+        }
+    }
+
+    // MARK: conflicts
+
+    public func addConflict(root: String, _ c: ConflictRecord) throws(DriveError) {
+        try write { db in
+            try db.execute(sql: "INSERT OR REPLACE INTO syncConflict (root, path, copy, device, time) VALUES (?, ?, ?, ?, ?)",
+                           arguments: [root, c.path, c.copy, c.device, c.time])
+        }
+    }
+
+    public func conflicts(root: String? = nil) throws(DriveError) -> [(root: String, ConflictRecord)] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM syncConflict WHERE ? IS NULL OR root = ? ORDER BY time", arguments: [root, root]).map {
+                let r: String = $0["root"]
+                return (r, ConflictRecord(store: String(r.dropFirst("store:".count)), path: $0["path"], copy: $0["copy"],
+                                          device: $0["device"], time: $0["time"]))
+            }
+        }
+    }
+
+    public func removeConflict(root: String, copy: String) throws(DriveError) {
+        try write { db in try db.execute(sql: "DELETE FROM syncConflict WHERE root = ? AND copy = ?", arguments: [root, copy]) }
+    }
+
+    /// Whether `path` is a document in conflict or a conflict copy.
+    public func inConflict(root: String, path: String) -> Bool {
+        (try? read { db in
+            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM syncConflict WHERE root = ? AND (path = ? OR copy = ?)", arguments: [root, path, path]) ?? 0
+        }) ?? 0 > 0
+    }
+}

@@ -1,0 +1,805 @@
+// StoreSync: two-way sync of one store's local copy with its shared remote (DESIGN.md 9). For one
+// path at a time it reads the three sides (local, base, remote), asks SyncDecision what to do,
+// and does it: every remote write and delete conditional on the base, every local change made
+// under a temporary name and renamed into place under a writing intent.
+import CDocDriveSys
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the rest of the drive tells the sync engine, and what it hears back.
+public struct SyncHooks: Sendable {
+    /// Whether a process has the backing file (dev, ino) open for writing through the mount.
+    public var isOpenForWriting: @Sendable (UInt64, UInt64) -> Bool = { _, _ in false }
+    /// The sync engine changed `name` in the backing folder `folder` (a path): the kernel's
+    /// cached entry and attributes must go.
+    public var changedBehindMount: @Sendable (String, String) -> Void = { _, _ in }
+    public init() {}
+}
+
+/// A store's item in its local copy.
+struct LocalItem {
+    var path: StorePath
+    var kind: SyncEntry.Kind
+    var st: stat
+    /// Same form as the folder remote's version: size, mtime, inode ("" for a folder).
+    var token: String { FolderRemote.version(st) }
+    var entry: SyncEntry { SyncEntry(path: path.description, kind: kind, token: token) }
+}
+
+/// What one sync of a path did.
+enum SyncOutcome: Equatable {
+    case synced, removed
+    /// Another worker holds this path or one above or below it: again shortly.
+    case busy
+}
+
+/// The state `docdrive status` shows for a store's remote.
+public struct RemoteState: Equatable, Sendable, Codable {
+    public var lastPoll: Double?
+    public var offlineSince: Double?
+    public var offlineReason: String?
+    /// Names of the devices that wrote what the remote holds.
+    public var devices: [String] = []
+}
+
+final class StoreSync: Sendable {
+    let key: String
+    let name: String
+    let cache: String
+    let downloads: String
+    let remote: any Remote
+    let device: DeviceIdentity
+    let index: ItemIndex
+    let queue: UploadQueue
+    let coordinator: Coordinator
+    let logger: Logger
+    let hooks: @Sendable () -> SyncHooks
+    let limit: BandwidthLimit?
+    /// Paths a worker is syncing now; a path conflicts with itself, its folders and what is in
+    /// it. Lock: leaf.
+    private let busyPaths = Mutex<[StorePath]>([])
+    /// The last listing of the remote, by item id (for renames made on another device). Lock: leaf.
+    private let remoteIDs = Mutex<[String: StorePath]>([:])
+    let state = Mutex(RemoteState())
+    /// Polls started and done (a `docdrive sync` waits for one that started after it asked).
+    let pollsStarted = Atomic<Int>(0)
+    let polls = Atomic<Int>(0)
+    let pollWanted = Atomic<Bool>(false)
+    /// Uploads in progress are shown by the uploader.
+    let progress: @Sendable (StorePath, Int64, Int64) -> Void
+    let progressDone: @Sendable (StorePath) -> Void
+
+    init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
+         index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
+         hooks: @escaping @Sendable () -> SyncHooks,
+         progress: @escaping @Sendable (StorePath, Int64, Int64) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void) {
+        self.key = key
+        self.name = name
+        self.cache = cache
+        self.downloads = downloads
+        self.remote = remote
+        self.device = device
+        self.index = index
+        self.queue = index.uploads
+        self.coordinator = coordinator
+        self.logger = logger
+        self.limit = limit
+        self.hooks = hooks
+        self.progress = progress
+        self.progressDone = progressDone
+    }
+
+    var bases: BaseVersions { index.bases }
+
+    // MARK: path locks
+
+    private static func overlaps(_ a: StorePath, _ b: StorePath) -> Bool {
+        func under(_ x: StorePath, _ y: StorePath) -> Bool {
+            y.isEmpty || x == y || (x.bytes.count > y.bytes.count && x.bytes.starts(with: y.bytes) && x.bytes[y.bytes.count] == UInt8(ascii: "/"))
+        }
+        return under(a, b) || under(b, a)
+    }
+
+    private func tryLock(_ paths: [StorePath]) -> Bool {
+        busyPaths.withLock { held in
+            for p in paths where held.contains(where: { Self.overlaps($0, p) }) { return false }
+            held.append(contentsOf: paths)
+            return true
+        }
+    }
+
+    private func unlock(_ paths: [StorePath]) {
+        busyPaths.withLock { held in
+            for p in paths { if let i = held.firstIndex(of: p) { held.remove(at: i) } }
+        }
+    }
+
+    // MARK: the local side
+
+    private func openCache() throws(DriveError) -> Int32 {
+        let fd = open(cache, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw DriveError.io("cannot open the local copy \(cache)", .init(rawValue: errno)) }
+        return fd
+    }
+
+    /// The local item at `path`, or nil when there is none (a folder on the way gone counts).
+    func localItem(_ path: StorePath) throws(DriveError) -> LocalItem? {
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, path.folder.names) else { return nil }
+        defer { close(dir) }
+        guard let st = Beneath.stat(dir, path.lastName) else {
+            if errno == ENOENT || errno == ENOTDIR { return nil }
+            throw DriveError.io("cannot read \(path) in the local copy", .init(rawValue: errno))
+        }
+        guard let kind = FolderRemote.kind(st) else {
+            throw DriveError(.unsupported, "\(path) is \(Uploader.kindPhrase(st.st_mode)); a remote holds files, folders and symbolic links, so it is not carried there.")
+        }
+        return LocalItem(path: path, kind: kind, st: st)
+    }
+
+    /// The item id of the local item (assigned now if it never had one).
+    func localID(_ item: LocalItem) -> String? {
+        guard let cachefd = try? openCache() else { return nil }
+        defer { close(cachefd) }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, item.path.folder.names) else { return nil }
+        defer { close(dir) }
+        var pst = stat()
+        guard fstat(dir, &pst) == 0 else { return nil }
+        let kind: ItemKind = item.kind == .folder ? .directory : item.kind == .symlink ? .symlink : .file
+        return try? index.itemID(root: key, ino: Int64(item.st.st_ino), parentIno: Int64(pst.st_ino),
+                                 name: String(decoding: item.path.lastName, as: UTF8.self), kind: kind)
+    }
+
+    private func cacheInode() -> Int64? {
+        var st = stat()
+        return lstat(cache, &st) == 0 ? Int64(st.st_ino) : nil
+    }
+
+    private func isBusyLocally(_ item: LocalItem?) -> Bool {
+        guard let item, item.kind == .file else { return false }
+        return hooks().isOpenForWriting(UInt64(item.st.st_dev), UInt64(item.st.st_ino))
+    }
+
+    private func folderPath(_ path: StorePath) -> String {
+        path.folder.isEmpty ? cache : cache + "/" + String(decoding: path.folder.bytes, as: UTF8.self)
+    }
+
+    private func told(_ path: StorePath) {
+        hooks().changedBehindMount(folderPath(path), String(decoding: path.lastName, as: UTF8.self))
+    }
+
+    /// Records in the item index that `name` in `dir` is now the item `id`.
+    private func recordPlaced(_ dir: Int32, _ path: StorePath, id: String?, replacing old: stat?) {
+        var st = stat(), pst = stat()
+        guard fstat(dir, &pst) == 0, let s = Beneath.stat(dir, path.lastName) else { return }
+        st = s
+        let name = String(decoding: path.lastName, as: UTF8.self)
+        let kind: ItemKind = st.st_mode & S_IFMT == S_IFDIR ? .directory : st.st_mode & S_IFMT == S_IFLNK ? .symlink : .file
+        if let id {
+            index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: name, kind: kind, id: id))
+        } else if let old {
+            index.record(.replaced(root: key, ino: Int64(st.st_ino), oldIno: Int64(old.st_ino), parentIno: Int64(pst.st_ino), name: name))
+        }
+    }
+
+    /// The local item becomes the item `id` (made on another device): one id on every device.
+    private func takeID(_ id: String, for l: LocalItem) {
+        guard let cachefd = try? openCache() else { return }
+        defer { close(cachefd) }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) else { return }
+        defer { close(dir) }
+        recordPlaced(dir, l.path, id: id, replacing: nil)
+    }
+
+    /// A file for a download, on the same file system as the cache (renamed into place after).
+    private func makeTemporary() throws(DriveError) -> (fd: Int32, path: String) {
+        _ = mkdir(downloads, 0o700)
+        let path = downloads + "/" + ItemIndex.newID()
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | dd_O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw DriveError.io("cannot make a download file in \(downloads)", .init(rawValue: errno)) }
+        return (fd, path)
+    }
+
+    /// Downloads the remote item into a temporary file; the caller places or removes it.
+    private func fetch(_ r: RemoteItem) throws(DriveError) -> (fd: Int32, path: String, item: RemoteItem) {
+        let tmp = try makeTemporary()
+        do throws(DriveError) {
+            let got = try remote.download(r.path, version: r.version, to: tmp.fd) { [progress] done, total in progress(r.path, done, total) }
+            progressDone(r.path)
+            if got.kind == .file {
+                guard fsync(tmp.fd) == 0 else { throw DriveError.io("cannot write the download of \(r.path)", .init(rawValue: errno)) }
+                if let m = got.meta.mode { _ = fchmod(tmp.fd, mode_t(m & 0o7777)) }
+                if let ns = got.meta.mtimeNanoseconds {
+                    var times = [timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT)),
+                                 timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))]
+                    _ = futimens(tmp.fd, &times)
+                }
+            }
+            return (tmp.fd, tmp.path, got)
+        } catch {
+            progressDone(r.path)
+            close(tmp.fd)
+            unlink(tmp.path)
+            throw error
+        }
+    }
+
+    /// Whether the two open files hold the same bytes.
+    private static func sameContent(_ a: Int32, _ b: Int32) -> Bool {
+        guard let x = try? FolderRemote.sha256(of: a, named: ""), let y = try? FolderRemote.sha256(of: b, named: "") else { return false }
+        return x == y
+    }
+
+    /// Opens (making them) the local folders of `path`.
+    private func openLocalFolder(_ cachefd: Int32, _ folder: StorePath) throws(DriveError) -> Int32 {
+        switch Beneath.openFolder(cachefd, folder.names, create: true) {
+        case .success(let fd): return fd
+        case .failure:
+            throw DriveError(.io, "\(folder) cannot be made a folder in the local copy (a file or a link is in the way).")
+        }
+    }
+
+    // MARK: one path
+
+    /// Syncs `path`: reads the three sides, decides, acts. A remote that changed under a
+    /// conditional write is read again and decided again (a few times at most).
+    func sync(_ path: StorePath) throws(DriveError) -> SyncOutcome {
+        guard tryLock([path]) else { return .busy }
+        defer { unlock([path]) }
+        var attempt = 0
+        while true {
+            do {
+                return try syncLocked(path)
+            } catch let e where e.code == .remoteChanged && attempt < 3 {
+                attempt += 1
+                logger.debug("store \(name): \(e.message) Deciding again.")
+            }
+        }
+    }
+
+    private func syncLocked(_ path: StorePath) throws(DriveError) -> SyncOutcome {
+        var local = try localItem(path)
+        var base = try bases.base(root: key, path: path)
+        var remoteItem = try remote.item(at: path)
+
+        // Renamed here: the local item is the base of another path, no longer there locally.
+        if let l = local, let id = localID(l), base?.id != id, let old = try bases.base(root: key, id: id), old.path != path,
+           remoteItem == nil, try localItem(old.path).map({ localID($0) != id }) ?? true {
+            // What is at or under the old path may be syncing now: decided once it is not.
+            guard tryLock([old.path]) else { return .busy }
+            defer { unlock([old.path]) }
+            if let r = try remote.item(at: old.path), r.version == old.remoteToken {
+                let moved = try remote.move(old.path, version: old.remoteToken, to: path)
+                try bases.move(root: key, from: old.path, to: path)
+                logger.info("store \(name): moved \(old.path) to \(path) on the remote")
+                base = try bases.base(root: key, path: path)
+                remoteItem = moved
+                // Whatever took the old name since (a new folder, a new file) is its own item.
+                try? queue.enqueue(root: key, path: old.path, due: 0)
+            }
+        }
+        // A folder here that is another item than the one the base knew (renamed away, and a
+        // new one made under its name): what is in either is looked at on its own.
+        if let l = local, l.kind == .folder, let b = base, b.kind == .folder, let id = localID(l), b.id != nil, b.id != id {
+            try queueChildren(path, remoteToo: true)
+            var nb = b
+            nb.id = id
+            try bases.put(root: key, nb)
+        }
+        // Renamed on another device: nothing here on the remote, but the item is elsewhere there.
+        if remoteItem == nil, local != nil, let b = base, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
+           let r = try remote.item(at: to), r.meta.itemID == id, try localItem(to) == nil, tryLock([to]) {
+            defer { unlock([to]) }
+            try moveLocal(path, to: to)
+            try bases.move(root: key, from: path, to: to)
+            logger.info("store \(name): \(path) was moved to \(to) on another device; moved here too")
+            try? queue.enqueue(root: key, path: to, due: 0)
+            return .synced
+        }
+        // The same from the new name's side.
+        if local == nil, base == nil, let r = remoteItem, let id = r.meta.itemID, let old = try bases.base(root: key, id: id),
+           old.path != path, try remote.item(at: old.path) == nil, let l = try localItem(old.path), localID(l) == id, tryLock([old.path]) {
+            defer { unlock([old.path]) }
+            try moveLocal(old.path, to: path)
+            try bases.move(root: key, from: old.path, to: path)
+            logger.info("store \(name): \(old.path) was moved to \(path) on another device; moved here too")
+            local = try localItem(path)
+            base = try bases.base(root: key, path: path)
+        }
+
+        // Gone here because it was renamed: the new name's sync moves it on the remote (a
+        // delete here would lose the item's id on the other devices).
+        if local == nil, let b = base, let id = b.id, remoteItem?.version == b.remoteToken, let rootIno = cacheInode(),
+           let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path,
+           try bases.base(root: key, path: StorePath(p)) == nil, let there = try localItem(StorePath(p)), localID(there) == id {
+            try? queue.enqueue(root: key, path: StorePath(p), due: 0)
+            return .synced
+        }
+        let item = SyncItem(local: local?.entry, base: base?.base,
+                            remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version) },
+                            localBusy: isBusyLocally(local))
+        let plan = SyncDecision.decide(item)
+        switch plan.action {
+        case .none:
+            return .synced
+        case .adopt:
+            let l = local!, r = remoteItem!
+            if let rid = r.meta.itemID, rid != localID(l) { takeID(rid, for: l) }
+            try bases.put(root: key, BaseRow(path: path, id: r.meta.itemID ?? localID(l), kind: l.kind, localToken: l.token, remoteToken: r.version))
+            return .synced
+        case .upload:
+            try upload(local!, base: base, remoteThere: remoteItem)
+            return .synced
+        case .download:
+            try download(remoteItem!, over: local, base: base)
+            return .synced
+        case .deleteRemote:
+            return try deleteRemote(path, base: base!)
+        case .deleteLocal:
+            return try deleteLocal(local!, base: base!)
+        case .forget:
+            try bases.remove(root: key, path: path)
+            return .removed
+        case .conflict:
+            try conflict(local!, remoteItem!, base: base)
+            return .synced
+        }
+    }
+
+    // MARK: actions
+
+    private func meta(id: String?) -> RemoteMeta {
+        RemoteMeta(itemID: id, deviceID: device.id, deviceName: device.name)
+    }
+
+    /// Makes the folders above `path` on the remote with their ids (top down), where this
+    /// device has no base for them yet: a folder's id travels like a file's.
+    private func ensureRemoteFolders(_ folder: StorePath) throws(DriveError) {
+        guard !folder.isEmpty, try bases.base(root: key, path: folder) == nil else { return }
+        try ensureRemoteFolders(folder.folder)
+        guard let l = try localItem(folder), l.kind == .folder else { return }
+        let id = localID(l)
+        var m = meta(id: id)
+        m.mode = UInt32(l.st.st_mode & 0o7777)
+        let r = try remote.makeFolder(folder, meta: m)
+        try bases.put(root: key, BaseRow(path: folder, id: r.meta.itemID ?? id, kind: .folder, localToken: "", remoteToken: r.version))
+    }
+
+    private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?) throws(DriveError) {
+        try ensureRemoteFolders(l.path.folder)
+        let id = localID(l)
+        let expecting: RemoteExpectation = remoteThere.map { _ in .version(base?.remoteToken ?? "") } ?? .absent
+        switch l.kind {
+        case .folder:
+            var m = meta(id: id)
+            m.mode = UInt32(l.st.st_mode & 0o7777)
+            let r = try remote.makeFolder(l.path, meta: m)
+            try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .folder, localToken: "", remoteToken: r.version))
+            // What is in it on either side (a folder moved in, or made before a crash).
+            try queueChildren(l.path, remoteToo: true)
+        case .symlink:
+            let cachefd = try openCache()
+            defer { close(cachefd) }
+            guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names),
+                  let target = Beneath.readLink(dir, l.path.lastName) else {
+                throw DriveError(.changedDuringUpload, "\(l.path) changed while it was uploaded; it will be uploaded again.")
+            }
+            close(dir)
+            let r = try remote.makeSymlink(target, at: l.path, expecting: expecting, meta: meta(id: id))
+            try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .symlink, localToken: l.token, remoteToken: r.version))
+        case .file:
+            let cachefd = try openCache()
+            defer { close(cachefd) }
+            guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) else {
+                throw DriveError(.changedDuringUpload, "\(l.path) changed while it was uploaded; it will be uploaded again.")
+            }
+            defer { close(dir) }
+            let fd = Beneath.openForReading(dir, l.path.lastName)
+            guard fd >= 0 else { throw DriveError(.changedDuringUpload, "\(l.path) changed while it was uploaded; it will be uploaded again.") }
+            defer { close(fd) }
+            var st = stat()
+            guard fstat(fd, &st) == 0 else { throw DriveError.io("cannot read \(l.path) in the local copy", .init(rawValue: errno)) }
+            let r: RemoteItem
+            do {
+                r = try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
+                    try remote.upload(from: fd, to: l.path, expecting: expecting, meta: meta(id: id), limit: limit) { [progress] d, t in
+                        progress(l.path, d, t)
+                    }
+                }
+            } catch let e as DriveError where e.code == .busy {
+                progressDone(l.path)
+                throw DriveError(.lockedForWriting, "\(l.path) is locked for writing")
+            } catch let e as DriveError {
+                progressDone(l.path)
+                throw e
+            } catch {
+                progressDone(l.path)
+                throw DriveError(.io, "\(error)")
+            }
+            progressDone(l.path)
+            try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
+        }
+    }
+
+    /// Queues what is in the folder `path` locally (and on the remote) for a sync of its own.
+    private func queueChildren(_ path: StorePath, remoteToo: Bool) throws(DriveError) {
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        var batch = [(String, StorePath, Double)]()
+        if case .success(let dir) = Beneath.openFolder(cachefd, path.names) {
+            for e in Beneath.names(dir) ?? [] where !FolderRemote.isOwnName(e.name) { batch.append((key, path.appending(e.name), 0)) }
+            close(dir)
+        }
+        let prefix = path.bytes + [UInt8(ascii: "/")]
+        for b in try bases.all(root: key) where b.path.bytes.starts(with: prefix) && !b.path.bytes[prefix.count...].contains(UInt8(ascii: "/")) {
+            batch.append((key, b.path, 0))
+        }
+        if remoteToo {
+            for (_, p) in remoteIDs.withLock({ $0 }) where p.folder == path { batch.append((key, p, 0)) }
+        }
+        try queue.enqueueAll(batch)
+    }
+
+    /// Puts the remote version in place of the local one (or where there is none). The local
+    /// copy must still be what the base says (or absent) and not open for writing; else the
+    /// remote version becomes a conflict copy.
+    private func download(_ r: RemoteItem, over local: LocalItem?, base: BaseRow?) throws(DriveError) {
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        let dir = try openLocalFolder(cachefd, r.path.folder)
+        defer { close(dir) }
+        let name = r.path.lastName
+        switch r.kind {
+        case .folder:
+            if Beneath.withCName(name, { mkdirat(dir, $0, mode_t(r.meta.mode ?? 0o755) & 0o7777) }) != 0, errno != EEXIST {
+                throw DriveError.io("cannot make the folder \(r.path) in the local copy", .init(rawValue: errno))
+            }
+            guard let st = Beneath.stat(dir, name), st.st_mode & S_IFMT == S_IFDIR else {
+                throw DriveError(.io, "\(r.path) is a file in the local copy where the remote has a folder.")
+            }
+            recordPlaced(dir, r.path, id: r.meta.itemID, replacing: nil)
+            told(r.path)
+            try bases.put(root: key, BaseRow(path: r.path, id: r.meta.itemID ?? localID(LocalItem(path: r.path, kind: .folder, st: st)),
+                                             kind: .folder, localToken: "", remoteToken: r.version))
+            try queueChildren(r.path, remoteToo: true)
+            return
+        case .symlink, .file:
+            break
+        }
+        let tmp = try fetch(r)
+        var placed = false
+        defer {
+            close(tmp.fd)
+            if !placed { unlink(tmp.path) }
+        }
+        // The local copy is replaced only as the base knew it, under a writing intent (no
+        // process holds a lock on it) and while no one has it open for writing.
+        let current = local.flatMap { l -> Int32? in
+            l.kind == .file ? Beneath.openForReading(dir, name) : nil
+        }
+        defer { if let current, current >= 0 { close(current) } }
+        let place: () throws -> Void = { [self] in
+            let now = Beneath.stat(dir, name)
+            let unchanged: Bool = {
+                guard let now else { return local == nil }
+                guard let l = local, let b = base else { return false }
+                return FolderRemote.version(now) == b.localToken && FolderRemote.version(now) == l.token
+            }()
+            guard unchanged, !isBusyLocally(local) else {
+                throw DriveError(.remoteChanged, "\(r.path) changed here while the remote's version was downloaded.")
+            }
+            if tmp.item.kind == .symlink {
+                var target = [UInt8](repeating: 0, count: Int(tmp.item.size) + 1)
+                let n = target.withUnsafeMutableBytes { pread(tmp.fd, $0.baseAddress, $0.count, 0) }
+                let linkTmp = Array((".docdrive-link-" + ItemIndex.newID()).utf8)
+                let made = Beneath.withCName(target[0..<max(0, n)]) { t in Beneath.withCName(linkTmp) { symlinkat(t, dir, $0) } }
+                guard made == 0 else { throw DriveError.io("cannot make the link \(r.path) in the local copy", .init(rawValue: errno)) }
+                let moved = Beneath.withCName(linkTmp) { t in Beneath.withCName(name) { renameat(dir, t, dir, $0) } }
+                if moved != 0 {
+                    let e = errno
+                    _ = Beneath.withCName(linkTmp) { unlinkat(dir, $0, 0) }
+                    throw DriveError.io("cannot place the link \(r.path) in the local copy", .init(rawValue: e))
+                }
+            } else {
+                let moved = Beneath.withCName(name) { renameat(AT_FDCWD, tmp.path, dir, $0) }
+                guard moved == 0 else { throw DriveError.io("cannot place \(r.path) in the local copy", .init(rawValue: errno)) }
+                placed = true
+            }
+            recordPlaced(dir, r.path, id: r.meta.itemID, replacing: now)
+        }
+        do {
+            if let current, current >= 0 {
+                try coordinator.coordinate([.init(fd: current, .writing)], timeout: 1.0, place)
+            } else {
+                try place()
+            }
+        } catch let e as DriveError where e.code == .busy || e.code == .remoteChanged {
+            // Changed, locked or open here: both versions stay.
+            try keepAsConflict(tmp.fd, tmp.path, r, placed: &placed)
+            try? queue.enqueue(root: key, path: r.path, due: 0)
+            return
+        } catch let e as DriveError {
+            throw e
+        } catch {
+            throw DriveError(.io, "\(error)")
+        }
+        told(r.path)
+        guard let now = Beneath.stat(dir, name), let kind = FolderRemote.kind(now) else { return }
+        try bases.put(root: key, BaseRow(path: r.path, id: r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now)),
+                                         kind: kind, localToken: FolderRemote.version(now), remoteToken: r.version))
+    }
+
+    /// Both sides changed: the local copy stays (it is uploaded over the remote version next,
+    /// now that this device has seen it) and the remote version is kept beside it as
+    /// `NAME (conflict from DEVICE DATE).EXT`, which is synced like any new file.
+    private func conflict(_ l: LocalItem, _ r: RemoteItem, base: BaseRow?) throws(DriveError) {
+        if l.kind == .folder || r.kind == .folder {
+            if l.kind == .folder && r.kind == .folder { return }
+            throw DriveError(.io, "\(l.path) is a folder on one device and a file or link on another; rename one of them.")
+        }
+        let tmp = try fetch(r)
+        var placed = false
+        defer {
+            close(tmp.fd)
+            if !placed { unlink(tmp.path) }
+        }
+        // The same bytes on both sides (made on two devices, or the same change twice): agreed.
+        if l.kind == .file, r.kind == .file, let cachefd = try? openCache() {
+            defer { close(cachefd) }
+            if case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) {
+                defer { close(dir) }
+                let fd = Beneath.openForReading(dir, l.path.lastName)
+                if fd >= 0 {
+                    defer { close(fd) }
+                    var st = stat()
+                    if fstat(fd, &st) == 0, FolderRemote.version(st) == l.token, Self.sameContent(fd, tmp.fd) {
+                        if let rid = r.meta.itemID, rid != localID(l) { takeID(rid, for: l) }
+                        try bases.put(root: key, BaseRow(path: l.path, id: r.meta.itemID ?? localID(l), kind: .file,
+                                                         localToken: l.token, remoteToken: r.version))
+                        return
+                    }
+                }
+            }
+        }
+        try keepAsConflict(tmp.fd, tmp.path, r, placed: &placed)
+        // This device has now seen the remote version: the local one goes over it.
+        try bases.put(root: key, BaseRow(path: l.path, id: localID(l), kind: l.kind, localToken: base?.localToken ?? "",
+                                         remoteToken: r.version))
+        try? queue.enqueue(root: key, path: l.path, due: 0)
+    }
+
+    /// Places the downloaded remote version `r` beside the document as a conflict copy.
+    private func keepAsConflict(_ fd: Int32, _ tmpPath: String, _ r: RemoteItem, placed: inout Bool) throws(DriveError) {
+        let who = r.meta.deviceName ?? "another device"
+        let copy = StorePath(SyncDecision.conflictPath(r.path.description, device: who, date: Date()))
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        let dir = try openLocalFolder(cachefd, copy.folder)
+        defer { close(dir) }
+        if r.kind == .symlink {
+            // A link's conflict copy is a small file holding its target.
+        }
+        let moved = Beneath.withCName(copy.lastName) { dd_renameat2(AT_FDCWD, tmpPath, dir, $0, UInt32(dd_RENAME_NOREPLACE)) }
+        guard moved == 0 else { throw DriveError.io("cannot keep the conflict copy \(copy) in the local copy", .init(rawValue: errno)) }
+        placed = true
+        recordPlaced(dir, copy, id: nil, replacing: nil)
+        told(copy)
+        try bases.addConflict(root: key, ConflictRecord(store: name, path: r.path.description, copy: copy.description,
+                                                        device: who, time: Date().timeIntervalSince1970))
+        logger.warning("store \(name): \(r.path) was changed here and on \(who); their version is kept as \(copy)")
+        try? queue.enqueue(root: key, path: copy, due: 0)
+    }
+
+    /// Deleted here: delete on the remote what is still the version this device saw. A folder
+    /// goes once what is in it went (a file changed or added in it elsewhere keeps it).
+    private func deleteRemote(_ path: StorePath, base: BaseRow) throws(DriveError) -> SyncOutcome {
+        if base.kind == .folder {
+            let prefix = path.bytes + [UInt8(ascii: "/")]
+            let inside = try bases.all(root: key).filter { $0.path.bytes.starts(with: prefix) }
+                .sorted { $0.path.bytes.count > $1.path.bytes.count }
+            for child in inside {
+                _ = try syncLockedChild(child.path)
+            }
+            do {
+                try remote.delete(path, version: "")
+            } catch let e where e.code == .remoteChanged {
+                // Something new inside on the remote: the folder comes back here.
+                if let r = try remote.item(at: path) { try download(r, over: nil, base: nil) }
+                return .synced
+            }
+        } else {
+            try remote.delete(path, version: base.remoteToken)
+        }
+        try bases.remove(root: key, path: path)
+        return .removed
+    }
+
+    /// A path inside a folder being deleted (this worker holds the folder's lock).
+    private func syncLockedChild(_ path: StorePath) throws(DriveError) -> SyncOutcome {
+        var attempt = 0
+        while true {
+            do { return try syncLocked(path) } catch let e where e.code == .remoteChanged && attempt < 3 { attempt += 1 }
+        }
+    }
+
+    /// Deleted on the remote, unchanged here: delete the local copy (under a writing intent).
+    /// A folder goes once what is in it went; a new file in it keeps it, and it goes back up.
+    private func deleteLocal(_ l: LocalItem, base: BaseRow) throws(DriveError) -> SyncOutcome {
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) else { return .removed }
+        defer { close(dir) }
+        let name = l.path.lastName
+        if l.kind == .folder {
+            if case .success(let sub) = Beneath.openFolder(dir, [name]) {
+                let children = (Beneath.names(sub) ?? []).map { l.path.appending($0.name) }
+                close(sub)
+                for child in children { _ = try syncLockedChild(child) }
+            }
+            if Beneath.withCName(name, { unlinkat(dir, $0, dd_AT_REMOVEDIR) }) != 0 {
+                if errno == ENOTEMPTY || errno == EEXIST {
+                    // A file made here inside it: the folder stays, and goes back to the remote.
+                    var m = meta(id: base.id)
+                    m.mode = UInt32(l.st.st_mode & 0o7777)
+                    let r = try remote.makeFolder(l.path, meta: m)
+                    try bases.put(root: key, BaseRow(path: l.path, id: base.id, kind: .folder, localToken: "", remoteToken: r.version))
+                    return .synced
+                }
+                if errno != ENOENT { throw DriveError.io("cannot remove \(l.path) from the local copy", .init(rawValue: errno)) }
+            }
+        } else {
+            let fd = l.kind == .file ? Beneath.openForReading(dir, name) : -1
+            defer { if fd >= 0 { close(fd) } }
+            let remove: () throws -> Void = { [self] in
+                guard let now = Beneath.stat(dir, name), FolderRemote.version(now) == base.localToken, !isBusyLocally(l) else {
+                    throw DriveError(.remoteChanged, "\(l.path) changed here; it is not deleted.")
+                }
+                guard Beneath.withCName(name, { unlinkat(dir, $0, 0) }) == 0 || errno == ENOENT else {
+                    throw DriveError.io("cannot remove \(l.path) from the local copy", .init(rawValue: errno))
+                }
+            }
+            do {
+                if fd >= 0 { try coordinator.coordinate([.init(fd: fd, .writing)], timeout: 1.0, remove) } else { try remove() }
+            } catch let e as DriveError where e.code == .busy || e.code == .remoteChanged {
+                // In use or changed here: the change wins; it goes back up as a new file.
+                try bases.remove(root: key, path: l.path)
+                try? queue.enqueue(root: key, path: l.path, due: 0)
+                return .synced
+            } catch let e as DriveError {
+                throw e
+            } catch {
+                throw DriveError(.io, "\(error)")
+            }
+        }
+        index.record(.removed(root: key, ino: Int64(l.st.st_ino)))
+        told(l.path)
+        try bases.remove(root: key, path: l.path)
+        return .removed
+    }
+
+    /// Moves a local item (a rename made on another device), making the new folders.
+    private func moveLocal(_ from: StorePath, to: StorePath) throws(DriveError) {
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        guard case .success(let src) = Beneath.openFolder(cachefd, from.folder.names) else { return }
+        defer { close(src) }
+        let dst = try openLocalFolder(cachefd, to.folder)
+        defer { close(dst) }
+        let r = Beneath.withCName(from.lastName) { f in Beneath.withCName(to.lastName) { dd_renameat2(src, f, dst, $0, UInt32(dd_RENAME_NOREPLACE)) } }
+        guard r == 0 else { throw DriveError.io("cannot move \(from) to \(to) in the local copy", .init(rawValue: errno)) }
+        if let st = Beneath.stat(dst, to.lastName) {
+            var pst = stat()
+            if fstat(dst, &pst) == 0 {
+                index.record(.renamed(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: String(decoding: to.lastName, as: UTF8.self)))
+            }
+        }
+        told(from)
+        told(to)
+    }
+
+    // MARK: looking at both sides
+
+    /// Lists the remote and queues every path where it differs from the bases (changed, new,
+    /// gone, moved). A remote that cannot be listed changes nothing: the store is offline.
+    @discardableResult
+    func poll() -> Int {
+        pollsStarted.add(1, ordering: .relaxed)
+        defer { polls.add(1, ordering: .relaxed) }
+        let items: [RemoteItem]
+        do {
+            items = try remote.list()
+        } catch {
+            let now = Date().timeIntervalSince1970
+            let wasOnline = state.withLock { s -> Bool in
+                let was = s.offlineSince == nil
+                if was { s.offlineSince = now }
+                s.offlineReason = error.message
+                return was
+            }
+            if wasOnline { logger.warning("store \(name): offline: \(error.message)") }
+            return 0
+        }
+        let wasOffline = state.withLock { s -> Bool in
+            let was = s.offlineSince != nil
+            s.offlineSince = nil
+            s.offlineReason = nil
+            s.lastPoll = Date().timeIntervalSince1970
+            s.devices = Array(Set(items.compactMap(\.meta.deviceName))).sorted()
+            return was
+        }
+        if wasOffline {
+            logger.info("store \(name): the remote answers again")
+            try? queue.makeAllDue(root: key)
+        }
+        var byPath = [StorePath: RemoteItem](minimumCapacity: items.count)
+        var byID = [String: StorePath]()
+        for i in items {
+            byPath[i.path] = i
+            if let id = i.meta.itemID { byID[id] = i.path }
+        }
+        remoteIDs.withLock { $0 = byID }
+        guard let all = try? bases.all(root: key) else { return 0 }
+        var changed = Set<StorePath>()
+        var known = Set<StorePath>()
+        for b in all {
+            known.insert(b.path)
+            if let r = byPath[b.path] {
+                if r.version != b.remoteToken || r.kind != b.kind { changed.insert(b.path) }
+            } else {
+                changed.insert(b.path)
+                if let id = b.id, let to = byID[id] { changed.insert(to) }
+            }
+        }
+        for i in items where !known.contains(i.path) { changed.insert(i.path) }
+        let now = Date().timeIntervalSince1970
+        // Folders first: a new folder is made before what goes in it.
+        let batch = changed.sorted { $0.bytes.count < $1.bytes.count }.map { (key, $0, now) }
+        try? queue.enqueueAll(batch)
+        return batch.count
+    }
+
+    /// At start: queues every local path that differs from its base (saved while not mounted,
+    /// or a save a crash kept out of the queue), and every base whose local copy is gone.
+    func compareLocal(stopped: () -> Bool) {
+        guard let all = try? bases.all(root: key), let cachefd = try? openCache() else { return }
+        defer { close(cachefd) }
+        var byPath = [StorePath: BaseRow](minimumCapacity: all.count)
+        for b in all { byPath[b.path] = b }
+        var seen = Set<StorePath>()
+        var batch = [(String, StorePath, Double)]()
+        let now = Date().timeIntervalSince1970
+        func walk(_ dfd: Int32, _ path: StorePath) {
+            for e in Beneath.names(dfd) ?? [] where !FolderRemote.isOwnName(e.name) {
+                if stopped() { return }
+                let rel = path.appending(e.name)
+                guard let st = Beneath.stat(dfd, e.name[...]), FolderRemote.kind(st) != nil else { continue }
+                seen.insert(rel)
+                if byPath[rel]?.localToken != FolderRemote.version(st) || byPath[rel] == nil { batch.append((key, rel, now)) }
+                if st.st_mode & S_IFMT == S_IFDIR, case .success(let sub) = Beneath.openFolder(dfd, [e.name[...]]) {
+                    walk(sub, rel)
+                    close(sub)
+                }
+                if batch.count >= 1000 {
+                    try? queue.enqueueAll(batch)
+                    batch.removeAll()
+                }
+            }
+        }
+        walk(cachefd, .store)
+        for b in all where !seen.contains(b.path) { batch.append((key, b.path, now)) }
+        try? queue.enqueueAll(batch)
+    }
+
+    /// Conflict copies the user removed or renamed: their conflict is over.
+    func clearResolvedConflicts() {
+        guard let list = try? bases.conflicts(root: key) else { return }
+        for (_, c) in list where (try? localItem(StorePath(c.copy))) ?? nil == nil {
+            try? bases.removeConflict(root: key, copy: c.copy)
+        }
+    }
+}

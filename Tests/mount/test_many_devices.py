@@ -1,0 +1,430 @@
+"""Several devices (separate drive homes and mounts on this machine) on one shared folder remote.
+
+Each device has the store "shared" (shown as "Shared") on the same remote folder, with a short
+write-back delay and poll interval. What is covered: joining a store that has content downloads
+it; create, change, rename, move and delete travel both ways, and a rename keeps the item's id
+(`user.docdrive.id`) on every device; concurrent edits keep both versions (a conflict copy named
+after the other device, `user.docdrive.status` = conflict, listed by `docdrive sync`/`status`);
+an edit against a delete keeps the edit; a folder deleted on one device with a new file in it
+on another comes back; a file open for writing is never replaced under its writer; a reference on
+B follows a rename made on A; the remote unreachable for a while (offline in status, nothing
+deleted locally, everything resumes); a device never removes another device's upload temps.
+
+The randomized test (test_random_operations_on_three_devices) runs random operations on three
+devices with random pauses, records every version any device closed, then syncs and checks
+that the three trees are identical (names, content, item ids), that every recorded version is
+the final content of its file or a conflict copy, and that no conflict copy duplicates a winner.
+The seed is printed; DOCDRIVE_SYNC_SEED replays it, DOCDRIVE_SYNC_OPS sets the operation count.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from ddtest import NOTES_ID, run, wait_until
+
+POLL = 0.5
+WRITEBACK = 0.1
+
+
+class Device:
+    def __init__(self, d, remote: Path, name: str):
+        self.d = d
+        self.name = name
+        self.remote = remote
+        d.cli("device", "--name", name)
+        d.cli("store", "add", "shared", "--name", "Shared", "--folder", str(remote),
+              "--writeback", str(WRITEBACK), "--poll", str(POLL))
+
+    @property
+    def dir(self) -> Path:
+        return self.d.mnt / "Shared"
+
+    @property
+    def cache(self) -> Path:
+        return self.d.home / "stores" / "shared" / "cache"
+
+    def mount(self):
+        self.d.mount()
+        assert self.dir.is_dir(), os.listdir(self.d.mnt)
+        return self
+
+    def sync(self, timeout=60, check=0):
+        p = self.d.cli("sync", "--timeout", str(timeout), timeout=timeout + 60, check=False)
+        if check is not None:
+            assert p.returncode == check, (
+                f"{self.name}: docdrive sync exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}\n"
+                f"log:\n{self.d.log_tail(60)}")
+        return p
+
+    def status(self):
+        return json.loads(self.d.cli("status", "--json").stdout)
+
+
+def devices(new_drive, tmp_remote: Path, n: int, names=("alpha", "beta", "gamma")) -> list[Device]:
+    out = []
+    for i in range(n):
+        out.append(Device(new_drive(), tmp_remote, names[i]).mount())
+    return out
+
+
+def sync_all(devs, rounds=2):
+    for _ in range(rounds):
+        for d in devs:
+            d.sync()
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in filenames:
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, root)
+            if rel == ".docdrive-store":
+                continue
+            if os.path.islink(p):
+                out[rel] = b"->" + os.fsencode(os.readlink(p))
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = f.read()
+        for n in dirnames:
+            rel = os.path.relpath(os.path.join(dirpath, n), root)
+            out[rel + "/"] = b""
+    return out
+
+
+def ids(root: Path) -> dict[str, str]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in filenames + dirnames:
+            p = os.path.join(dirpath, n)
+            out[os.path.relpath(p, root)] = os.getxattr(p, "user.docdrive.id").decode()
+    return out
+
+
+def write(p: Path, data: bytes):
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "wb") as f:
+        f.write(data)
+
+
+def conflict_copies(root: Path) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(dp, n), root) for dp, _, fn in os.walk(root) for n in fn if "(conflict from " in n)
+
+
+@pytest.fixture
+def shared(tmp_path_factory):
+    return tmp_path_factory.mktemp("shared-remote") / "remote"
+
+
+# --------------------------------------------------------------------------- basics
+
+@pytest.mark.timeout(120)
+def test_joining_a_store_downloads_what_it_holds(new_drive, shared):
+    a = Device(new_drive(), shared, "alpha").mount()
+    write(a.dir / "Reports" / "q3.txt", b"third quarter")
+    write(a.dir / "notes.md", b"# notes\n")
+    os.symlink("notes.md", a.dir / "link")
+    (a.dir / "Empty").mkdir()
+    a.sync()
+    b = Device(new_drive(), shared, "beta").mount()
+    b.sync()
+    assert tree(b.dir) == tree(a.dir)
+    assert (b.dir / "Reports" / "q3.txt").read_bytes() == b"third quarter"
+    assert os.readlink(b.dir / "link") == "notes.md"
+    # The item ids travel: the same document has the same id on both devices.
+    assert ids(b.dir) == ids(a.dir)
+    st = b.status()
+    assert "alpha" in json.dumps(st), st
+
+
+@pytest.mark.timeout(150)
+def test_changes_travel_both_ways_and_renames_keep_the_id(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "doc.txt", b"v1")
+    a.sync(); b.sync()
+    assert (b.dir / "doc.txt").read_bytes() == b"v1"
+    doc_id = os.getxattr(a.dir / "doc.txt", "user.docdrive.id")
+    assert os.getxattr(b.dir / "doc.txt", "user.docdrive.id") == doc_id
+    # Changed on B, seen on A.
+    write(b.dir / "doc.txt", b"v2 from beta")
+    b.sync(); a.sync()
+    assert (a.dir / "doc.txt").read_bytes() == b"v2 from beta"
+    # Renamed and moved on A: a rename on B, same id.
+    (a.dir / "Archive").mkdir()
+    os.rename(a.dir / "doc.txt", a.dir / "Archive" / "renamed.txt")
+    a.sync(); b.sync()
+    assert not (b.dir / "doc.txt").exists()
+    assert (b.dir / "Archive" / "renamed.txt").read_bytes() == b"v2 from beta"
+    assert os.getxattr(b.dir / "Archive" / "renamed.txt", "user.docdrive.id") == doc_id
+    # A folder renamed on B, seen on A with what is in it.
+    os.rename(b.dir / "Archive", b.dir / "Old")
+    b.sync(); a.sync()
+    assert not (a.dir / "Archive").exists()
+    assert (a.dir / "Old" / "renamed.txt").read_bytes() == b"v2 from beta"
+    # Deleted on A, gone on B.
+    os.unlink(a.dir / "Old" / "renamed.txt")
+    a.sync(); b.sync()
+    assert not (b.dir / "Old" / "renamed.txt").exists()
+    assert tree(a.dir) == tree(b.dir)
+    assert conflict_copies(a.dir) == [] and conflict_copies(b.dir) == []
+
+
+@pytest.mark.timeout(120)
+def test_changes_arrive_without_sync_within_the_poll_interval(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "live.txt", b"hello")
+    t0 = time.monotonic()
+    assert wait_until(lambda: (b.dir / "live.txt").exists() and (b.dir / "live.txt").read_bytes() == b"hello", 15), \
+        f"not on B after 15 s\n{b.d.log_tail()}"
+    took = time.monotonic() - t0
+    print(f"create on A seen on B after {took:.2f} s (poll {POLL} s, write-back {WRITEBACK} s)")
+
+
+@pytest.mark.timeout(150)
+def test_concurrent_edits_keep_both_versions(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "plan.odt", b"base")
+    a.sync(); b.sync()
+    # Both change it before either hears of the other.
+    a.d.cli("unmount", str(a.d.mnt))
+    write(b.dir / "plan.odt", b"beta's change")
+    b.sync()
+    write(a.cache / "plan.odt", b"alpha's change")  # alpha edits while its drive is not mounted
+    a.mount()
+    a.sync(); b.sync(); a.sync()
+    for dev in (a, b):
+        copies = conflict_copies(dev.dir)
+        assert len(copies) == 1, (dev.name, copies, tree(dev.dir))
+        assert copies[0].startswith("plan (conflict from ") and copies[0].endswith(").odt"), copies
+        versions = {(dev.dir / "plan.odt").read_bytes(), (dev.dir / copies[0]).read_bytes()}
+        assert versions == {b"alpha's change", b"beta's change"}, versions
+        assert os.getxattr(dev.dir / copies[0], "user.docdrive.status") == b"conflict"
+    assert tree(a.dir) == tree(b.dir)
+    # The one whose version lost is named in the copy; sync lists the conflict.
+    p = a.sync()
+    assert "conflict" in p.stderr + p.stdout, p.stderr
+
+
+@pytest.mark.timeout(150)
+def test_an_edit_wins_over_a_delete(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "keep.txt", b"original")
+    a.sync(); b.sync()
+    a.d.cli("unmount", str(a.d.mnt))
+    os.unlink(b.dir / "keep.txt")
+    b.sync()
+    write(a.cache / "keep.txt", b"edited while the other deleted it")
+    a.mount()
+    sync_all([a, b])
+    assert (a.dir / "keep.txt").read_bytes() == b"edited while the other deleted it"
+    assert (b.dir / "keep.txt").read_bytes() == b"edited while the other deleted it"
+
+
+@pytest.mark.timeout(150)
+def test_a_folder_deleted_on_one_device_with_a_new_file_in_it_on_the_other_comes_back(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "Trip" / "old.txt", b"old")
+    a.sync(); b.sync()
+    a.d.cli("unmount", str(a.d.mnt))
+    shutil.rmtree(b.dir / "Trip")
+    b.sync()
+    write(a.cache / "Trip" / "new.txt", b"new while deleted elsewhere")
+    a.mount()
+    sync_all([a, b])
+    for dev in (a, b):
+        assert (dev.dir / "Trip" / "new.txt").read_bytes() == b"new while deleted elsewhere", tree(dev.dir)
+        assert not (dev.dir / "Trip" / "old.txt").exists()
+
+
+@pytest.mark.timeout(150)
+def test_a_file_open_for_writing_is_not_replaced_under_its_writer(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "open.txt", b"v1")
+    a.sync(); b.sync()
+    with open(b.dir / "open.txt", "r+b") as f:
+        write(a.dir / "open.txt", b"v2 from alpha")
+        a.sync()
+        b.d.cli("sync", "--timeout", "30", check=False)
+        # B's writer still holds its file; the other version is kept beside it.
+        f.seek(0)
+        f.write(b"B")
+    b.sync(); a.sync(); b.sync()
+    copies = conflict_copies(b.dir)
+    assert len(copies) == 1, tree(b.dir)
+    assert {(b.dir / "open.txt").read_bytes(), (b.dir / copies[0]).read_bytes()} == {b"B1", b"v2 from alpha"}
+    assert tree(a.dir) == tree(b.dir)
+
+
+@pytest.mark.timeout(150)
+def test_a_reference_on_another_device_follows_a_rename(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "Letters" / "draft.txt", b"Dear ...")
+    a.sync(); b.sync()
+    # Notes on B opens the document from the shared store: a reference in its container.
+    b.d.cli("open", "--app", NOTES_ID, str(b.dir / "Letters" / "draft.txt"))
+    ref = b.d.mnt / "Notes" / "draft.txt"
+    assert ref.read_bytes() == b"Dear ..."
+    os.rename(a.dir / "Letters" / "draft.txt", a.dir / "Letters" / "final.txt")
+    write(a.dir / "Letters" / "final.txt", b"Dear Sir")
+    a.sync(); b.sync()
+    assert (b.dir / "Letters" / "final.txt").read_bytes() == b"Dear Sir"
+    assert wait_until(lambda: ref.read_bytes() == b"Dear Sir", 5), ref.read_bytes()
+
+
+@pytest.mark.timeout(150)
+def test_an_unreachable_remote_is_offline_not_empty(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "safe.txt", b"stays")
+    a.sync(); b.sync()
+    away = shared.with_name("remote-away")
+    os.rename(shared, away)
+    try:
+        time.sleep(POLL * 4)
+        # Nothing is deleted here; the store is offline; writes queue.
+        assert (b.dir / "safe.txt").read_bytes() == b"stays"
+        write(b.dir / "while-away.txt", b"queued")
+        p = b.d.cli("sync", "--timeout", "5", check=False)
+        assert p.returncode != 0 and "offline" in (p.stderr + p.stdout).lower(), p.stderr
+        st = b.status()
+        assert "offline" in json.dumps(st).lower(), st
+    finally:
+        os.rename(away, shared)
+    sync_all([b, a])
+    assert (a.dir / "while-away.txt").read_bytes() == b"queued"
+    assert (a.dir / "safe.txt").read_bytes() == b"stays"
+
+
+@pytest.mark.timeout(120)
+def test_devices_leave_each_others_upload_temps_alone(new_drive, shared):
+    a, b = devices(new_drive, shared, 2)
+    # A temp of another device, as if its upload were in progress.
+    foreign = shared / ".docdrive-upload-0123456789ab-inprogress"
+    write(foreign, b"another device's upload")
+    b.d.cli("unmount", str(b.d.mnt))
+    b.mount()
+    b.sync()
+    assert foreign.exists()
+    assert not (b.dir / foreign.name).exists()
+
+
+# --------------------------------------------------------------------------- randomized
+
+@pytest.mark.timeout(900)
+def test_random_operations_on_three_devices(new_drive, shared):
+    seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
+    nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))
+    print(f"seed {seed} ({nops} operations); replay with DOCDRIVE_SYNC_SEED={seed}")
+    rng = random.Random(seed)
+    devs = devices(new_drive, shared, 3)
+    folders = ["", "A", "B", "A/deep"]
+    names = [f"f{i}.txt" for i in range(12)]
+    closed: list[tuple[str, bytes]] = []  # (device, content) of every version a device closed
+    superseded: set[bytes] = set()  # versions a device replaced or deleted after seeing them
+
+    def seen(p: Path):
+        try:
+            superseded.add(p.read_bytes())
+        except (FileNotFoundError, IsADirectoryError):
+            pass
+    counter = 0
+
+    def content(dev):
+        nonlocal counter
+        counter += 1
+        return f"{dev.name} #{counter} {rng.randrange(1 << 30)}\n".encode() * rng.randint(1, 40)
+
+    def files(dev):
+        out = []
+        for dp, _, fn in os.walk(dev.dir):
+            for n in fn:
+                out.append(Path(dp) / n)
+        return out
+
+    counts = {}
+    for i in range(nops):
+        dev = rng.choice(devs)
+        op = rng.choices(["create", "edit", "append", "rename", "move", "delete", "same"], [5, 5, 2, 2, 2, 2, 2])[0]
+        existing = files(dev)
+        try:
+            if op == "create" or not existing:
+                p = dev.dir / rng.choice(folders) / rng.choice(names)
+                data = content(dev)
+                seen(p)
+                write(p, data)
+                closed.append((dev.name, data))
+            elif op == "edit":
+                p = rng.choice(existing)
+                data = content(dev)
+                seen(p)
+                write(p, data)
+                closed.append((dev.name, data))
+            elif op == "append":
+                p = rng.choice(existing)
+                seen(p)
+                with open(p, "ab") as f:
+                    f.write(content(dev))
+                closed.append((dev.name, p.read_bytes()))
+            elif op == "rename":
+                p = rng.choice(existing)
+                q = p.parent / rng.choice(names)
+                if not q.exists():
+                    os.rename(p, q)
+            elif op == "move":
+                p = rng.choice(existing)
+                q = dev.dir / rng.choice(folders) / p.name
+                q.parent.mkdir(parents=True, exist_ok=True)
+                if not q.exists():
+                    os.rename(p, q)
+            elif op == "delete":
+                p = rng.choice(existing)
+                seen(p)
+                os.unlink(p)
+            elif op == "same":
+                # The same file edited on two devices at once.
+                rel = rng.choice(existing).relative_to(dev.dir)
+                for other in devs:
+                    if (other.dir / rel).exists():
+                        data = content(other)
+                        seen(other.dir / rel)
+                        write(other.dir / rel, data)
+                        closed.append((other.name, data))
+        except FileNotFoundError:
+            op += " (raced)"
+        counts[op] = counts.get(op, 0) + 1
+        if rng.random() < 0.1:
+            time.sleep(rng.choice([0.05, 0.2, POLL, 2 * POLL]))
+    print("operations:", counts)
+    t_last = time.monotonic()
+    # Quiet, then sync everywhere until nothing moves.
+    for _ in range(3):
+        for d in devs:
+            d.sync(timeout=120)
+    print(f"three devices agree {time.monotonic() - t_last:.1f} s after the last write (poll {POLL} s)")
+    trees = [tree(d.dir) for d in devs]
+    for d, t in zip(devs[1:], trees[1:]):
+        assert t == trees[0], f"seed {seed}: {d.name} differs from {devs[0].name}: " + \
+            str(sorted(set(t.items()) ^ set(trees[0].items()), key=str)[:20])
+    idsets = [ids(d.dir) for d in devs]
+    assert idsets[1] == idsets[0] and idsets[2] == idsets[0], f"seed {seed}: item ids differ"
+    final = trees[0]
+    remote = {k: v for k, v in tree(shared).items() if not k.startswith(".docdrive-")}
+    assert remote == final, f"seed {seed}: the remote differs from the devices"
+    # Every version a device closed is the final content of a file, or was overwritten by a
+    # later version on the same device, or is kept as a conflict copy.
+    contents = set(final.values())
+    copies = {k: v for k, v in final.items() if "(conflict from " in k}
+    # Every version a device closed survives (as its file's content or as a conflict copy)
+    # unless a device that had it replaced or deleted it knowingly.
+    lost = [(dev_name, data[:40]) for dev_name, data in closed if data not in contents and data not in superseded]
+    assert not lost, f"seed {seed}: {len(lost)} closed versions are lost: {lost[:10]}"
+    winners = {v for k, v in final.items() if "(conflict from " not in k}
+    dup = [k for k, v in copies.items() if v in winners]
+    assert not dup, f"seed {seed}: conflict copies of versions that won: {dup}"
+    print(f"{len(closed)} versions closed, {len(closed) - len(lost)} present at the end, {len(copies)} conflict copies")

@@ -196,6 +196,12 @@ final class StoreSync: Sendable {
         recordPlaced(dir, l.path, id: id, replacing: nil)
     }
 
+    /// Opens a local file for a writing intent (its write lock needs a writable descriptor),
+    /// never following a link; -1 when it cannot be opened.
+    static func openForIntent(_ dir: Int32, _ name: ArraySlice<UInt8>) -> Int32 {
+        Beneath.withCName(name) { openat(dir, $0, O_RDWR | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+    }
+
     /// A file for a download, on the same file system as the cache (renamed into place after).
     private func makeTemporary() throws(DriveError) -> (fd: Int32, path: String) {
         _ = mkdir(downloads, 0o700)
@@ -479,8 +485,9 @@ final class StoreSync: Sendable {
         }
         // The local copy is replaced only as the base knew it, under a writing intent (no
         // process holds a lock on it) and while no one has it open for writing.
+        // Opened for writing: a writing intent takes a write lock, which needs it.
         let current = local.flatMap { l -> Int32? in
-            l.kind == .file ? Beneath.openForReading(dir, name) : nil
+            l.kind == .file ? Self.openForIntent(dir, name) : nil
         }
         defer { if let current, current >= 0 { close(current) } }
         let place: () throws -> Void = { [self] in
@@ -519,8 +526,13 @@ final class StoreSync: Sendable {
                 try place()
             }
         } catch let e as DriveError where e.code == .busy || e.code == .remoteChanged {
-            // Changed, locked or open here: both versions stay.
+            // Changed, locked or open here: both versions stay. This device has seen the remote
+            // version; its own goes over it (and the remote's lives on as the copy).
+            logger.info("store \(self.name): \(r.path) is not replaced here: \(e.message)")
             try keepAsConflict(tmp.fd, tmp.path, r, placed: &placed)
+            if let l = local {
+                try bases.put(root: key, BaseRow(path: r.path, id: base?.id ?? localID(l), kind: l.kind, localToken: "", remoteToken: r.version))
+            }
             try? queue.enqueue(root: key, path: r.path, due: 0)
             return
         } catch let e as DriveError {
@@ -568,8 +580,7 @@ final class StoreSync: Sendable {
         }
         try keepAsConflict(tmp.fd, tmp.path, r, placed: &placed)
         // This device has now seen the remote version: the local one goes over it.
-        try bases.put(root: key, BaseRow(path: l.path, id: localID(l), kind: l.kind, localToken: base?.localToken ?? "",
-                                         remoteToken: r.version))
+        try bases.put(root: key, BaseRow(path: l.path, id: localID(l), kind: l.kind, localToken: "", remoteToken: r.version))
         try? queue.enqueue(root: key, path: l.path, due: 0)
     }
 
@@ -653,7 +664,7 @@ final class StoreSync: Sendable {
                 if errno != ENOENT { throw DriveError.io("cannot remove \(l.path) from the local copy", .init(rawValue: errno)) }
             }
         } else {
-            let fd = l.kind == .file ? Beneath.openForReading(dir, name) : -1
+            let fd = l.kind == .file ? Self.openForIntent(dir, name) : -1
             defer { if fd >= 0 { close(fd) } }
             let remove: () throws -> Void = { [self] in
                 guard let now = Beneath.stat(dir, name), FolderRemote.version(now) == base.localToken, !isBusyLocally(l) else {

@@ -130,5 +130,11 @@ final class SyncDecisionTests: XCTestCase {
         let name = SyncDecision.conflictPath(long, device: "pc", date: date)
         XCTAssertLessThanOrEqual(name.utf8.count, 255)
         XCTAssertTrue(name.hasSuffix(" (conflict from pc 2026-11-18 11.06.40).txt"))
+        // And back: the document a copy was made from.
+        for p in ["Reports/q3.odt", "notes", ".bashrc", "a.tar.gz", "x (conflict from y).txt"] {
+            XCTAssertEqual(SyncDecision.originalOfConflictCopy(SyncDecision.conflictPath(p, device: "my pc (2)", date: date)), p)
+        }
+        XCTAssertNil(SyncDecision.originalOfConflictCopy("Reports/q3.odt"))
+        XCTAssertNil(SyncDecision.originalOfConflictCopy("q3 (conflict from nobody).odt"))
     }
 }

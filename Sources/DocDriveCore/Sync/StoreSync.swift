@@ -322,7 +322,9 @@ final class StoreSync: Sendable {
         // delete here would lose the item's id on the other devices).
         if local == nil, let b = base, let id = b.id, remoteItem?.version == b.remoteToken, let rootIno = cacheInode(),
            let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path,
-           try bases.base(root: key, path: StorePath(p)) == nil, let there = try localItem(StorePath(p)), localID(there) == id {
+           try bases.base(root: key, path: StorePath(p)) == nil, try remote.item(at: StorePath(p)) == nil,
+           let there = try localItem(StorePath(p)), localID(there) == id {
+            logger.debug("store \(name): \(path) was renamed here to \(p): that path's sync moves it")
             try? queue.enqueue(root: key, path: StorePath(p), due: 0)
             return .synced
         }
@@ -330,8 +332,14 @@ final class StoreSync: Sendable {
                             remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version) },
                             localBusy: isBusyLocally(local))
         let plan = SyncDecision.decide(item)
+        logger.debug("store \(name): \(path): local \(local?.token ?? "-") base \(base?.localToken ?? "-")/\(base?.remoteToken ?? "-") remote \(remoteItem?.version ?? "-"): \(plan)")
         switch plan.action {
         case .none:
+            // One item, one id on every device: the remote's id is the item's.
+            if let l = local, let rid = remoteItem?.meta.itemID, rid != localID(l) {
+                takeID(rid, for: l)
+                if var b = base { b.id = rid; try bases.put(root: key, b) }
+            }
             return .synced
         case .adopt:
             let l = local!, r = remoteItem!
@@ -373,6 +381,7 @@ final class StoreSync: Sendable {
         var m = meta(id: id)
         m.mode = UInt32(l.st.st_mode & 0o7777)
         let r = try remote.makeFolder(folder, meta: m)
+        if let rid = r.meta.itemID, rid != id { takeID(rid, for: l) }  // another device made it first
         try bases.put(root: key, BaseRow(path: folder, id: r.meta.itemID ?? id, kind: .folder, localToken: "", remoteToken: r.version))
     }
 
@@ -385,7 +394,8 @@ final class StoreSync: Sendable {
             var m = meta(id: id)
             m.mode = UInt32(l.st.st_mode & 0o7777)
             let r = try remote.makeFolder(l.path, meta: m)
-            try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .folder, localToken: "", remoteToken: r.version))
+            if let rid = r.meta.itemID, rid != id { takeID(rid, for: l) }  // another device made it first
+            try bases.put(root: key, BaseRow(path: l.path, id: r.meta.itemID ?? id, kind: .folder, localToken: "", remoteToken: r.version))
             // What is in it on either side (a folder moved in, or made before a crash).
             try queueChildren(l.path, remoteToo: true)
         case .symlink:
@@ -541,6 +551,11 @@ final class StoreSync: Sendable {
             throw DriveError(.io, "\(error)")
         }
         told(r.path)
+        // A conflict copy another device made is one here too (listed, status `conflict`).
+        if let shown = r.path.string, let original = SyncDecision.originalOfConflictCopy(shown) {
+            try? bases.addConflict(root: key, ConflictRecord(store: self.name, path: original, copy: shown,
+                                                             device: r.meta.deviceName ?? "another device", time: Date().timeIntervalSince1970))
+        }
         guard let now = Beneath.stat(dir, name), let kind = FolderRemote.kind(now) else { return }
         try bases.put(root: key, BaseRow(path: r.path, id: r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now)),
                                          kind: kind, localToken: FolderRemote.version(now), remoteToken: r.version))
@@ -587,16 +602,23 @@ final class StoreSync: Sendable {
     /// Places the downloaded remote version `r` beside the document as a conflict copy.
     private func keepAsConflict(_ fd: Int32, _ tmpPath: String, _ r: RemoteItem, placed: inout Bool) throws(DriveError) {
         let who = r.meta.deviceName ?? "another device"
-        let copy = StorePath(SyncDecision.conflictPath(r.path.description, device: who, date: Date()))
         let cachefd = try openCache()
         defer { close(cachefd) }
-        let dir = try openLocalFolder(cachefd, copy.folder)
+        let dir = try openLocalFolder(cachefd, r.path.folder)
         defer { close(dir) }
-        if r.kind == .symlink {
-            // A link's conflict copy is a small file holding its target.
+        // A link's conflict copy is a small file holding its target. Two conflicts of one
+        // document in the same second get " 2", " 3"... after the device's name.
+        var copy = StorePath(SyncDecision.conflictPath(r.path.description, device: who, date: Date()))
+        var n = 1
+        while true {
+            let moved = Beneath.withCName(copy.lastName) { dd_renameat2(AT_FDCWD, tmpPath, dir, $0, UInt32(dd_RENAME_NOREPLACE)) }
+            if moved == 0 { break }
+            guard errno == EEXIST, n < 100 else {
+                throw DriveError.io("cannot keep the conflict copy \(copy) in the local copy", .init(rawValue: errno))
+            }
+            n += 1
+            copy = StorePath(SyncDecision.conflictPath(r.path.description, device: "\(who) \(n)", date: Date()))
         }
-        let moved = Beneath.withCName(copy.lastName) { dd_renameat2(AT_FDCWD, tmpPath, dir, $0, UInt32(dd_RENAME_NOREPLACE)) }
-        guard moved == 0 else { throw DriveError.io("cannot keep the conflict copy \(copy) in the local copy", .init(rawValue: errno)) }
         placed = true
         recordPlaced(dir, copy, id: nil, replacing: nil)
         told(copy)

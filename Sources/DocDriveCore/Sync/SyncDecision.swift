@@ -197,6 +197,20 @@ public enum SyncDecision {
         return folder.isEmpty ? out : folder + "/" + out
     }
 
+    /// The document a conflict copy's path was made from (the inverse of `conflictPath`), or
+    /// nil when the name is not a conflict copy's.
+    public static func originalOfConflictCopy(_ path: String) -> String? {
+        guard let open = path.range(of: " (conflict from ", options: .backwards) else { return nil }
+        let rest = path[open.upperBound...]
+        guard let close = rest.firstIndex(of: ")") else { return nil }
+        // "... DEVICE YYYY-MM-DD HH.MM.SS)": the date and time are the last 19 characters.
+        let inside = rest[..<close]
+        guard inside.count > 20 else { return nil }
+        let stamp = String(inside.suffix(19))
+        guard stamp.range(of: #"^\d{4}-\d{2}-\d{2} \d{2}\.\d{2}\.\d{2}$"#, options: .regularExpression) != nil else { return nil }
+        return String(path[..<open.lowerBound]) + String(rest[rest.index(after: close)...])
+    }
+
     static func splitPath(_ path: String) -> (folder: String, name: String) {
         guard let slash = path.lastIndex(of: "/") else { return ("", path) }
         return (String(path[..<slash]), String(path[path.index(after: slash)...]))

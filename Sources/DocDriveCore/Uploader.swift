@@ -505,6 +505,8 @@ public final class Uploader: Sendable {
     /// Nothing is removed on either side here: each queued path is decided on its own.
     private func reconcile(_ key: String, _ store: Store) {
         store.sync.compareLocal { stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) }
+        // What failed before goes again now (its remote may be back, its file gone).
+        try? queue.makeAllDue(root: key)
         if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return }
         store.sync.poll()
         try? queue.remove(root: key, path: Self.wholeStore)

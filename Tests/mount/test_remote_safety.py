@@ -252,15 +252,15 @@ def test_uploads_and_the_comparison_at_mount_leave_atime_alone(new_drive):
     u.sync(30, check=0)
     p = u.d.unmount()
     assert p.returncode == 0, p.stderr
-    # the remote lost its copy, so the comparison at mount reads the file to upload it again
-    (u.remote / "a.txt").unlink()
+    # changed while not mounted, so the comparison at mount reads the file to upload it again
     local = u.cache / "a.txt"
+    local.write_bytes(b"changed " * 1000)
     st = os.stat(local)
     past = 1_000_000_000 * 10**9  # 2001
     os.utime(local, ns=(past, st.st_mtime_ns))
     u.mount()
     u.sync(30, check=0)
-    assert (u.remote / "a.txt").read_bytes() == b"content " * 1000, "not uploaded again at mount"
+    assert (u.remote / "a.txt").read_bytes() == b"changed " * 1000, "not uploaded again at mount"
     got = os.stat(local).st_atime_ns
     assert got == past, f"the upload changed the file's atime from {past} to {got}"
 

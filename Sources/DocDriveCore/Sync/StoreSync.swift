@@ -566,8 +566,12 @@ final class StoreSync: Sendable {
     /// `NAME (conflict from DEVICE DATE).EXT`, which is synced like any new file.
     private func conflict(_ l: LocalItem, _ r: RemoteItem, base: BaseRow?) throws(DriveError) {
         if l.kind == .folder || r.kind == .folder {
-            if l.kind == .folder && r.kind == .folder { return }
-            throw DriveError(.io, "\(l.path) is a folder on one device and a file or link on another; rename one of them.")
+            // A folder on one side, a file or link on the other: neither replaces the other.
+            // What goes into the folder fails with a sentence naming the file in the way.
+            if l.kind != r.kind {
+                logger.warning("store \(name): \(l.path) is a \(l.kind) here and a \(r.kind) on the remote; neither replaces the other (rename one of them)")
+            }
+            return
         }
         let tmp = try fetch(r)
         var placed = false

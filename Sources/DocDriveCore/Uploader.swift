@@ -87,7 +87,10 @@ public final class Uploader: Sendable {
     }
 
     private func makeStore(_ config: StoreConfig) -> Store? {
-        guard case .folder(let path) = config.remote else { return nil }
+        guard case .folder(let path) = config.remote else {
+            logger.warning("Store \(config.name) has an \(config.remote.kind) remote, which this uploader cannot serve yet: its changes stay in the local copy.")
+            return nil
+        }
         return Store(config: config, cache: home.cachePath(config.name), remote: FolderRemote(root: path, owner: owner))
     }
 

@@ -54,6 +54,8 @@ enum S3HTTP {
                                          timeout: .init(connect: .seconds(10), read: .seconds(60)),
                                          decompression: .disabled)
         c.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 128)
+        // A refused connection is an answer: our own retries (with back-off) decide what next.
+        c.connectionPool.retryConnectionEstablishment = false
         c.httpVersion = .http1Only
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: c)
     }()

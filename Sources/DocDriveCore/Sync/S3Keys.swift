@@ -59,17 +59,21 @@ public struct S3Keys: Sendable {
     /// nil for a key outside the prefix, the store's own objects, and keys that are no path
     /// (empty names, "." or "..").
     public func path(ofKey key: String) -> (path: StorePath, folder: Bool)? {
-        guard key.hasPrefix(keyPrefix) else { return nil }
-        var rest = Substring(key.dropFirst(keyPrefix.count))
+        // Bytes, not Characters: a name may start with a combining mark, which a String would
+        // join to the "/" or "~" before it.
+        let k = Array(key.utf8)
+        let p = Array(keyPrefix.utf8)
+        guard k.starts(with: p) else { return nil }
+        var rest = k[p.count...]
         var folder = false
-        if rest.hasSuffix("/") {
+        if rest.last == UInt8(ascii: "/") {
             folder = true
             rest = rest.dropLast()
         }
         if rest.isEmpty { return nil }
         var bytes = [UInt8]()
-        for (i, name) in rest.split(separator: "/", omittingEmptySubsequences: false).enumerated() {
-            if i == 0 && name.hasPrefix(Self.ownFolder) { return nil }  // .docdrive-store, .docdrive/
+        for (i, name) in rest.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).enumerated() {
+            if i == 0 && name.starts(with: Self.ownFolder.utf8) { return nil }  // .docdrive-store, .docdrive/
             guard let decoded = Self.decodeName(name) else { return nil }
             if i > 0 { bytes.append(UInt8(ascii: "/")) }
             bytes += decoded
@@ -108,9 +112,9 @@ public struct S3Keys: Sendable {
         return out
     }
 
-    static func decodeName(_ name: Substring) -> [UInt8]? {
-        guard name.hasPrefix(escapeMark) else { return Array(name.utf8) }
-        let u = Array(name.utf8.dropFirst(escapeMark.utf8.count))
+    static func decodeName(_ name: ArraySlice<UInt8>) -> [UInt8]? {
+        guard name.starts(with: escapeMark.utf8) else { return Array(name) }
+        let u = Array(name.dropFirst(escapeMark.utf8.count))
         var out = [UInt8]()
         var i = 0
         while i < u.count {

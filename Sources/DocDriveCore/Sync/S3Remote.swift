@@ -25,8 +25,9 @@ public final class S3Remote: Remote, Sendable {
     public let device: String
     /// Keys per listing page (S3's maximum is 1000; tests make it small to page).
     public let pageSize: Int
-    /// HEAD answers by key, valid while the key's ETag is the same. Lock: leaf.
-    private let heads = Mutex<[String: Head]>([:])
+    /// HEAD answers by key (its bytes: Strings that are canonically equivalent are equal),
+    /// valid while the key's ETag is the same. Lock: leaf.
+    private let heads = Mutex<[[UInt8]: Head]>([:])
     /// Whether DELETE honours If-Match here (`probeConditionalWrites` finds out; until then
     /// assumed). Without it a conditional delete HEADs first (a short race remains).
     private let conditionalDelete = Atomic<Bool>(true)
@@ -213,12 +214,12 @@ public final class S3Remote: Remote, Sendable {
         let (meta, link, upload) = S3Meta.meta(r.headerPairs)
         let h = Head(etag: Self.unquoted(r.header("ETag") ?? ""), size: Int64(r.header("Content-Length") ?? "") ?? 0,
                      meta: meta, link: link, upload: upload)
-        heads.withLock { $0[key] = h }
+        heads.withLock { $0[Array(key.utf8)] = h }
         return h
     }
 
     private func cachedHead(_ key: String, etag: String) -> Head? {
-        heads.withLock { $0[key] }.flatMap { $0.etag == etag ? $0 : nil }
+        heads.withLock { $0[Array(key.utf8)] }.flatMap { $0.etag == etag ? $0 : nil }
     }
 
     // MARK: Reading
@@ -329,8 +330,9 @@ public final class S3Remote: Remote, Sendable {
                  token: String?, retried: Bool, expecting: RemoteExpectation, what: String) throws(DriveError) -> RemoteItem {
         switch r.status {
         case 200:
-            let etag = Self.unquoted(r.header("ETag") ?? "")
-            heads.withLock { $0[key] = Head(etag: etag, size: size, meta: meta, link: kind == .symlink, upload: token) }
+            // A completed multipart upload gives its ETag in the body.
+            let etag = Self.unquoted(r.header("ETag") ?? S3XML(r.body).value("ETag") ?? "")
+            heads.withLock { $0[Array(key.utf8)] = Head(etag: etag, size: size, meta: meta, link: kind == .symlink, upload: token) }
             return RemoteItem(path: path, kind: kind, version: etag, size: size, meta: meta)
         case 412 where retried && token != nil, 409 where retried && token != nil:
             if let h = try head(key), h.upload == token {
@@ -367,7 +369,7 @@ public final class S3Remote: Remote, Sendable {
     public func delete(_ path: StorePath, version: String) throws(DriveError) {
         if version.isEmpty {
             let key = try keys.key(path, folder: true)
-            let inside = try listObjects(keyPrefix: key, limit: 2).filter { $0.key != key }
+            let inside = try listObjects(keyPrefix: key, limit: 2).filter { !$0.key.utf8.elementsEqual(key.utf8) }
             if !inside.isEmpty {
                 throw DriveError(.remoteChanged, "Cannot delete the folder \(path): it is not empty on \(displayName) (another device put something in it).")
             }
@@ -388,7 +390,10 @@ public final class S3Remote: Remote, Sendable {
         let r = try client.send(.DELETE, key: key, headers: [("If-Match", "\"\(etag)\"")])
         switch r.status {
         case 200, 204, 404:
-            heads.withLock { _ = $0.removeValue(forKey: key) }
+            heads.withLock { _ = $0.removeValue(forKey: Array(key.utf8)) }
+        case 412 where try head(key) == nil, 409 where try head(key) == nil:
+            // If-Match on a key that is gone fails (SeaweedFS): gone already is fine.
+            break
         default:
             throw client.failure(r, what)
         }
@@ -402,7 +407,8 @@ public final class S3Remote: Remote, Sendable {
             if objects.isEmpty { throw DriveError(.notFound, "There is no folder \(from) on \(displayName).") }
             // Copy everything first, then delete: a move cut short leaves copies, never a loss.
             for o in objects {
-                try copyObject(o.key, etag: o.etag, size: o.size, to: toKey + o.key.dropFirst(fromKey.count), what: "move \(from) to \(to)")
+                let rest = String(decoding: o.key.utf8.dropFirst(fromKey.utf8.count), as: UTF8.self)
+                try copyObject(o.key, etag: o.etag, size: o.size, to: toKey + rest, what: "move \(from) to \(to)")
             }
             for o in objects {
                 try deleteObject(o.key, etag: o.etag, what: "move \(from) to \(to)")
@@ -429,6 +435,14 @@ public final class S3Remote: Remote, Sendable {
     /// goes along. Objects over 5 GiB are copied in parts.
     func copyObject(_ key: String, etag: String, size: Int64, to: String, what: String) throws(DriveError) {
         let source = "/" + client.settings.bucket + "/" + SigV4.encode(key, slash: false)
+        if key.utf8.last == UInt8(ascii: "/") {
+            // A folder marker (some servers keep it as a real folder, which no copy takes):
+            // made anew, with its metadata.
+            let meta = try head(key)?.meta ?? RemoteMeta()
+            let r = try client.send(.PUT, key: to, headers: S3Meta.headers(meta) + [("If-None-Match", "*")], body: .bytes([]))
+            guard r.status == 200 || r.status == 412 || r.status == 409 else { throw client.failure(r, what) }
+            return
+        }
         if size > S3Settings.partSizeRange.upperBound {
             return try copyMultipart(source: source, key: key, etag: etag, size: size, to: to, what: what)
         }

@@ -1,106 +1,121 @@
 // S3XML: reads the few flat XML documents S3 answers with (listings, errors, multipart
-// replies) and writes the one it is sent (CompleteMultipartUpload); no general XML parser.
+// replies) and escapes what goes into the one it is sent (CompleteMultipartUpload); no
+// general XML parser. Works on bytes: a name may begin with a combining mark, which a String
+// would join to the ">" before it.
 
 /// A very small reader: S3's answers are element trees without attributes that matter,
 /// comments or mixed content, so finding `<Name>text</Name>` in order is enough.
 struct S3XML {
-    let text: Substring
+    let bytes: ArraySlice<UInt8>
 
-    init(_ bytes: [UInt8]) { text = Substring(String(decoding: bytes, as: UTF8.self)) }
-    init(_ text: Substring) { self.text = text }
+    init(_ bytes: [UInt8]) { self.bytes = bytes[...] }
+    init(_ bytes: ArraySlice<UInt8>) { self.bytes = bytes }
+
+    private static let lt = UInt8(ascii: "<"), gt = UInt8(ascii: ">"), slash = UInt8(ascii: "/")
 
     /// The name of the root element ("Error", "ListBucketResult", ...).
     var rootName: String? {
-        var rest = text[...]
-        while let lt = rest.firstIndex(of: "<") {
-            let after = rest[rest.index(after: lt)...]
-            if after.hasPrefix("?") || after.hasPrefix("!") {
-                guard let gt = after.firstIndex(of: ">") else { return nil }
-                rest = after[after.index(after: gt)...]
+        var i = bytes.startIndex
+        while let lt = bytes[i...].firstIndex(of: Self.lt) {
+            let next = lt + 1
+            guard next < bytes.endIndex else { return nil }
+            if bytes[next] == UInt8(ascii: "?") || bytes[next] == UInt8(ascii: "!") {
+                guard let gt = bytes[next...].firstIndex(of: Self.gt) else { return nil }
+                i = gt + 1
                 continue
             }
-            let end = after.firstIndex(where: { $0 == ">" || $0 == " " || $0 == "/" || $0 == "\n" }) ?? after.endIndex
-            return String(after[..<end])
+            let end = bytes[next...].firstIndex(where: { $0 == Self.gt || $0 == UInt8(ascii: " ") || $0 == Self.slash || $0 == 10 || $0 == 13 || $0 == 9 })
+                ?? bytes.endIndex
+            return String(decoding: bytes[next..<end], as: UTF8.self)
         }
         return nil
     }
 
-    /// Every `<name>...</name>` element's inner text, in order (not nested in one another).
+    /// Every `<name>...</name>` element's inner part, in order (not nested in one another).
     func elements(_ name: String) -> [S3XML] {
         var out = [S3XML]()
-        var rest = text[...]
-        let open = "<" + name, close = "</" + name + ">"
-        while let start = rest.range(of: open) {
-            let afterName = rest[start.upperBound...]
-            guard let c = afterName.first else { break }
-            if c == "/" {  // <Name/>: empty
-                out.append(S3XML(""))
-                rest = afterName.dropFirst()
+        let open = [Self.lt] + Array(name.utf8)
+        let close = [Self.lt, Self.slash] + Array(name.utf8) + [Self.gt]
+        var i = bytes.startIndex
+        while let start = Self.find(open, in: bytes[i...]) {
+            let after = start + open.count
+            guard after < bytes.endIndex else { break }
+            let c = bytes[after]
+            guard c == Self.gt || c == UInt8(ascii: " ") || c == Self.slash else { i = after; continue }  // <NameOther>
+            guard let gt = bytes[after...].firstIndex(of: Self.gt) else { break }
+            if bytes[gt - 1] == Self.slash {  // <Name/>
+                out.append(S3XML([]))
+                i = gt + 1
                 continue
             }
-            guard c == ">" || c == " " else { rest = afterName; continue }  // <NameOther>
-            guard let gt = afterName.firstIndex(of: ">") else { break }
-            if afterName[afterName.index(before: gt)] == "/" {
-                out.append(S3XML(""))
-                rest = afterName[afterName.index(after: gt)...]
-                continue
-            }
-            let inner = afterName[afterName.index(after: gt)...]
-            guard let end = inner.range(of: close) else { break }
-            out.append(S3XML(inner[..<end.lowerBound]))
-            rest = inner[end.upperBound...]
+            guard let end = Self.find(close, in: bytes[(gt + 1)...]) else { break }
+            out.append(S3XML(bytes[(gt + 1)..<end]))
+            i = end + close.count
         }
         return out
     }
 
     /// The text of the first `<name>` element, entities decoded.
     func value(_ name: String) -> String? {
-        elements(name).first.map { Self.unescape($0.text) }
+        elements(name).first.map { Self.unescape($0.bytes) }
     }
 
-    static func unescape(_ s: Substring) -> String {
-        guard s.contains("&") else { return String(s) }
-        var out = ""
+    private static func find(_ needle: [UInt8], in hay: ArraySlice<UInt8>) -> Int? {
+        guard let first = needle.first, hay.count >= needle.count else { return nil }
+        var i = hay.startIndex
+        let last = hay.endIndex - needle.count
+        while i <= last {
+            guard let j = hay[i...last].firstIndex(of: first) else { return nil }
+            if hay[j..<j + needle.count].elementsEqual(needle) { return j }
+            i = j + 1
+        }
+        return nil
+    }
+
+    static func unescape(_ s: ArraySlice<UInt8>) -> String {
+        guard s.contains(UInt8(ascii: "&")) else { return String(decoding: s, as: UTF8.self) }
+        var out = [UInt8]()
+        out.reserveCapacity(s.count)
         var i = s.startIndex
         while i < s.endIndex {
-            if s[i] == "&", let semi = s[i...].firstIndex(of: ";") {
-                let entity = s[s.index(after: i)..<semi]
-                var replaced: String?
+            if s[i] == UInt8(ascii: "&"), let semi = s[i...].prefix(12).firstIndex(of: UInt8(ascii: ";")) {
+                let entity = String(decoding: s[(i + 1)..<semi], as: UTF8.self)
+                var scalar: Unicode.Scalar?
                 switch entity {
-                case "amp": replaced = "&"
-                case "lt": replaced = "<"
-                case "gt": replaced = ">"
-                case "quot": replaced = "\""
-                case "apos": replaced = "'"
+                case "amp": scalar = "&"
+                case "lt": scalar = "<"
+                case "gt": scalar = ">"
+                case "quot": scalar = "\""
+                case "apos": scalar = "'"
                 default:
-                    if entity.hasPrefix("#x") || entity.hasPrefix("#X"), let v = UInt32(entity.dropFirst(2), radix: 16), let u = Unicode.Scalar(v) {
-                        replaced = String(Character(u))
-                    } else if entity.hasPrefix("#"), let v = UInt32(entity.dropFirst()), let u = Unicode.Scalar(v) {
-                        replaced = String(Character(u))
+                    if entity.hasPrefix("#x") || entity.hasPrefix("#X") {
+                        scalar = UInt32(entity.dropFirst(2), radix: 16).flatMap(Unicode.Scalar.init)
+                    } else if entity.hasPrefix("#") {
+                        scalar = UInt32(entity.dropFirst()).flatMap(Unicode.Scalar.init)
                     }
                 }
-                if let replaced {
-                    out += replaced
-                    i = s.index(after: semi)
+                if let scalar {
+                    out += Array(String(scalar).utf8)
+                    i = semi + 1
                     continue
                 }
             }
             out.append(s[i])
-            i = s.index(after: i)
+            i += 1
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
     static func escape(_ s: String) -> String {
         var out = ""
-        for c in s {
-            switch c {
+        for u in s.unicodeScalars {
+            switch u {
             case "&": out += "&amp;"
             case "<": out += "&lt;"
             case ">": out += "&gt;"
             case "\"": out += "&quot;"
             case "'": out += "&apos;"
-            default: out.append(c)
+            default: out.unicodeScalars.append(u)
             }
         }
         return out

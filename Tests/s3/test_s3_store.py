@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,9 @@ def test_store_add_probes_writes_the_marker_and_keeps_no_secret(home, weed):
     assert team["remoteType"] == "s3" and team["bucket"] == weed.bucket and team["prefix"] == "stores/team"
     assert SECRET_KEY not in json.dumps(listing)
     # The probe left nothing behind.
-    assert not [k for k in list_keys(weed, "stores/team/") if "probe" in k]
+    keys = list_keys(weed, "stores/team/")
+    assert "stores/team/.docdrive-store" in keys
+    assert not [k for k in keys if "probe" in k]
     # A second device joins the same store: its marker is kept.
     other = home.parent / "other"
     docdrive(other, weed.env(), "init")
@@ -82,7 +85,7 @@ def test_store_add_probes_writes_the_marker_and_keeps_no_secret(home, weed):
 
 def list_keys(weed, prefix):
     p = subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{ACCESS_KEY}:{SECRET_KEY}",
-                        f"{weed.endpoint}/{weed.bucket}?list-type=2&prefix={prefix}"], capture_output=True, text=True, timeout=30)
+                        f"{weed.endpoint}/{weed.bucket}?list-type=2&prefix={urllib.parse.quote(prefix, safe='')}"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0
     import re
     return re.findall(r"<Key>([^<]*)</Key>", p.stdout)

@@ -317,6 +317,44 @@ final class S3RemoteTests: XCTestCase {
         }
     }
 
+    // MARK: Faults
+
+    func testEveryStepGoesThroughAServerAnswering500And503() throws {
+        // Given a front of the server that fails three requests in four (503 SlowDown, 500
+        // after the write happened, 500 before it),
+        guard let faulty = Self.env["DOCDRIVE_S3_FAULTY_ENDPOINT"] else { return XCTFail("weed.py sets DOCDRIVE_S3_FAULTY_ENDPOINT") }
+        let saved = endpoint
+        endpoint = faulty
+        defer { endpoint = saved }
+        let before = try faults(faulty)
+        let r = try makeRemote(partSize: 5 << 20, parallel: 2, pageSize: 2, attempts: 8)
+        // when every kind of step is taken through it,
+        var big = [UInt8](repeating: 0, count: 12 << 20)
+        for i in stride(from: 0, to: big.count, by: 4096) { big[i] = UInt8(truncatingIfNeeded: i >> 12) }
+        let fd = try file(big)
+        defer { close(fd) }
+        let b = try r.upload(from: fd, to: "big.bin", expecting: .absent, meta: RemoteMeta(itemID: "b"), limit: nil, progress: nil)
+        let s = try put(r, "small.txt", "small")
+        let s2 = try put(r, "small.txt", "small 2", expecting: .version(s.version))
+        _ = try r.makeFolder("F", meta: RemoteMeta())
+        _ = try r.makeSymlink(Array("t".utf8), at: "F/link", expecting: .absent, meta: RemoteMeta())
+        let moved = try r.move("small.txt", version: s2.version, to: "F/moved.txt")
+        // then nothing is lost and nothing is doubled.
+        let fresh = try makeRemote(prefix: r.keys.prefix, pageSize: 2, attempts: 8)
+        XCTAssertEqual(try fresh.list().map(\.path), ["F", "F/link", "F/moved.txt", "big.bin"])
+        XCTAssertEqual(try fresh.get("big.bin").1, big)
+        XCTAssertEqual(try fresh.get("F/moved.txt").1, Array("small 2".utf8))
+        try r.delete("F/moved.txt", version: moved.version)
+        try r.delete("big.bin", version: b.version)
+        XCTAssertEqual(try fresh.list().map(\.path), ["F", "F/link"])
+        XCTAssertEqual(try r.uploadsInProgress().count, 0)
+        XCTAssertGreaterThan(try faults(faulty) - before, 20, "the front injected faults")
+    }
+
+    func faults(_ endpoint: String) throws -> Int {
+        Int(try curl(["-sS", "-f", endpoint + "/__faults"])) ?? -1
+    }
+
     // MARK: Interoperability
 
     func testCurlReadsExactlyTheBytesAndTheMetadata() throws {

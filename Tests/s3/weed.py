@@ -4,7 +4,8 @@ SIGKILL after 10 s). Nothing else of ours ever runs weed.
 
 As a module: `with Weed(tmpdir) as w: w.endpoint, w.bucket, w.env()`.
 As a command: `python3 Tests/s3/weed.py run -- CMD...` starts weed, runs CMD with
-DOCDRIVE_S3_ENDPOINT, DOCDRIVE_S3_BUCKET, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set,
+DOCDRIVE_S3_ENDPOINT, DOCDRIVE_S3_BUCKET, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set
+(and DOCDRIVE_S3_FAULTY_ENDPOINT: a front of it that fails 3 requests in 4, see FaultProxy),
 stops weed and exits with CMD's status (1 when weed cannot start: never a silent skip).
 """
 from __future__ import annotations
@@ -137,6 +138,87 @@ class Weed:
         self.stop()
 
 
+class FaultProxy:
+    """An S3 front on loopback that fails three requests in four: 503 SlowDown without passing
+    it on, 500 after passing it on (the answer is lost: the write happened), 500 without passing
+    it on; the fourth passes. Only writes (PUT, DELETE, a multipart complete) lose answers.
+    GET /__faults returns how many it injected."""
+
+    def __init__(self, target_port: int):
+        import http.server
+        import threading
+
+        proxy = self
+        self.count = 0
+        self.faults = 0
+        self.lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, status, body=b"", headers=(), length=None):
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)) if length is None else length)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _any(self):
+                import http.client
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                if self.path == "/__faults":
+                    return self._answer(200, str(proxy.faults).encode())
+                with proxy.lock:
+                    proxy.count += 1
+                    k = proxy.count % 4
+                write = self.command in ("PUT", "DELETE") or (self.command == "POST" and "uploadId=" in self.path)
+                if k == 1:
+                    with proxy.lock:
+                        proxy.faults += 1
+                    return self._answer(503, b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>")
+                if k == 3:
+                    with proxy.lock:
+                        proxy.faults += 1
+                    return self._answer(500, b"<Error><Code>InternalError</Code><Message>injected</Message></Error>")
+                c = http.client.HTTPConnection("127.0.0.1", target_port, timeout=120)
+                c.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                for k2, v in self.headers.items():
+                    c.putheader(k2, v)
+                c.endheaders(body)
+                r = c.getresponse()
+                data = r.read()
+                c.close()
+                if k == 2 and write:
+                    with proxy.lock:
+                        proxy.faults += 1
+                    return self._answer(500, b"<Error><Code>InternalError</Code><Message>injected after the write</Message></Error>")
+                hop = {"content-length", "transfer-encoding", "connection", "keep-alive"}
+                length = r.getheader("Content-Length") if self.command == "HEAD" else None
+                self._answer(r.status, data, [(k2, v) for k2, v in r.getheaders() if k2.lower() not in hop], length)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "run" or "--" not in argv:
         print("usage: weed.py run -- CMD [ARGS...]", file=sys.stderr)
@@ -149,10 +231,13 @@ def main(argv: list[str]) -> int:
         print(f"weed.py: SeaweedFS could not start: {e}", file=sys.stderr)
         w.stop()
         return 1
+    proxy = FaultProxy(w.port)
     try:
-        print(f"weed.py: SeaweedFS S3 on {w.endpoint} (pid {w.proc.pid}), bucket {w.bucket}", file=sys.stderr)
-        return subprocess.call(cmd, env=w.env())
+        print(f"weed.py: SeaweedFS S3 on {w.endpoint} (pid {w.proc.pid}), bucket {w.bucket}; "
+              f"a front failing 3 requests in 4 on {proxy.endpoint}", file=sys.stderr)
+        return subprocess.call(cmd, env=dict(w.env(), DOCDRIVE_S3_FAULTY_ENDPOINT=proxy.endpoint))
     finally:
+        proxy.stop()
         w.stop()
 
 

@@ -86,7 +86,15 @@ extension S3Remote {
             throw error
         }
         // A complete may fail with 200 and an error document.
-        let answer = S3XML(r.body).rootName == "Error" ? S3Response(status: 500, headers: r.headers, body: r.body) : r
+        var answer = r
+        if S3XML(r.body).rootName == "Error" {
+            switch S3XML(r.body).value("Code") {
+            case "PreconditionFailed": answer.status = 412
+            case "ConditionalRequestConflict": answer.status = 409
+            case "NoSuchUpload": answer.status = 404
+            default: answer.status = 500
+            }
+        }
         do {
             let item = try written(answer, key: key, path: path, kind: .file, size: size, meta: meta, token: token, retried: retried,
                                    expecting: expecting, what: what)

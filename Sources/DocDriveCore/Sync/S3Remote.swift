@@ -334,7 +334,9 @@ public final class S3Remote: Remote, Sendable {
             let etag = Self.unquoted(r.header("ETag") ?? S3XML(r.body).value("ETag") ?? "")
             heads.withLock { $0[Array(key.utf8)] = Head(etag: etag, size: size, meta: meta, link: kind == .symlink, upload: token) }
             return RemoteItem(path: path, kind: kind, version: etag, size: size, meta: meta)
-        case 412 where retried && token != nil, 409 where retried && token != nil:
+        case 412 where retried && token != nil, 409 where retried && token != nil, 404 where retried && token != nil:
+            // An earlier attempt may have succeeded with its answer lost (a retried complete
+            // finds its upload gone): the object is ours if it carries this upload's token.
             if let h = try head(key), h.upload == token {
                 return RemoteItem(path: path, kind: kind, version: h.etag, size: h.size, meta: h.meta)
             }
@@ -446,9 +448,12 @@ public final class S3Remote: Remote, Sendable {
         if size > S3Settings.partSizeRange.upperBound {
             return try copyMultipart(source: source, key: key, etag: etag, size: size, to: to, what: what)
         }
+        var retried = false
         let r = try client.send(.PUT, key: to, headers: [("x-amz-copy-source", source), ("x-amz-copy-source-if-match", "\"\(etag)\""),
-                                                         ("If-None-Match", "*")])
+                                                         ("If-None-Match", "*")], beforeRetry: { retried = true })
         if r.status == 200, S3XML(r.body).rootName != "Error" { return }
+        // A retried copy whose first attempt landed: the target holds the source's version.
+        if retried, r.status == 412 || r.status == 409, let h = try head(to), h.etag == etag { return }
         if r.status == 404 { throw DriveError(.remoteChanged, "Cannot \(what): the source was deleted on \(displayName) meanwhile.") }
         if r.status == 200 { throw client.failure(S3Response(status: 500, headers: r.headers, body: r.body), what) }
         throw client.failure(r, what)

@@ -294,6 +294,16 @@ final class S3RemoteTests: XCTestCase {
         }
     }
 
+    func testAClockTooFarOffIsOneSentence() throws {
+        var client = try makeRemote().client
+        client.now = { Date().addingTimeInterval(3 * 3600) }
+        let r = S3Remote(client: client, device: "d")
+        XCTAssertThrowsError(try r.checkBucket()) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .unreachable)
+            XCTAssertTrue("\(e)".contains("clock is too far from the S3 server's"), "\(e)")
+        }
+    }
+
     func testAMissingBucketAndAnUnreachableEndpointAreOneSentenceEach() throws {
         let c = SigV4.Credentials(accessKeyID: Self.env["AWS_ACCESS_KEY_ID"] ?? "", secretAccessKey: Self.env["AWS_SECRET_ACCESS_KEY"] ?? "")
         let missing = S3Remote(client: try S3Client(settings: S3Settings(endpoint: endpoint, bucket: "no-such-bucket-\(UUID().uuidString.prefix(8).lowercased())", pathStyle: true), credentials: c), device: "d")

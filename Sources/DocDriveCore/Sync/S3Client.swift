@@ -32,7 +32,7 @@ public struct S3Client: Sendable {
     let signer: SigV4
     public var retry: S3RetryPolicy
     /// The clock requests are signed with (tests move it to provoke a skew).
-    var now: @Sendable () -> Date = { Date() }
+    public var now: @Sendable () -> Date = { Date() }
 
     private let scheme: String
     private let hostHeader: String

@@ -128,13 +128,15 @@ enum S3HTTP {
         }
     }
 
-    /// Reads the file in chunks and writes them to the connection, each after the previous
-    /// one was taken (the connection's back-pressure bounds the memory).
+    /// Reads the file in chunks and writes them to the connection, with at most
+    /// `chunksInFlight` written and not yet taken (the connection's back-pressure bounds the
+    /// memory; more than one keeps the socket busy while the next chunk is read).
     private static func pump(fd: Int32, offset: Int64, length: Int64, limit: BandwidthLimit?, sent: ((Int) -> Void)?,
                              into writer: HTTPClient.Body.StreamWriter, until done: Handoff<HTTPClient.Body.StreamWriter>) throws {
         var at = offset
         var left = length
         let allocator = ByteBufferAllocator()
+        var pending = [(EventLoopFuture<Void>, Int)]()
         while left > 0 && !done.isClosed {
             let want = Int(min(Int64(limit?.chunkSize ?? chunkSize), left))
             var buffer = allocator.buffer(capacity: want)
@@ -150,12 +152,22 @@ enum S3HTTP {
             if readError != 0 { throw S3LocalFailure.read(readError) }
             if got == 0 { throw S3LocalFailure.shortRead(at - offset) }
             limit?.spend(got)
-            try writer.write(.byteBuffer(buffer)).wait()
+            pending.append((writer.write(.byteBuffer(buffer)), got))
             at += Int64(got)
             left -= Int64(got)
-            sent?(got)
+            if pending.count >= chunksInFlight {
+                let (future, n) = pending.removeFirst()
+                try future.wait()
+                sent?(n)
+            }
+        }
+        for (future, n) in pending {
+            try future.wait()
+            sent?(n)
         }
     }
+
+    static let chunksInFlight = 3
 
     /// Collects the answer; AsyncHTTPClient calls a delegate's methods one at a time on the
     /// task's event loop, which is what makes its unlocked state safe.

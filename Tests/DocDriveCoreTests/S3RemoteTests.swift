@@ -352,7 +352,11 @@ final class S3RemoteTests: XCTestCase {
         // then nothing is lost and nothing is doubled.
         let fresh = try makeRemote(prefix: r.keys.prefix, pageSize: 2, attempts: 8)
         XCTAssertEqual(try fresh.list().map(\.path), ["F", "F/link", "F/moved.txt", "big.bin"])
+        // (twice: one of them meets a download cut in the middle, and resumes with a Range)
+        let cuts = try faults(faulty, "/__cuts")
         XCTAssertEqual(try fresh.get("big.bin").1, big)
+        XCTAssertEqual(try fresh.get("big.bin").1, big)
+        XCTAssertGreaterThan(try faults(faulty, "/__cuts"), cuts, "no download was cut")
         XCTAssertEqual(try fresh.get("F/moved.txt").1, Array("small 2".utf8))
         try r.delete("F/moved.txt", version: moved.version)
         try r.delete("big.bin", version: b.version)
@@ -361,8 +365,8 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertGreaterThan(try faults(faulty) - before, 20, "the front injected faults")
     }
 
-    func faults(_ endpoint: String) throws -> Int {
-        Int(try curl(["-sS", "-f", endpoint + "/__faults"])) ?? -1
+    func faults(_ endpoint: String, _ counter: String = "/__faults") throws -> Int {
+        Int(try curl(["-sS", "-f", endpoint + counter])) ?? -1
     }
 
     // MARK: Interoperability

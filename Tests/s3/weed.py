@@ -140,9 +140,10 @@ class Weed:
 
 class FaultProxy:
     """An S3 front on loopback that fails three requests in four: 503 SlowDown without passing
-    it on, 500 after passing it on (the answer is lost: the write happened), 500 without passing
-    it on; the fourth passes. Only writes (PUT, DELETE, a multipart complete) lose answers.
-    GET /__faults returns how many it injected."""
+    it on, 500 after passing it on (the answer is lost: the write happened) or, for a download
+    over 1 MiB, half the body and a closed connection, 500 without passing it on; the fourth
+    passes. Only writes (PUT, DELETE, a multipart complete) lose answers.
+    GET /__faults returns how many faults it injected, GET /__cuts how many downloads it cut."""
 
     def __init__(self, target_port: int):
         import http.server
@@ -151,6 +152,7 @@ class FaultProxy:
         proxy = self
         self.count = 0
         self.faults = 0
+        self.cuts = 0
         self.lock = threading.Lock()
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -174,6 +176,8 @@ class FaultProxy:
                 body = self.rfile.read(n) if n else b""
                 if self.path == "/__faults":
                     return self._answer(200, str(proxy.faults).encode())
+                if self.path == "/__cuts":
+                    return self._answer(200, str(proxy.cuts).encode())
                 with proxy.lock:
                     proxy.count += 1
                     k = proxy.count % 4
@@ -198,6 +202,20 @@ class FaultProxy:
                     with proxy.lock:
                         proxy.faults += 1
                     return self._answer(500, b"<Error><Code>InternalError</Code><Message>injected after the write</Message></Error>")
+                if k == 2 and self.command == "GET" and r.status in (200, 206) and len(data) > (1 << 20):
+                    # A download cut in the middle: the head promises everything, half comes.
+                    with proxy.lock:
+                        proxy.faults += 1
+                        proxy.cuts += 1
+                    self.send_response(r.status)
+                    for k2, v in r.getheaders():
+                        if k2.lower() not in ("transfer-encoding", "connection", "keep-alive"):
+                            self.send_header(k2, v)
+                    self.end_headers()
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 hop = {"content-length", "transfer-encoding", "connection", "keep-alive"}
                 length = r.getheader("Content-Length") if self.command == "HEAD" else None
                 self._answer(r.status, data, [(k2, v) for k2, v in r.getheaders() if k2.lower() not in hop], length)

@@ -395,8 +395,16 @@ final class S3RemoteTests: XCTestCase {
         try Data("written by curl\n".utf8).write(to: URL(fileURLWithPath: theirs))
         _ = try curl(["-sS", "-f", "-T", theirs, endpoint + "/" + bucket + "/" + r.keys.keyPrefix + "from-curl.txt"])
         let items = try r.list()
-        XCTAssertTrue(items.contains { $0.path == "from-curl.txt" && $0.kind == .file })
+        let first = try XCTUnwrap(items.first { $0.path == "from-curl.txt" && $0.kind == .file })
         XCTAssertEqual(try get(r, "from-curl.txt").1, Array("written by curl\n".utf8))
+        // Overwritten by curl: a new version at the next listing; deleted by curl: gone.
+        try Data("overwritten by curl, longer\n".utf8).write(to: URL(fileURLWithPath: theirs))
+        _ = try curl(["-sS", "-f", "-T", theirs, endpoint + "/" + bucket + "/" + r.keys.keyPrefix + "from-curl.txt"])
+        let second = try XCTUnwrap(try r.list().first { $0.path == "from-curl.txt" })
+        XCTAssertNotEqual(second.version, first.version)
+        XCTAssertEqual(second.size, Int64("overwritten by curl, longer\n".utf8.count))
+        _ = try curl(["-sS", "-f", "-X", "DELETE", endpoint + "/" + bucket + "/" + r.keys.keyPrefix + "from-curl.txt"])
+        XCTAssertFalse(try r.list().contains { $0.path == "from-curl.txt" })
     }
 
     /// Runs curl, which signs with the test credentials; returns its output.

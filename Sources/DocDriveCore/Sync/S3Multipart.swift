@@ -33,7 +33,8 @@ extension S3Remote {
             _ = try? client.send(.DELETE, key: key, query: [("uploadId", uploadID)])
             _ = try? client.send(.DELETE, key: record)
         }
-        let partSize = client.settings.partSize
+        // S3 takes at most 10,000 parts: a file too large for the configured size gets larger parts.
+        let partSize = max(client.settings.partSize, (((size + 9_999) / 10_000 + (1 << 20) - 1) >> 20) << 20)
         let count = Int((size + partSize - 1) / partSize)
         let etags = Locked([String?](repeating: nil, count: count))
         let failure = Locked<DriveError?>(nil)

@@ -4,6 +4,9 @@ import ArgumentParser
 import DocDriveCore
 import Foundation
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 struct Internal: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -29,14 +32,8 @@ struct Internal: ParsableCommand {
                 let settings = S3Settings(endpoint: endpoint, bucket: bucket, prefix: prefix, region: region, pathStyle: pathStyle,
                                           partSize: partSize, parallelParts: parallelParts)
                 let remote = try S3Remote(settings: settings, device: "internal")
-                var paths = [String]()
-                let root = URL(fileURLWithPath: source).standardizedFileURL.path
-                if let e = FileManager.default.enumerator(atPath: root) {
-                    while let rel = e.nextObject() as? String {
-                        var isDir: ObjCBool = false
-                        if FileManager.default.fileExists(atPath: root + "/" + rel, isDirectory: &isDir), !isDir.boolValue { paths.append(rel) }
-                    }
-                }
+                let root = Array(URL(fileURLWithPath: source).standardizedFileURL.path.utf8)
+                let paths = Self.files(under: root)
                 let state = CopyState()
                 let start = Date()
                 let group = DispatchGroup()
@@ -45,13 +42,13 @@ struct Internal: ParsableCommand {
                     group.enter()
                     Thread {
                         while let i = state.take(all.count) {
-                            let fd = open(root + "/" + all[i], O_RDONLY)
+                            let fd = Self.open(root + [UInt8(ascii: "/")] + all[i].bytes)
                             if fd < 0 {
                                 state.failure.withLock { $0 = "Cannot open \(all[i])." }
                                 continue
                             }
                             do {
-                                let item = try remote.upload(from: fd, to: StorePath(all[i]), expecting: .absent, meta: RemoteMeta(),
+                                let item = try remote.upload(from: fd, to: all[i], expecting: .absent, meta: RemoteMeta(),
                                                              limit: nil, progress: nil)
                                 state.bytes.add(item.size, ordering: .relaxed)
                             } catch {
@@ -68,6 +65,37 @@ struct Internal: ParsableCommand {
                 let peak = Self.peakRSS()
                 print("{\"files\": \(all.count), \"bytes\": \(state.bytes.load(ordering: .relaxed)), \"seconds\": \(seconds), \"peakRSS\": \(peak)}")
             }
+        }
+
+        /// The regular files under a folder, as store paths of bytes (names need not be UTF-8).
+        static func files(under root: [UInt8]) -> [StorePath] {
+            var out = [StorePath]()
+            func walk(_ rel: StorePath) {
+                let dir = rel.isEmpty ? root : root + [UInt8(ascii: "/")] + rel.bytes
+                guard let d = Self.opendirBytes(dir) else { return }
+                defer { closedir(d) }
+                while let e = readdir(d) {
+                    let name = withUnsafeBytes(of: e.pointee.d_name) { raw in Array(raw.prefix(while: { $0 != 0 })) }
+                    if name == [46] || name == [46, 46] { continue }
+                    let child = rel.appending(name)
+                    var st = stat()
+                    let full = root + [UInt8(ascii: "/")] + child.bytes + [0]
+                    guard full.withUnsafeBufferPointer({ lstat(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), &st) }) == 0 else { continue }
+                    if st.st_mode & S_IFMT == S_IFDIR { walk(child) } else if st.st_mode & S_IFMT == S_IFREG { out.append(child) }
+                }
+            }
+            walk(.store)
+            return out
+        }
+
+        static func opendirBytes(_ path: [UInt8]) -> OpaquePointer? {
+            let c = path + [0]
+            return c.withUnsafeBufferPointer { opendir(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self)) }
+        }
+
+        static func open(_ path: [UInt8]) -> Int32 {
+            let c = path + [0]
+            return c.withUnsafeBufferPointer { Glibc.open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_RDONLY) }
         }
 
         static func peakRSS() -> Int {

@@ -95,7 +95,7 @@ public struct S3Client: Sendable {
             }
             attempt += 1
             if !retries || attempt >= retry.attempts {
-                throw DriveError(.unreachable, "The S3 endpoint \(endpointName) \(why)\(attempt > 1 ? " to \(attempt) attempts" : "").")
+                throw DriveError(.unreachable, "The S3 endpoint \(endpointName) \(why)\(attempt > 1 ? " after \(attempt) attempts" : "").")
             }
             Thread.sleep(forTimeInterval: retry.delay(afterAttempt: attempt - 1))
             try beforeRetry?()

@@ -12,6 +12,7 @@ extension S3Remote {
     // MARK: Folders, links, deletes, moves
 
     public func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        try checkConditionalWrites()
         let key = try keys.key(path, folder: true)
         if try head(keys.key(path)) != nil {
             throw DriveError(.remoteChanged, "Cannot make the folder \(path): \(displayName) has a file of that name (another device made it).")
@@ -22,6 +23,7 @@ extension S3Remote {
     }
 
     public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        try checkConditionalWrites()
         let key = try keys.key(path)
         let token = Self.randomToken()
         var retried = false
@@ -32,6 +34,7 @@ extension S3Remote {
     }
 
     public func delete(_ path: StorePath, version: String) throws(DriveError) {
+        try checkConditionalWrites()
         if version.isEmpty {
             let key = try keys.key(path, folder: true)
             let inside = try listObjects(keyPrefix: key, limit: 2).filter { !$0.key.utf8.elementsEqual(key.utf8) }
@@ -65,6 +68,7 @@ extension S3Remote {
     }
 
     public func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem {
+        try checkConditionalWrites()
         if version.isEmpty {
             let fromKey = try keys.key(from, folder: true)
             let toKey = try keys.key(to, folder: true)

@@ -91,6 +91,7 @@ extension S3Remote {
     public func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                        limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
         let key = try keys.key(path)
+        try checkConditionalWrites()
         var st = stat()
         guard fstat(source, &st) == 0 else { throw S3Client.describe(.read(errno)) }
         let size = Int64(st.st_size)

@@ -32,9 +32,12 @@ public final class S3Remote: Remote, Sendable {
     /// HEAD answers by key (its bytes: Strings that are canonically equivalent are equal),
     /// valid while the key's ETag is the same. Lock: leaf.
     let heads = Mutex<[[UInt8]: Head]>([:])
-    /// Whether DELETE honours If-Match here (`probeConditionalWrites` finds out; until then
-    /// assumed). Without it a conditional delete HEADs first (a short race remains).
-    let conditionalDelete = Atomic<Bool>(true)
+    /// Whether DELETE honours If-Match, once `probeConditionalWrites` found out. Without it a
+    /// conditional delete HEADs first (a short race remains).
+    let conditionalDelete = Atomic<Bool>(false)
+    /// Whether this process probed the server (its first write does, once: `store add`
+    /// probed it from another process, and the server may have changed since).
+    let probed = Atomic<Bool>(false)
 
     struct Head: Sendable {
         var etag: String
@@ -97,8 +100,12 @@ public final class S3Remote: Remote, Sendable {
         let key = keys.ownKey(S3Keys.ownFolder + "/probe-\(device)-\(Self.randomToken())")
         let body = S3Body.bytes(Array("DocDrive probe\n".utf8))
         defer { _ = try? client.send(.DELETE, key: key) }
-        let first = try client.send(.PUT, key: key, headers: [("If-None-Match", "*")], body: body)
-        guard first.status == 200 else { throw client.failure(first, "write a probe object to \(displayName)") }
+        var retried = false
+        let first = try client.send(.PUT, key: key, headers: [("If-None-Match", "*")], body: body, beforeRetry: { retried = true })
+        // (A refusal after a retry is the first attempt's own object: the key is new.)
+        guard first.status == 200 || retried && (first.status == 412 || first.status == 409) else {
+            throw client.failure(first, "write a probe object to \(displayName)")
+        }
         let second = try client.send(.PUT, key: key, headers: [("If-None-Match", "*")], body: body)
         if second.status == 200 {
             throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores If-None-Match: * (it let a create-only write replace an object), so two devices could overwrite each other's changes; DocDrive refuses to use it.")
@@ -111,7 +118,16 @@ public final class S3Remote: Remote, Sendable {
         let delete = try client.send(.DELETE, key: key, headers: [("If-Match", "\"00000000000000000000000000000000\"")])
         let honoured = delete.status == 412 || delete.status == 409
         conditionalDelete.store(honoured, ordering: .relaxed)
+        probed.store(true, ordering: .releasing)
         return S3Capabilities(conditionalDelete: honoured)
+    }
+
+    /// Probes the server before this process's first write (two threads may both probe; each
+    /// probe uses a key of its own). Throws what the probe throws: a server that stopped
+    /// honouring conditional writes gets no write.
+    func checkConditionalWrites() throws(DriveError) {
+        if probed.load(ordering: .acquiring) { return }
+        try probeConditionalWrites()
     }
 
     // MARK: Listing

@@ -165,6 +165,10 @@ final class S3RemoteTests: XCTestCase {
         _ = try r.makeFolder("D", meta: RemoteMeta())
         _ = try put(r, "D/one", "1")
         _ = try put(r, "D/sub/two", "2")
+        _ = try put(r, "Taken/x", "x")
+        assertCode(.remoteChanged) { _ = try r.move("D", version: "", to: "Taken") }
+        XCTAssertEqual(try r.objectKeys().filter { $0.hasPrefix(r.keys.keyPrefix + "Taken/") }, [r.keys.keyPrefix + "Taken/x"], "nothing was copied")
+        try r.delete("Taken/x", version: try XCTUnwrap(try r.item(at: "Taken/x")).version)
         _ = try r.move("D", version: "", to: "E")
         XCTAssertEqual(try r.list().map(\.path), ["E", "E/one", "E/sub", "E/sub/two", "b.txt", "c.txt"])
         XCTAssertEqual(try get(r, "E/sub/two").1, Array("2".utf8))

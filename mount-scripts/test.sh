@@ -7,7 +7,7 @@ cd "$DOCDRIVE_REPO"
 
 install_runtime_deps
 # What the mounted tests use: real tools, xattr helpers, and python's test runner.
-apt_install rsync git attr tar util-linux python3 python3-pip vim procps diffutils findutils coreutils sqlite3 zip bubblewrap
+apt_install rsync git attr tar util-linux python3 python3-pip python3-venv vim procps diffutils findutils coreutils sqlite3 zip bubblewrap curl
 # The editors whose saves the tests make for real (test_editor_saves.py): GIO's `gio save`,
 # Emacs, LibreOffice (headless, without its recommended extras).
 apt_install libglib2.0-bin
@@ -16,19 +16,33 @@ python3 -c 'import pytest, pytest_timeout' 2>/dev/null \
     || python3 -m pip install -q pytest pytest-timeout 2>&1 | tail -n 2 \
     || python3 -m pip install -q --break-system-packages pytest pytest-timeout
 
+# SeaweedFS for the S3 tests (they start and stop it themselves, on loopback only).
+DOCDRIVE_WEED=$(install_weed)
+export DOCDRIVE_WEED
+
 bin=$(build_release)
 
 set +e
-say "== unit tests (swift test) =="
-swift test -c release 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\] (Compiling|Emitting|Linking|Write|Build)'
+say "== unit tests (swift test, with a SeaweedFS for the S3 remote's tests) =="
+python3 Tests/s3/weed.py run -- swift test -c release 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\] (Compiling|Emitting|Linking|Write|Build)'
 unit=${PIPESTATUS[0]}
 
 say "== mounted tests (pytest) =="
 DOCDRIVE_BIN="$bin" timeout --kill-after=30 1500 python3 -m pytest -q -p no:cacheprovider Tests/mount "$@"
 mounted=$?
+
+say "== S3 store tests (pytest, SeaweedFS) =="
+DOCDRIVE_BIN="$bin" timeout --kill-after=30 600 python3 -m pytest -q -p no:cacheprovider Tests/s3 "$@"
+s3=$?
+[ "$s3" -eq 5 ] && s3=0  # every S3 test deselected by the extra arguments
+[ "$s3" -ne 0 ] && mounted=$s3
 set -e
 
 # Nothing of ours may outlive the suite.
+if pgrep -f "$DOCDRIVE_REPO/.venv-weed/bin/weed mini" >/dev/null; then
+    say "test.sh: a SeaweedFS of the tests was left running:"; pgrep -af "$DOCDRIVE_REPO/.venv-weed/bin/weed mini" >&2
+    mounted=1
+fi
 if grep -q ' fuse.docdrive ' /proc/mounts; then
     say "test.sh: a DocDrive mount was left behind:"; grep ' fuse.docdrive ' /proc/mounts >&2
     grep ' fuse.docdrive ' /proc/mounts | awk '{print $2}' | while read -r m; do fusermount3 -uz "$m" || true; done

@@ -18,12 +18,89 @@ public struct AppConfig: Equatable, Sendable {
 /// Where a store's content is kept in the end: the truth other devices share.
 public enum RemoteConfig: Equatable, Sendable {
     case folder(path: String)
+    case s3(S3Settings)
 
     public var kind: String {
-        switch self { case .folder: return "folder" }
+        switch self {
+        case .folder: return "folder"
+        case .s3: return "s3"
+        }
     }
     public var summary: String {
-        switch self { case .folder(let path): return "folder \(path)" }
+        switch self {
+        case .folder(let path): return "folder \(path)"
+        case .s3(let s): return "s3 \(s.displayName) at \(s.endpoint)"
+        }
+    }
+}
+
+/// An S3 remote as config.yaml gives it (never the credentials themselves: they come from the
+/// environment, `~/.aws/credentials` or the file `credentialsFile` names).
+public struct S3Settings: Equatable, Sendable {
+    /// "https://s3.eu-west-1.amazonaws.com", "http://127.0.0.1:8333".
+    public var endpoint: String
+    public var bucket: String
+    /// The folder of the bucket the store lives in ("" for the whole bucket), without slashes
+    /// at either end.
+    public var prefix: String
+    public var region: String
+    /// Bucket in the path (http://host/bucket/key) instead of the host name (http://bucket.host/key).
+    public var pathStyle: Bool
+    /// An AWS-style credentials file (mode 0600) to read instead of the environment.
+    public var credentialsFile: String?
+    /// Files larger than this go up as multipart uploads in parts of this size.
+    public var partSize: Int64
+    /// Parts of one file sent at once.
+    public var parallelParts: Int
+
+    public static let defaultRegion = "us-east-1"
+    public static let defaultPartSize: Int64 = 16 << 20
+    public static let defaultParallelParts = 4
+    /// S3's own limits on a part (except the last, which may be smaller).
+    public static let partSizeRange: ClosedRange<Int64> = (5 << 20)...(5 << 30)
+
+    public init(endpoint: String, bucket: String, prefix: String = "", region: String = S3Settings.defaultRegion, pathStyle: Bool = false,
+                credentialsFile: String? = nil, partSize: Int64 = S3Settings.defaultPartSize, parallelParts: Int = S3Settings.defaultParallelParts) {
+        self.endpoint = endpoint
+        self.bucket = bucket
+        self.prefix = prefix.split(separator: "/", omittingEmptySubsequences: true).joined(separator: "/")
+        self.region = region
+        self.pathStyle = pathStyle
+        self.credentialsFile = credentialsFile
+        self.partSize = partSize
+        self.parallelParts = parallelParts
+    }
+
+    /// "s3://bucket/prefix", for sentences.
+    public var displayName: String { "s3://" + bucket + (prefix.isEmpty ? "" : "/" + prefix) }
+
+    /// What is wrong with the settings, as one clause, or nil.
+    public func problem(store: String) -> String? {
+        guard let url = URL(string: endpoint), let scheme = url.scheme, scheme == "http" || scheme == "https", url.host != nil else {
+            return "the S3 endpoint of store \(store) must be a URL like https://s3.amazonaws.com or http://127.0.0.1:8333, not \"\(endpoint)\""
+        }
+        if !url.path.isEmpty && url.path != "/" {
+            return "the S3 endpoint of store \(store) must not have a path (\(url.path)); give the bucket with `bucket` and a folder with `prefix`"
+        }
+        let okBucket = bucket.count >= 3 && bucket.count <= 63 && bucket.utf8.allSatisfy {
+            ($0 >= UInt8(ascii: "a") && $0 <= UInt8(ascii: "z")) || ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: ".")
+        }
+        if !okBucket {
+            return "the bucket of store \(store) must be 3 to 63 lowercase letters, digits, dots and hyphens, not \"\(bucket)\""
+        }
+        if region.isEmpty || region.contains(where: { $0 == "/" || $0 == " " }) {
+            return "the region of store \(store) must be a region name like us-east-1, not \"\(region)\""
+        }
+        if let f = credentialsFile, !f.hasPrefix("/") {
+            return "the credentials file of store \(store) must be an absolute path, not \"\(f)\""
+        }
+        if !Self.partSizeRange.contains(partSize) {
+            return "the part size of store \(store) must be between 5M and 5G, not \(partSize)"
+        }
+        if !(1...64).contains(parallelParts) {
+            return "the parallel parts of store \(store) must be between 1 and 64, not \(parallelParts)"
+        }
+        return nil
     }
 }
 
@@ -143,6 +220,10 @@ public struct DriveConfig: Equatable, Sendable {
                 if !path.hasPrefix("/") {
                     throw DriveError(.invalidConfig, "\(file): the folder remote of store \(store.name) must be an absolute path, not \"\(path)\".")
                 }
+            case .s3(let s3):
+                if let p = s3.problem(store: store.name) {
+                    throw DriveError(.invalidConfig, "\(file): \(p).")
+                }
             }
         }
     }
@@ -182,14 +263,36 @@ extension DriveConfig {
                 guard let remoteNode = m["remote"] else {
                     throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
                 }
-                let r = try reader.mapping(remoteNode, "the remote of store \(name)", allowed: ["type", "path"])
+                let r = try reader.mapping(remoteNode, "the remote of store \(name)",
+                                           allowed: ["type", "path", "endpoint", "bucket", "prefix", "region", "path-style",
+                                                     "credentials-file", "part-size", "parallel-parts"])
                 let type = try reader.string(r, "type", in: remoteNode, what: "the remote of store \(name)")
                 let remote: RemoteConfig
                 switch type {
                 case "folder":
                     remote = .folder(path: try reader.string(r, "path", in: remoteNode, what: "the folder remote of store \(name)"))
+                case "s3":
+                    let what = "the s3 remote of store \(name)"
+                    var partSize = S3Settings.defaultPartSize
+                    if let node = r["part-size"] {
+                        guard case .scalar(let sc) = node, let b = StoreConfig.parseBandwidth(sc.string), S3Settings.partSizeRange.contains(b) else {
+                            throw reader.error(node, "the part-size of store \(name) must be a size between 5M and 5G, like 16M")
+                        }
+                        partSize = b
+                    }
+                    let settings = S3Settings(
+                        endpoint: try reader.string(r, "endpoint", in: remoteNode, what: what),
+                        bucket: try reader.string(r, "bucket", in: remoteNode, what: what),
+                        prefix: try reader.optionalString(r, "prefix") ?? "",
+                        region: try reader.optionalString(r, "region") ?? S3Settings.defaultRegion,
+                        pathStyle: try reader.optionalBool(r, "path-style") ?? false,
+                        credentialsFile: try reader.optionalString(r, "credentials-file"),
+                        partSize: partSize,
+                        parallelParts: try reader.optionalInt(r, "parallel-parts") ?? S3Settings.defaultParallelParts)
+                    if let p = settings.problem(store: name) { throw reader.error(remoteNode, p) }
+                    remote = .s3(settings)
                 default:
-                    throw reader.error(r["type"] ?? remoteNode, "store \(name) has remote type \"\(type)\"; the supported type is \"folder\"")
+                    throw reader.error(r["type"] ?? remoteNode, "store \(name) has remote type \"\(type)\"; the supported types are \"folder\" and \"s3\"")
                 }
                 let delay = try reader.optionalDouble(m, "writeback") ?? StoreConfig.defaultWritebackDelay
                 guard delay >= 0 && delay <= 3600 else {
@@ -306,7 +409,10 @@ extension DriveConfig {
         # apps:    application containers. `public: true` shows Documents/ at the top
         #          of the mount under `name`; Data/ is always private.
         # stores:  provider stores, shown under `display`; each keeps a local copy
-        #          under the drive home and has a remote (type: folder, path: ...);
+        #          under the drive home and has a remote (type: folder, path: ...;
+        #          or type: s3, endpoint: URL, bucket: B, prefix: P, region: R,
+        #          path-style: true, credentials-file: /path (mode 0600),
+        #          part-size: 16M, parallel-parts: 4);
         #          `writeback` is the seconds between a save and its upload,
         #          `workers` how many files upload at once (1-64, default 4),
         #          `bandwidth` an optional limit in bytes per second (500K, 10M).
@@ -328,6 +434,14 @@ extension DriveConfig {
             switch store.remote {
             case .folder(let path):
                 out += "    remote:\n      type: folder\n      path: \(Self.quote(path))\n"
+            case .s3(let s):
+                out += "    remote:\n      type: s3\n      endpoint: \(Self.quote(s.endpoint))\n      bucket: \(Self.quote(s.bucket))\n"
+                if !s.prefix.isEmpty { out += "      prefix: \(Self.quote(s.prefix))\n" }
+                out += "      region: \(Self.quote(s.region))\n"
+                if s.pathStyle { out += "      path-style: true\n" }
+                if let f = s.credentialsFile { out += "      credentials-file: \(Self.quote(f))\n" }
+                if s.partSize != S3Settings.defaultPartSize { out += "      part-size: \(s.partSize)\n" }
+                if s.parallelParts != S3Settings.defaultParallelParts { out += "      parallel-parts: \(s.parallelParts)\n" }
             }
         }
         return out

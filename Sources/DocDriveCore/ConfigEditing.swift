@@ -68,6 +68,14 @@ extension DriveHome {
                 throw DriveError(.invalidConfig, "The remote \(path) is not a folder.")
             }
         }
+        var s3: S3Remote?
+        if case .s3(let settings) = store.remote {
+            // The bucket must answer, and honour conditional writes, before the store exists.
+            let remote = try S3Remote(settings: settings, device: try device().tag)
+            try remote.checkBucket()
+            try remote.probeConditionalWrites()
+            s3 = remote
+        }
         let added = store
         try updateConfig { (c: inout DriveConfig) throws(DriveError) in
             if c.stores.contains(where: { $0.name == added.name }) {
@@ -83,6 +91,7 @@ extension DriveHome {
                 try FolderRemote(root: path).writeMarker(store: store.name)
             }
         }
+        try s3?.writeMarker(store: store.name)
         return store
     }
 

@@ -18,7 +18,16 @@ extension DriveHome {
     public func checkRemotes(_ config: DriveConfig, file: String) throws(DriveError) {
         let home = Self.resolved(path)
         var seen = [(store: String, folder: String)]()
+        var buckets = [(store: String, place: String)]()
         for store in config.stores {
+            if case .s3(let s) = store.remote {
+                // Two stores in one bucket need prefixes apart: each would take the other's objects for its own.
+                let place = (URL(string: s.endpoint)?.host ?? s.endpoint) + "/" + s.bucket + (s.prefix.isEmpty ? "" : "/" + s.prefix)
+                if let other = buckets.first(where: { Self.isInside(place, $0.place) || Self.isInside($0.place, place) }) {
+                    throw DriveError(.invalidConfig, "\(file): the S3 remote of store \(store.name), \(s.displayName), is or holds the remote of store \(other.store); give each store a prefix of its own.")
+                }
+                buckets.append((store.name, place))
+            }
             guard case .folder(let raw) = store.remote else { continue }
             let what = "\(file): the folder remote of store \(store.name), \(raw),"
             guard raw.hasPrefix("/") else {

@@ -96,8 +96,18 @@ public final class Uploader: Sendable {
     }
 
     private func makeStore(_ config: StoreConfig) -> Store? {
-        guard case .folder(let path) = config.remote else { return nil }
-        let remote = FolderRemote(root: path, owner: owner)
+        let remote: any Remote
+        switch config.remote {
+        case .folder(let path):
+            remote = FolderRemote(root: path, owner: owner)
+        case .s3(let settings):
+            do {
+                remote = try S3Remote(settings: settings, device: owner)
+            } catch {
+                logger.error("store \(config.name): \(error.message)")
+                return nil
+            }
+        }
         let limit = config.bandwidth.map { BandwidthLimit(bytesPerSecond: $0) }
         let storeName = config.name
         let sync = StoreSync(key: config.rootKey, name: config.name, cache: home.cachePath(config.name),

@@ -13,7 +13,52 @@ struct Store: ParsableCommand {
         @OptionGroup var drive: DriveOptions
         @Argument(help: "The store's short name (lowercase letters, digits, - and _).") var name: String
         @Option(name: .customLong("name"), help: "The name it shows under at the top of the mount.") var display: String?
-        @Option(help: "The folder remote: a directory elsewhere (a NAS mount, a USB disk).") var folder: String
+        @Option(help: "The folder remote: a directory elsewhere (a NAS mount, a USB disk).") var folder: String?
+        @Option(help: ArgumentHelp("An S3 remote: the endpoint URL (https://s3.eu-west-1.amazonaws.com, http://127.0.0.1:8333).", valueName: "url"))
+        var s3: String?
+        @Option(help: "The S3 bucket (with --s3).") var bucket: String?
+        @Option(help: "The folder of the bucket the store lives in (with --s3; default: the whole bucket).") var prefix: String = ""
+        @Option(help: "The S3 region (with --s3).") var region: String = S3Settings.defaultRegion
+        @Flag(help: "Put the bucket in the URL's path instead of its host name (with --s3; SeaweedFS, MinIO).") var pathStyle = false
+        @Option(help: ArgumentHelp("An AWS-style credentials file, mode 0600 (with --s3; default: the AWS_* variables or ~/.aws/credentials).", valueName: "path"))
+        var credentialsFile: String?
+        @Option(help: ArgumentHelp("Files larger than this go up in parts of this size (with --s3; 5M-5G).", valueName: "size"))
+        var partSize: String?
+        @Option(help: ArgumentHelp("Parts of one file sent at once (with --s3; 1-64).", valueName: "n"))
+        var parallelParts: Int = S3Settings.defaultParallelParts
+
+        func validate() throws {
+            if (folder == nil) == (s3 == nil) {
+                throw ValidationError("Give the remote with either --folder PATH or --s3 URL --bucket BUCKET.")
+            }
+            if s3 != nil && bucket == nil { throw ValidationError("--s3 needs --bucket BUCKET.") }
+            if s3 == nil && (bucket != nil || !prefix.isEmpty || pathStyle || credentialsFile != nil || partSize != nil) {
+                throw ValidationError("--bucket, --prefix, --path-style, --credentials-file and --part-size go with --s3.")
+            }
+        }
+
+        /// The remote the options give.
+        func remote() throws(DriveError) -> RemoteConfig {
+            if let folder {
+                guard folder.hasPrefix("/") else {
+                    throw DriveError(.invalidConfig, "--folder \(folder) must be an absolute path (like /mnt/nas/work).")
+                }
+                return .folder(path: folder)
+            }
+            var part = S3Settings.defaultPartSize
+            if let partSize {
+                guard let p = StoreConfig.parseBandwidth(partSize), S3Settings.partSizeRange.contains(p) else {
+                    throw DriveError(.invalidConfig, "--part-size \(partSize) is not a size between 5M and 5G (like 16M).")
+                }
+                part = p
+            }
+            let settings = S3Settings(endpoint: s3 ?? "", bucket: bucket ?? "", prefix: prefix, region: region, pathStyle: pathStyle,
+                                      credentialsFile: credentialsFile, partSize: part, parallelParts: parallelParts)
+            if let p = settings.problem(store: name) {
+                throw DriveError(.invalidConfig, p.prefix(1).uppercased() + p.dropFirst() + ".")
+            }
+            return .s3(settings)
+        }
         @Option(help: ArgumentHelp("Seconds between a save and its upload (repeated saves become one upload).", valueName: "seconds"))
         var writeback: Double = StoreConfig.defaultWritebackDelay
         @Option(help: ArgumentHelp("Files uploaded at once (1-64).", valueName: "n"))
@@ -26,9 +71,7 @@ struct Store: ParsableCommand {
         func run() throws {
             try guarded {
                 let home = drive.driveHome
-                guard folder.hasPrefix("/") else {
-                    throw DriveError(.invalidConfig, "--folder \(folder) must be an absolute path (like /mnt/nas/work).")
-                }
+                let remote = try remote()
                 var limit: Int64?
                 if let bandwidth {
                     guard let b = StoreConfig.parseBandwidth(bandwidth) else {
@@ -39,14 +82,17 @@ struct Store: ParsableCommand {
                 guard StoreConfig.pollRange.contains(poll) else {
                     throw DriveError(.invalidConfig, "--poll \(poll) must be between 0.2 and 86400 seconds.")
                 }
-                let joining = FileManager.default.fileExists(atPath: folder + "/" + FolderRemote.markerName)
-                let added = try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: .folder(path: folder), writebackDelay: writeback,
+                let joining = folder.map { FileManager.default.fileExists(atPath: $0 + "/" + FolderRemote.markerName) } ?? false
+                let added = try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: remote, writebackDelay: writeback,
                                                           workers: workers, bandwidth: limit, poll: poll))
-                if joining {
-                    print("Joined store \(name), shown as \"\(display ?? name)\": the folder remote \(added.remote.summary.dropFirst("folder ".count)) is already a store (another device's); what it holds is downloaded at the next mount.")
-                    return
+                switch added.remote {
+                case .folder(let path) where joining:
+                    print("Joined store \(name), shown as \"\(display ?? name)\": the folder remote \(path) is already a store (another device's); what it holds is downloaded at the next mount.")
+                case .folder(let path):
+                    print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(path).")
+                case .s3(let s):
+                    print("Added store \(name), shown as \"\(display ?? name)\", with the S3 remote \(s.displayName) at \(s.endpoint).")
                 }
-                print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(added.remote.summary.dropFirst("folder ".count)).")
             }
         }
     }
@@ -63,7 +109,15 @@ struct Store: ParsableCommand {
                 if json {
                     printJSON(config.stores.map { s -> [String: Any] in
                         var r: [String: Any] = ["name": s.name, "display": s.displayName, "cache": home.cachePath(s.name), "remoteType": s.remote.kind]
-                        if case .folder(let p) = s.remote { r["remotePath"] = p }
+                        switch s.remote {
+                        case .folder(let p):
+                            r["remotePath"] = p
+                        case .s3(let s3):
+                            r["endpoint"] = s3.endpoint
+                            r["bucket"] = s3.bucket
+                            r["prefix"] = s3.prefix
+                            r["region"] = s3.region
+                        }
                         return r
                     })
                     return

@@ -1,0 +1,195 @@
+// S3Client: signed S3 requests to one bucket, retried with jittered exponential back-off on
+// 5xx, 503 SlowDown, 429 and broken connections, and S3's answers turned into one sentence each
+// (wrong key, missing bucket, unreachable endpoint, clock skew). Never a credential in a text.
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// How often and how long a request is retried before the remote counts as unreachable.
+public struct S3RetryPolicy: Sendable {
+    public var attempts: Int
+    /// The first back-off; each further one doubles, up to `maxDelay`, and a random part of
+    /// it is waited ("full jitter").
+    public var baseDelay: Double
+    public var maxDelay: Double
+
+    public init(attempts: Int = 6, baseDelay: Double = 0.2, maxDelay: Double = 8) {
+        self.attempts = attempts
+        self.baseDelay = baseDelay
+        self.maxDelay = maxDelay
+    }
+
+    func delay(afterAttempt n: Int) -> Double {
+        let cap = min(maxDelay, baseDelay * pow(2, Double(n)))
+        return cap / 2 + Double.random(in: 0...(cap / 2))
+    }
+}
+
+public struct S3Client: Sendable {
+    public let settings: S3Settings
+    let signer: SigV4
+    public var retry: S3RetryPolicy
+    /// The clock requests are signed with (tests move it to provoke a skew).
+    public var now: @Sendable () -> Date = { Date() }
+
+    private let scheme: String
+    private let hostHeader: String
+    private let base: String  // scheme://host[:port]
+
+    public init(settings: S3Settings, credentials: SigV4.Credentials, retry: S3RetryPolicy = S3RetryPolicy()) throws(DriveError) {
+        if let p = settings.problem(store: "this") {
+            throw DriveError(.invalidConfig, p.prefix(1).uppercased() + p.dropFirst() + ".")
+        }
+        self.settings = settings
+        self.signer = SigV4(credentials: credentials, region: settings.region)
+        self.retry = retry
+        let url = URL(string: settings.endpoint)!
+        scheme = url.scheme!.lowercased()
+        let defaultPort = scheme == "https" ? 443 : 80
+        var host = url.host!
+        if host.contains(":") && !host.hasPrefix("[") { host = "[" + host + "]" }  // IPv6
+        if !settings.pathStyle { host = settings.bucket + "." + host }
+        hostHeader = url.port.map { $0 == defaultPort ? host : "\(host):\($0)" } ?? host
+        base = scheme + "://" + hostHeader
+    }
+
+    /// "s3://bucket/prefix at http://127.0.0.1:8333", for sentences.
+    var endpointName: String { settings.endpoint }
+
+    /// The encoded URI path of a key (or of the bucket for nil).
+    func uriPath(_ key: String?) -> String {
+        let k = key.map { SigV4.encode($0, slash: false) } ?? ""
+        return settings.pathStyle ? "/" + settings.bucket + (key == nil ? "" : "/" + k) : "/" + k
+    }
+
+    // MARK: Sending
+
+    /// Sends a signed request, retrying what may pass on a second try, and returns the final
+    /// answer whatever its status (`failure` turns an unwanted one into a sentence). Throws
+    /// `.unreachable` once the retries are spent, or what `sink` or the local file caused.
+    func send(_ method: HTTPMethod, key: String?, query: [(String, String)] = [], headers extra: [(String, String)] = [],
+              body: S3Body = .empty, sink: ((HTTPResponseHead, ByteBuffer) throws -> Void)? = nil, retries: Bool = true,
+              beforeRetry: (() throws(DriveError) -> Void)? = nil) throws(DriveError) -> S3Response {
+        var attempt = 0
+        while true {
+            let outcome: Result<S3Response, any Error>
+            do {
+                outcome = .success(try sendOnce(method, key: key, query: query, headers: extra, body: body, sink: sink))
+            } catch {
+                outcome = .failure(error)
+            }
+            let why: String
+            switch outcome {
+            case .success(let r):
+                let code = r.status
+                let s3Code = S3XML(r.body).value("Code")
+                let transient = code >= 500 || code == 429 || s3Code == "RequestTimeout" || s3Code == "SlowDown"
+                if !transient { return r }
+                why = "answered \(code)\(s3Code.map { " " + $0 } ?? "")"
+            case .failure(let e):
+                if let local = e as? S3LocalFailure { throw Self.describe(local) }
+                if let d = e as? DriveError { throw d }
+                why = "cannot be reached (\(Self.describe(transport: e)))"
+            }
+            attempt += 1
+            if !retries || attempt >= retry.attempts {
+                throw DriveError(.unreachable, "The S3 endpoint \(endpointName) \(why)\(attempt > 1 ? " after \(attempt) attempts" : "").")
+            }
+            Thread.sleep(forTimeInterval: retry.delay(afterAttempt: attempt - 1))
+            try beforeRetry?()
+        }
+    }
+
+    private func sendOnce(_ method: HTTPMethod, key: String?, query: [(String, String)], headers extra: [(String, String)],
+                          body: S3Body, sink: ((HTTPResponseHead, ByteBuffer) throws -> Void)?) throws -> S3Response {
+        let path = uriPath(key)
+        var headers: [(String, String)] = [("Host", hostHeader)] + extra
+        let payloadHash: String
+        switch body {
+        case .empty: payloadHash = SigV4.emptyPayloadHash
+        case .bytes(let b): payloadHash = SigV4.hex(SHA256Digest.of(b))
+        case .file: payloadHash = SigV4.unsignedPayload
+        }
+        headers.append(("x-amz-content-sha256", payloadHash))
+        let signed = signer.sign(method: method.rawValue, path: path, query: query, headers: headers, payloadHash: payloadHash, date: now())
+        var http = HTTPHeaders()
+        for (n, v) in signed.headers { http.add(name: n, value: v) }
+        if body.length > 0 || method == .PUT || method == .POST { http.replaceOrAdd(name: "Content-Length", value: String(body.length)) }
+        var url = base + path
+        if !query.isEmpty {
+            url += "?" + query.map { SigV4.encode($0.0, slash: true) + "=" + SigV4.encode($0.1, slash: true) }.joined(separator: "&")
+        }
+        return try S3HTTP.execute(method: method, url: url, headers: http, body: body, sink: sink)
+    }
+
+    // MARK: Sentences
+
+    /// The sentence for an answer the caller did not want. `what`: "list s3://b/p", "upload Reports/q3.odt".
+    func failure(_ r: S3Response, _ what: String) -> DriveError {
+        let xml = S3XML(r.body)
+        let code = xml.value("Code") ?? ""
+        let message = xml.value("Message").map { ": " + $0 } ?? ""
+        let bucket = settings.bucket
+        switch (r.status, code) {
+        case (412, _), (409, "ConditionalRequestConflict"):
+            return DriveError(.remoteChanged, "Cannot \(what): the object on \(settings.displayName) changed meanwhile (another device wrote it).")
+        case (_, "NoSuchBucket"):
+            return DriveError(.unreachable, "The bucket \(bucket) does not exist at \(endpointName); create it first (for example `aws s3 mb s3://\(bucket)`).")
+        case (_, "SignatureDoesNotMatch"):
+            return DriveError(.unreachable, "The S3 server at \(endpointName) refused the secret key: it does not match the access key ID (check AWS_SECRET_ACCESS_KEY or the credentials file).")
+        case (_, "InvalidAccessKeyId"):
+            return DriveError(.unreachable, "The S3 server at \(endpointName) does not know the access key ID (check AWS_ACCESS_KEY_ID or the credentials file).")
+        case (_, "RequestTimeTooSkewed"):
+            return DriveError(.unreachable, "This machine's clock is too far from the S3 server's at \(endpointName)\(skewDetail(r)); set the clock right (enable NTP) and try again.")
+        case (_, "ExpiredToken"), (_, "InvalidToken"):
+            return DriveError(.unreachable, "The S3 session token (AWS_SESSION_TOKEN) was refused by \(endpointName): it has expired or is not valid.")
+        case (403, _):
+            return DriveError(.unreachable, "The S3 server at \(endpointName) refused access to the bucket \(bucket) (\(code.isEmpty ? "403" : code)): the key lacks the permission to \(what).")
+        case (404, _):
+            return DriveError(.notFound, "Cannot \(what): there is no such object on \(settings.displayName).")
+        case (501, _), (_, "NotImplemented"):
+            return DriveError(.unsupported, "Cannot \(what): the S3 server at \(endpointName) does not implement it\(message).")
+        default:
+            return DriveError(.io, "Cannot \(what): the S3 server at \(endpointName) answered \(r.status)\(code.isEmpty ? "" : " " + code)\(message).")
+        }
+    }
+
+    private func skewDetail(_ r: S3Response) -> String {
+        let xml = S3XML(r.body)
+        let server = xml.value("ServerTime") ?? r.header("Date")
+        return server.map { " (the server's time is \($0), this machine's \(Date()))" } ?? ""
+    }
+
+    static func describe(_ local: S3LocalFailure) -> DriveError {
+        switch local {
+        case .shortRead(let n):
+            return DriveError(.changedDuringUpload, "The file got shorter during its upload (after \(n) bytes); it will be uploaded again.")
+        case .read(let e):
+            return DriveError(.io, "Cannot read the file to upload: \(String(cString: strerror(e))).")
+        case .write(let e):
+            return DriveError(.io, "Cannot write the downloaded file: \(String(cString: strerror(e))).")
+        }
+    }
+
+    static func describe(transport e: any Error) -> String {
+        if let h = e as? HTTPClientError {
+            switch h {
+            case .connectTimeout: return "connection timed out"
+            case .readTimeout: return "no answer in time"
+            case .remoteConnectionClosed: return "the connection was closed"
+            default: return "\(h)"
+            }
+        }
+        if let io = e as? IOError { return String(cString: strerror(io.errnoCode)) }
+        let text = "\(e)"
+        if text.contains("connectionRefused") || text.contains("Connection refused") { return "connection refused" }
+        return text
+    }
+}
+
+/// SHA-256 of a body held in memory (small requests are signed over their content).
+enum SHA256Digest {
+    static func of(_ bytes: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: bytes)) }
+}

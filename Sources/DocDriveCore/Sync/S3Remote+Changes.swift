@@ -1,0 +1,131 @@
+// S3Remote+Changes: folders, links, conditional deletes and moves (a copy conditional on the
+// source's ETag, then a conditional delete).
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension S3Remote {
+    // MARK: Folders, links, deletes, moves
+
+    public func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        try checkConditionalWrites()
+        let key = try keys.key(path, folder: true)
+        if try head(keys.key(path)) != nil {
+            throw DriveError(.remoteChanged, "Cannot make the folder \(path): \(displayName) has a file of that name (another device made it).")
+        }
+        let r = try client.send(.PUT, key: key, headers: S3Meta.headers(meta) + [("If-None-Match", "*")], body: .bytes([]))
+        guard r.status == 200 || r.status == 412 || r.status == 409 else { throw client.failure(r, "make the folder \(path)") }
+        return RemoteItem(path: path, kind: .folder, version: "", size: 0, meta: meta)
+    }
+
+    public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        try checkConditionalWrites()
+        let key = try keys.key(path)
+        let token = Self.randomToken()
+        var retried = false
+        let headers = S3Meta.headers(meta, link: true, upload: token) + Self.condition(expecting)
+        let r = try client.send(.PUT, key: key, headers: headers, body: .bytes(target), beforeRetry: { retried = true })
+        return try written(r, key: key, path: path, kind: .symlink, size: Int64(target.count), meta: meta, token: token,
+                           retried: retried, expecting: expecting, what: "make the link \(path)")
+    }
+
+    public func delete(_ path: StorePath, version: String) throws(DriveError) {
+        try checkConditionalWrites()
+        if version.isEmpty {
+            let key = try keys.key(path, folder: true)
+            let inside = try listObjects(keyPrefix: key, limit: 2).filter { !$0.key.utf8.elementsEqual(key.utf8) }
+            if !inside.isEmpty {
+                throw DriveError(.remoteChanged, "Cannot delete the folder \(path): it is not empty on \(displayName) (another device put something in it).")
+            }
+            let r = try client.send(.DELETE, key: key)
+            guard r.status == 204 || r.status == 200 || r.status == 404 else { throw client.failure(r, "delete the folder \(path)") }
+            return
+        }
+        let key = try keys.key(path)
+        try deleteObject(key, etag: version, what: "delete \(path)")
+    }
+
+    /// DELETE if the object is still `etag`; gone already is fine.
+    func deleteObject(_ key: String, etag: String, what: String) throws(DriveError) {
+        if !conditionalDelete.load(ordering: .relaxed) {
+            guard let h = try head(key) else { return }
+            if h.etag != etag { throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).") }
+        }
+        let r = try client.send(.DELETE, key: key, headers: [("If-Match", "\"\(etag)\"")])
+        switch r.status {
+        case 200, 204, 404:
+            heads.withLock { _ = $0.removeValue(forKey: Array(key.utf8)) }
+        case 412 where try head(key) == nil, 409 where try head(key) == nil:
+            // If-Match on a key that is gone fails (SeaweedFS): gone already is fine.
+            break
+        default:
+            throw client.failure(r, what)
+        }
+    }
+
+    public func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem {
+        try checkConditionalWrites()
+        if version.isEmpty {
+            let fromKey = try keys.key(from, folder: true)
+            let toKey = try keys.key(to, folder: true)
+            let objects = try listObjects(keyPrefix: fromKey)
+            if objects.isEmpty { throw DriveError(.notFound, "There is no folder \(from) on \(displayName).") }
+            if try item(at: to) != nil {
+                throw DriveError(.remoteChanged, "Cannot move \(from) to \(to): \(displayName) already has an item there (another device made it).")
+            }
+            // Copy everything first, then delete: a move cut short leaves copies, never a loss.
+            for o in objects {
+                let rest = String(decoding: o.key.utf8.dropFirst(fromKey.utf8.count), as: UTF8.self)
+                try copyObject(o.key, etag: o.etag, size: o.size, to: toKey + rest, what: "move \(from) to \(to)")
+            }
+            for o in objects {
+                try deleteObject(o.key, etag: o.etag, what: "move \(from) to \(to)")
+            }
+            return RemoteItem(path: to, kind: .folder, version: "", size: 0)
+        }
+        let fromKey = try keys.key(from)
+        let toKey = try keys.key(to)
+        guard let source = try head(fromKey) else {
+            throw DriveError(.remoteChanged, "Cannot move \(from): it was deleted on \(displayName) meanwhile.")
+        }
+        if source.etag != version {
+            throw DriveError(.remoteChanged, "Cannot move \(from): it changed on \(displayName) meanwhile (another device wrote it).")
+        }
+        try copyObject(fromKey, etag: version, size: source.size, to: toKey, what: "move \(from) to \(to)")
+        try deleteObject(fromKey, etag: version, what: "move \(from) to \(to)")
+        guard let h = try head(toKey) else {
+            throw DriveError(.remoteChanged, "Moved \(from) to \(to), but another device deleted it there at once.")
+        }
+        return RemoteItem(path: to, kind: h.link ? .symlink : .file, version: h.etag, size: h.size, meta: h.meta)
+    }
+
+    /// Server-side copy of `key` (if still `etag`) to `to`, where nothing may be; metadata
+    /// goes along. Objects over 5 GiB are copied in parts.
+    func copyObject(_ key: String, etag: String, size: Int64, to: String, what: String) throws(DriveError) {
+        let source = "/" + client.settings.bucket + "/" + SigV4.encode(key, slash: false)
+        if key.utf8.last == UInt8(ascii: "/") {
+            // A folder marker (some servers keep it as a real folder, which no copy takes):
+            // made anew, with its metadata.
+            let meta = try head(key)?.meta ?? RemoteMeta()
+            let r = try client.send(.PUT, key: to, headers: S3Meta.headers(meta) + [("If-None-Match", "*")], body: .bytes([]))
+            guard r.status == 200 || r.status == 412 || r.status == 409 else { throw client.failure(r, what) }
+            return
+        }
+        if size > S3Settings.partSizeRange.upperBound {
+            return try copyMultipart(source: source, key: key, etag: etag, size: size, to: to, what: what)
+        }
+        var retried = false
+        let r = try client.send(.PUT, key: to, headers: [("x-amz-copy-source", source), ("x-amz-copy-source-if-match", "\"\(etag)\""),
+                                                         ("If-None-Match", "*")], beforeRetry: { retried = true })
+        if r.status == 200, S3XML(r.body).rootName != "Error" { return }
+        // A retried copy whose first attempt landed: the target holds the source's version.
+        if retried, r.status == 412 || r.status == 409, let h = try head(to), h.etag == etag { return }
+        if r.status == 404 { throw DriveError(.remoteChanged, "Cannot \(what): the source was deleted on \(displayName) meanwhile.") }
+        if r.status == 200 { throw client.failure(S3Response(status: 500, headers: r.headers, body: r.body), what) }
+        throw client.failure(r, what)
+    }
+}

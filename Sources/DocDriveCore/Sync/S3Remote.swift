@@ -1,0 +1,276 @@
+// S3Remote: a store's remote that is a prefix of an S3 bucket (SeaweedFS, MinIO, Ceph RGW,
+// AWS): plain objects any S3 tool reads, no lost update through S3's conditional requests.
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What S3 holds for a store (see S3Keys for the keys, S3Meta for the metadata):
+///  * a file: an object with exactly the file's bytes; a symbolic link: an object whose body
+///    is the target, with `x-amz-meta-docdrive-link: 1`; a folder: a zero-byte `path/` marker
+///    object, or implied by the keys under it (what other tools make);
+///  * `.docdrive-store` under the prefix: the marker `store add` writes; `.docdrive/`: records
+///    of this device's unfinished multipart uploads, and probe objects.
+/// Versions are ETags (without their quotes). Listings carry no user metadata, so `list()`
+/// HEADs each object whose (key, ETag) it has not seen yet, and keeps the answers in memory:
+/// a second listing HEADs only what changed. `list(metadata: false)` skips that.
+///
+/// Threads: every method blocks its caller (a worker thread, never a FUSE request thread or an
+/// event loop) until S3 answered. Locks (`heads`, the `Locked` boxes, the `Handoff`s of
+/// S3HTTP) are leaves, and none is held across a request.
+public final class S3Remote: Remote, Sendable {
+    public let client: S3Client
+    public let keys: S3Keys
+    /// Tags this device's multipart upload records (DeviceIdentity.tag).
+    public let device: String
+    /// Keys per listing page (S3's maximum is 1000; tests make it small to page).
+    public let pageSize: Int
+    /// HEAD answers by key (its bytes: Strings that are canonically equivalent are equal),
+    /// valid while the key's ETag is the same. Lock: leaf.
+    let heads = Mutex<[[UInt8]: Head]>([:])
+    /// Whether DELETE honours If-Match, once `probeConditionalWrites` found out. Without it a
+    /// conditional delete HEADs first (a short race remains).
+    let conditionalDelete = Atomic<Bool>(false)
+    /// Whether this process probed the server (its first write does, once: `store add`
+    /// probed it from another process, and the server may have changed since).
+    let probed = Atomic<Bool>(false)
+
+    struct Head: Sendable {
+        var etag: String
+        var size: Int64
+        var meta: RemoteMeta
+        var link: Bool
+        var upload: String?
+    }
+
+    public init(client: S3Client, device: String, pageSize: Int = 1000) {
+        self.client = client
+        self.keys = S3Keys(prefix: client.settings.prefix)
+        self.device = device
+        self.pageSize = max(1, min(1000, pageSize))
+    }
+
+    /// The remote of a store's settings, with credentials from where `SigV4.Credentials.load`
+    /// looks.
+    public convenience init(settings: S3Settings, device: String) throws(DriveError) {
+        let credentials = try SigV4.Credentials.load(credentialsFile: settings.credentialsFile)
+        self.init(client: try S3Client(settings: settings, credentials: credentials), device: device)
+    }
+
+    public var displayName: String { client.settings.displayName }
+
+    // MARK: Store set-up
+
+    /// Throws a sentence unless the bucket answers to these credentials.
+    public func checkBucket() throws(DriveError) {
+        let r = try client.send(.GET, key: nil, query: [("list-type", "2"), ("max-keys", "1"), ("prefix", keys.keyPrefix)])
+        guard r.status == 200 else { throw client.failure(r, "list \(displayName)") }
+    }
+
+    public func checkReachable() throws(DriveError) {
+        let r = try client.send(.HEAD, key: keys.ownKey(S3Keys.markerName))
+        if r.status == 200 { return }
+        if r.status == 404 {
+            // A HEAD has no body: tell a missing bucket from a missing marker.
+            try checkBucket()
+            throw DriveError(.unreachable, "\(displayName) is not the store's (no \(S3Keys.markerName) in it); add the store with `docdrive store add` first.")
+        }
+        throw client.failure(r, "reach \(displayName)")
+    }
+
+    /// Writes the marker (at `store add`); one that is there already (another device made the
+    /// store) is kept: this device joins the store.
+    public func writeMarker(store: String) throws(DriveError) {
+        let r = try client.send(.PUT, key: keys.ownKey(S3Keys.markerName), headers: [("If-None-Match", "*")],
+                                body: .bytes(Array("DocDrive store \(store)\n".utf8)))
+        if r.status == 200 || r.status == 412 || r.status == 409 { return }
+        throw client.failure(r, "write the store's marker to \(displayName)")
+    }
+
+    /// Checks that the server honours conditional writes, without which two devices could
+    /// overwrite each other's changes: a probe key written twice with `If-None-Match: *` must
+    /// be refused the second time, and a replace with `If-Match` on a wrong ETag too. Also
+    /// finds out whether DELETE honours `If-Match` (returned; used from now on).
+    @discardableResult
+    public func probeConditionalWrites() throws(DriveError) -> S3Capabilities {
+        let key = keys.ownKey(S3Keys.ownFolder + "/probe-\(device)-\(Self.randomToken())")
+        let body = S3Body.bytes(Array("DocDrive probe\n".utf8))
+        defer { _ = try? client.send(.DELETE, key: key) }
+        var retried = false
+        let first = try client.send(.PUT, key: key, headers: [("If-None-Match", "*")], body: body, beforeRetry: { retried = true })
+        // (A refusal after a retry is the first attempt's own object: the key is new.)
+        guard first.status == 200 || retried && (first.status == 412 || first.status == 409) else {
+            throw client.failure(first, "write a probe object to \(displayName)")
+        }
+        let second = try client.send(.PUT, key: key, headers: [("If-None-Match", "*")], body: body)
+        if second.status == 200 {
+            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores If-None-Match: * (it let a create-only write replace an object), so two devices could overwrite each other's changes; DocDrive refuses to use it.")
+        }
+        guard second.status == 412 || second.status == 409 else { throw client.failure(second, "probe conditional writes on \(displayName)") }
+        let replace = try client.send(.PUT, key: key, headers: [("If-Match", "\"00000000000000000000000000000000\"")], body: body)
+        if replace.status == 200 {
+            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores If-Match (it let a write replace an object of another ETag), so two devices could overwrite each other's changes; DocDrive refuses to use it.")
+        }
+        let delete = try client.send(.DELETE, key: key, headers: [("If-Match", "\"00000000000000000000000000000000\"")])
+        let honoured = delete.status == 412 || delete.status == 409
+        conditionalDelete.store(honoured, ordering: .relaxed)
+        probed.store(true, ordering: .releasing)
+        return S3Capabilities(conditionalDelete: honoured)
+    }
+
+    /// Probes the server before this process's first write (two threads may both probe; each
+    /// probe uses a key of its own). Throws what the probe throws: a server that stopped
+    /// honouring conditional writes gets no write.
+    func checkConditionalWrites() throws(DriveError) {
+        if probed.load(ordering: .acquiring) { return }
+        try probeConditionalWrites()
+    }
+
+    // MARK: Listing
+
+    public func list() throws(DriveError) -> [RemoteItem] { try list(metadata: true) }
+
+    /// Every item of the store. With `metadata`, each file's metadata and kind (file or link)
+    /// come from a HEAD unless this (key, ETag) was seen before; without, files are `.file`
+    /// with the metadata known so far.
+    public func list(metadata: Bool) throws(DriveError) -> [RemoteItem] {
+        let objects = try listObjects(keyPrefix: keys.keyPrefix)
+        var byPath = [StorePath: RemoteItem]()
+        var files = [(key: String, index: StorePath)]()
+        for o in objects {
+            guard let (path, isFolder) = keys.path(ofKey: o.key) else { continue }
+            if isFolder {
+                byPath[path] = RemoteItem(path: path, kind: .folder, version: "", size: 0)
+            } else if byPath[path]?.kind != .folder {
+                var item = RemoteItem(path: path, kind: .file, version: o.etag, size: o.size)
+                if let h = cachedHead(o.key, etag: o.etag) {
+                    item.meta = h.meta
+                    if h.link { item.kind = .symlink }
+                } else {
+                    files.append((o.key, path))
+                }
+                byPath[path] = item
+            }
+            // Folders implied by the keys under them (objects other tools put) are folders too;
+            // a folder wins over a file of the same name.
+            var folder = path.folder
+            while !folder.isEmpty {
+                if byPath[folder]?.kind == .folder { break }
+                byPath[folder] = RemoteItem(path: folder, kind: .folder, version: "", size: 0)
+                folder = folder.folder
+            }
+        }
+        if metadata && !files.isEmpty {
+            let found = Locked<[StorePath: Head]>([:])
+            let failure = Locked<DriveError?>(nil)
+            let wanted = files
+            S3Parallel.forEach(wanted.count, width: 16) { i in
+                do throws(DriveError) {
+                    if let h = try self.head(wanted[i].key) { found.update { $0[wanted[i].index] = h } }
+                } catch {
+                    failure.update { if $0 == nil { $0 = error } }
+                }
+            }
+            if let e = failure.value { throw e }
+            for (path, h) in found.value {
+                guard var item = byPath[path], item.kind != .folder else { continue }
+                item.version = h.etag
+                item.size = h.size
+                item.meta = h.meta
+                item.kind = h.link ? .symlink : .file
+                byPath[path] = item
+            }
+        }
+        return byPath.values.sorted { $0.path < $1.path }
+    }
+
+    struct Listed { var key: String; var etag: String; var size: Int64 }
+
+    /// Every object under `keyPrefix`, page by page (ListObjectsV2).
+    func listObjects(keyPrefix: String, limit: Int? = nil) throws(DriveError) -> [Listed] {
+        var out = [Listed]()
+        var token: String?
+        repeat {
+            var query = [("list-type", "2"), ("prefix", keyPrefix), ("encoding-type", "url"),
+                         ("max-keys", String(min(pageSize, limit ?? pageSize)))]
+            if let token { query.append(("continuation-token", token)) }
+            let r = try client.send(.GET, key: nil, query: query)
+            guard r.status == 200 else { throw client.failure(r, "list \(displayName)") }
+            let xml = S3XML(r.body)
+            let urlEncoded = xml.value("EncodingType") == "url"
+            for c in xml.elements("Contents") {
+                guard var key = c.value("Key") else { continue }
+                if urlEncoded { key = Self.urlDecoded(key) }
+                out.append(Listed(key: key, etag: Self.unquoted(c.value("ETag") ?? ""), size: Int64(c.value("Size") ?? "") ?? 0))
+            }
+            token = xml.value("IsTruncated") == "true" ? xml.value("NextContinuationToken") : nil
+            if let limit, out.count >= limit { break }
+        } while token != nil
+        return out
+    }
+
+    public func item(at path: StorePath) throws(DriveError) -> RemoteItem? {
+        let key = try keys.key(path)
+        if let h = try head(key) {
+            return RemoteItem(path: path, kind: h.link ? .symlink : .file, version: h.etag, size: h.size, meta: h.meta)
+        }
+        if !(try listObjects(keyPrefix: key + "/", limit: 1)).isEmpty {
+            var meta = RemoteMeta()
+            if let h = try head(key + "/") { meta = h.meta }
+            return RemoteItem(path: path, kind: .folder, version: "", size: 0, meta: meta)
+        }
+        return nil
+    }
+
+    /// HEAD of a key: nil when there is no object.
+    func head(_ key: String) throws(DriveError) -> Head? {
+        let r = try client.send(.HEAD, key: key)
+        if r.status == 404 { return nil }
+        guard r.status == 200 else { throw client.failure(r, "read the metadata of \(key)") }
+        let (meta, link, upload) = S3Meta.meta(r.headerPairs)
+        let h = Head(etag: Self.unquoted(r.header("ETag") ?? ""), size: Int64(r.header("Content-Length") ?? "") ?? 0,
+                     meta: meta, link: link, upload: upload)
+        heads.withLock { $0[Array(key.utf8)] = h }
+        return h
+    }
+
+    func cachedHead(_ key: String, etag: String) -> Head? {
+        heads.withLock { $0[Array(key.utf8)] }.flatMap { $0.etag == etag ? $0 : nil }
+    }
+
+    // MARK: Helpers
+
+    static func condition(_ e: RemoteExpectation) -> [(String, String)] {
+        switch e {
+        case .absent: return [("If-None-Match", "*")]
+        case .version(let v): return [("If-Match", "\"\(v)\"")]
+        }
+    }
+
+    static func unquoted(_ etag: String) -> String {
+        var e = Substring(etag)
+        if e.hasPrefix("W/") { e = e.dropFirst(2) }
+        if e.hasPrefix("\"") && e.hasSuffix("\"") && e.count >= 2 { e = e.dropFirst().dropLast() }
+        return String(e)
+    }
+
+    /// The key from a listing with `encoding-type=url` (as botocore reads it: "+" is a space).
+    static func urlDecoded(_ s: String) -> String {
+        s.replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? s
+    }
+
+    static func randomToken() -> String {
+        var g = SystemRandomNumberGenerator()
+        return Hex.encode((0..<8).map { _ in UInt8.random(in: 0...255, using: &g) })
+    }
+}
+
+/// What `probeConditionalWrites` found beyond the conditional writes it requires.
+public struct S3Capabilities: Sendable {
+    /// DELETE honours If-Match (else a conditional delete HEADs first: a short race remains).
+    public var conditionalDelete: Bool
+}

@@ -19,6 +19,10 @@ extension S3Remote {
         }
         let r = try client.send(.PUT, key: key, headers: S3Meta.headers(meta) + [("If-None-Match", "*")], body: .bytes([]))
         guard r.status == 200 || r.status == 412 || r.status == 409 else { throw client.failure(r, "make the folder \(path)") }
+        if r.status != 200, let h = try head(key) {
+            // Made by another device first: its metadata (its id) is the folder's.
+            return RemoteItem(path: path, kind: .folder, version: "", size: 0, meta: h.meta)
+        }
         return RemoteItem(path: path, kind: .folder, version: "", size: 0, meta: meta)
     }
 

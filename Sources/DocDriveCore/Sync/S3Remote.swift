@@ -144,7 +144,10 @@ public final class S3Remote: Remote, Sendable {
         for o in objects {
             guard let (path, isFolder) = keys.path(ofKey: o.key) else { continue }
             if isFolder {
-                byPath[path] = RemoteItem(path: path, kind: .folder, version: "", size: 0)
+                // A marker carries the folder's metadata (its item id).
+                var item = RemoteItem(path: path, kind: .folder, version: "", size: 0)
+                if let h = cachedHead(o.key, etag: o.etag) { item.meta = h.meta } else { files.append((o.key, path)) }
+                byPath[path] = item
             } else if byPath[path]?.kind != .folder {
                 var item = RemoteItem(path: path, kind: .file, version: o.etag, size: o.size)
                 if let h = cachedHead(o.key, etag: o.etag) {
@@ -177,7 +180,12 @@ public final class S3Remote: Remote, Sendable {
             }
             if let e = failure.value { throw e }
             for (path, h) in found.value {
-                guard var item = byPath[path], item.kind != .folder else { continue }
+                guard var item = byPath[path] else { continue }
+                if item.kind == .folder {
+                    item.meta = h.meta
+                    byPath[path] = item
+                    continue
+                }
                 item.version = h.etag
                 item.size = h.size
                 item.meta = h.meta

@@ -832,6 +832,13 @@ final class StoreSync: Sendable {
         try? queue.enqueueAll(batch)
     }
 
+    /// Removes the downloads a crash interrupted (call before any worker of the store runs).
+    func removeStaleDownloads() {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: downloads) else { return }
+        for n in names { unlink(downloads + "/" + n) }
+        if !names.isEmpty { logger.info("store \(name): removed \(names.count) unfinished downloads left by a crash") }
+    }
+
     /// Conflict copies the user removed or renamed: their conflict is over.
     func clearResolvedConflicts() {
         guard let list = try? bases.conflicts(root: key) else { return }

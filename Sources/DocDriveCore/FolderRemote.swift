@@ -44,30 +44,6 @@ public final class BandwidthLimit: Sendable {
     }
 }
 
-/// What a remote path holds.
-public struct RemoteEntry: Equatable, Sendable {
-    public enum Kind: Sendable { case file, folder, symlink, other }
-    public var kind: Kind
-    public var size: Int64
-    public var mtime: timespec
-    public var isDirectory: Bool { kind == .folder }
-
-    init(_ st: stat) {
-        switch st.st_mode & S_IFMT {
-        case S_IFREG: kind = .file
-        case S_IFDIR: kind = .folder
-        case S_IFLNK: kind = .symlink
-        default: kind = .other
-        }
-        size = Int64(st.st_size)
-        mtime = st.st_mtim
-    }
-
-    public static func == (a: RemoteEntry, b: RemoteEntry) -> Bool {
-        a.kind == b.kind && a.size == b.size && a.mtime.tv_sec == b.mtime.tv_sec && a.mtime.tv_nsec == b.mtime.tv_nsec
-    }
-}
-
 /// A folder remote. Uploads land under a temporary name, are fsynced, verified (size and
 /// SHA-256 read back) and renamed into place, so the remote never holds a torn file.
 ///
@@ -278,50 +254,6 @@ public struct FolderRemote: Sendable {
         return UploadReceipt(size: Int64(offset), sha256: digest, version: version)
     }
 
-    /// Makes `path` on the remote a symbolic link to `target` (bytes, as the local link holds
-    /// them), never following anything on the way; a link already the same is left alone.
-    public func uploadSymlink(_ target: [UInt8], to path: StorePath) throws(DriveError) {
-        try Self.checkRelative(path)
-        let rootfd = try openRoot()
-        defer { close(rootfd) }
-        let dfd = try openFolder(rootfd, path.folder, create: true, for: path)!
-        defer { close(dfd) }
-        if let st = Beneath.stat(dfd, path.lastName), st.st_mode & S_IFMT == S_IFLNK, Beneath.readLink(dfd, path.lastName) == target { return }
-        let tmp = temporaryName()
-        let made = Beneath.withCName(target[...]) { t in Beneath.withCName(tmp) { symlinkat(t, dfd, $0) } }
-        guard made == 0 else { throw remoteError("cannot create a link at", path, errno) }
-        do {
-            try place(tmp, dfd, as: path)
-        } catch {
-            _ = Beneath.withCName(tmp) { unlinkat(dfd, $0, 0) }
-            throw error
-        }
-        _ = fsync(dfd)
-    }
-
-    /// Makes `path` on the remote a folder (an empty folder saved locally reaches the remote as
-    /// one); what else stood at that name is replaced. `mode`: the local folder's permissions.
-    public func makeFolder(_ path: StorePath, mode: mode_t = 0o755) throws(DriveError) {
-        try Self.checkRelative(path)
-        let rootfd = try openRoot()
-        defer { close(rootfd) }
-        let dfd = try openFolder(rootfd, path.folder, create: true, for: path)!
-        defer { close(dfd) }
-        let name = path.lastName
-        if let st = Beneath.stat(dfd, name) {
-            switch st.st_mode & S_IFMT {
-            case S_IFDIR: return
-            case S_IFLNK: throw symlinkError(at: path, target: path)
-            default:  // the local path was a file before it became a folder
-                if Beneath.withCName(name, { unlinkat(dfd, $0, 0) }) != 0 && errno != ENOENT { throw remoteError("cannot replace", path, errno) }
-            }
-        }
-        if Beneath.withCName(name, { mkdirat(dfd, $0, mode & 0o7777) }) != 0 && errno != EEXIST {
-            throw remoteError("cannot create", path, errno)
-        }
-        _ = fsync(dfd)
-    }
-
     /// Renames the temporary `tmp` in `dfd` to the last name of `path`, replacing an empty
     /// folder that stood there (the local path became a file or a link). A folder with files in
     /// it is not removed for that: they may be another device's, which this drive never saw.
@@ -350,72 +282,6 @@ public struct FolderRemote: Sendable {
     func temporaryName() -> [UInt8] {
         Array((Self.temporaryPrefix + owner + "-" + ItemIndex.newID()).utf8)
     }
-
-    /// Makes the renames into these remote folders durable (one fsync per folder, however many
-    /// uploads went into it). Best effort: a folder that cannot be opened is skipped.
-    public func syncFolders<S: Sequence>(_ folders: S) where S.Element == StorePath {
-        guard let rootfd = try? openRoot() else { return }
-        defer { close(rootfd) }
-        for dir in folders {
-            if case .success(let dfd) = Beneath.openFolder(rootfd, dir.names) {
-                _ = fsync(dfd)
-                close(dfd)
-            }
-        }
-    }
-
-    /// Removes a file, link or whole folder from the remote; what is already gone is fine, and
-    /// so is a path beneath a symbolic link or a file on the remote (nothing of the store is
-    /// there: the link is not followed, and not removed either, being someone else's).
-    public func remove(_ path: StorePath) throws(DriveError) {
-        try Self.checkRelative(path)
-        let rootfd = try openRoot()
-        defer { close(rootfd) }
-        guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else { return }
-        defer { close(dfd) }
-        let e = Beneath.removeTree(dfd, path.lastName)
-        if e != 0 { throw remoteError("cannot remove", path, e) }
-    }
-
-    /// What the remote holds at `path` (not following a link there or on the way), or nil.
-    public func attributes(_ path: StorePath) -> RemoteEntry? {
-        guard Self.checkedOK(path), let rootfd = try? openRoot() else { return nil }
-        defer { close(rootfd) }
-        guard case .success(let dfd) = Beneath.openFolder(rootfd, path.folder.names) else { return nil }
-        defer { close(dfd) }
-        return Beneath.stat(dfd, path.lastName).map(RemoteEntry.init)
-    }
-
-    /// Names in a remote folder (without the remote's own files), or [] if there is none (or
-    /// there is a link there: it is not followed).
-    public func list(_ path: StorePath) -> [[UInt8]] {
-        guard path.isEmpty || Self.checkedOK(path), let rootfd = try? openRoot() else { return [] }
-        defer { close(rootfd) }
-        guard case .success(let dfd) = Beneath.openFolder(rootfd, path.names) else { return [] }
-        defer { close(dfd) }
-        return (Beneath.names(dfd) ?? []).map(\.name).filter { !Self.isOwnName($0) }
-    }
-
-    private static func checkedOK(_ path: StorePath) -> Bool { (try? checkRelative(path)) != nil }
-
-    /// Renames on the remote (creating the new parents); a missing source is fine (not uploaded yet).
-    public func rename(_ from: StorePath, to: StorePath) throws(DriveError) {
-        try Self.checkRelative(from)
-        try Self.checkRelative(to)
-        let rootfd = try openRoot()
-        defer { close(rootfd) }
-        guard let src = try openFolder(rootfd, from.folder, create: false, for: from) else { return }
-        defer { close(src) }
-        let dst = try openFolder(rootfd, to.folder, create: true, for: to)!
-        defer { close(dst) }
-        let r = Beneath.withCName(from.lastName) { f in Beneath.withCName(to.lastName) { renameat(src, f, dst, $0) } }
-        if r != 0 && errno != ENOENT { throw remoteError("cannot rename on", to, errno) }
-    }
-
-    // MARK: walking the remote beside the cache (the comparison at mount)
-
-    /// The remote's root, opened for a walk beside the local copy (the caller closes it).
-    func openRootForWalk() throws(DriveError) -> Int32 { try openRoot() }
 
     /// Bytes copied between two looks at whether the local file changed.
     public static let changeCheckInterval: off_t = 16 << 20

@@ -109,49 +109,74 @@ final class FolderRemoteTests: XCTestCase {
         XCTAssertThrowsError(try remote.upload(from: fd, to: "trap/evil.txt")) { e in
             XCTAssertTrue((e as? DriveError)?.message.contains("symbolic link") ?? false, "\(e)")
         }
-        try remote.remove("trap/victim.txt")
-        XCTAssertEqual(remote.list("trap"), [])
+        try remote.delete("trap/victim.txt", version: "")
+        XCTAssertFalse(try remote.list().contains { $0.path.description.hasPrefix("trap/") }, "a listing went through the link")
+        XCTAssertEqual(try remote.item(at: "trap")?.kind, .symlink)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), ["victim.txt"])
         // And the remote's own names are never a user's path
         for own in [".docdrive-store", "sub/.docdrive-upload-x"] {
             XCTAssertThrowsError(try remote.upload(from: fd, to: StorePath(own)), own)
-            XCTAssertThrowsError(try remote.remove(StorePath(own)), own)
+            XCTAssertThrowsError(try remote.delete(StorePath(own), version: ""), own)
         }
         XCTAssertNoThrow(try remote.checkReachable(), "the marker is still there")
     }
 
-    func testRenameAndRemoveOnTheRemote() throws {
+    func testConditionalMoveAndDeleteOnTheRemote() throws {
         let fd = local("e", "e")
         defer { close(fd) }
-        _ = try remote.upload(from: fd, to: "old.txt")
-        try remote.rename("old.txt", to: "new/dir/new.txt")
+        let made = try remote.upload(from: fd, to: "old.txt", expecting: .absent, meta: RemoteMeta(itemID: "id-1"), limit: nil, progress: nil)
+        // A version this device has not seen is never moved or deleted.
+        XCTAssertThrowsError(try remote.move("old.txt", version: "1:2:3", to: "x.txt")) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .remoteChanged)
+        }
+        let moved = try remote.move("old.txt", version: made.version, to: "new/dir/new.txt")
+        XCTAssertEqual(moved.meta.itemID, "id-1", "the id travels with the item")
+        XCTAssertEqual(moved.version, made.version, "a move keeps the version")
         XCTAssertTrue(FileManager.default.fileExists(atPath: dir + "/remote/new/dir/new.txt"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/old.txt"))
-        try remote.remove("new/dir/new.txt")
-        try remote.remove("never-uploaded.txt")
+        XCTAssertThrowsError(try remote.delete("new/dir/new.txt", version: "1:2:3")) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .remoteChanged)
+        }
+        try remote.delete("new/dir/new.txt", version: moved.version)
+        try remote.delete("never-uploaded.txt", version: "1:2:3")
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/new/dir/new.txt"))
+        // A folder with something in it is not deleted.
+        _ = try remote.upload(from: fd, to: "new/dir/other.txt", expecting: .absent, meta: RemoteMeta(), limit: nil, progress: nil)
+        XCTAssertThrowsError(try remote.delete("new/dir", version: "")) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .remoteChanged)
+        }
     }
 
-    func testAFolderAndItsFilesRemovedSideBySideAllSucceed() throws {
-        // Given folders on the remote, each removed (as after rm -rf) by several workers at
-        // once: one takes the folder, the others its files
-        let fd = local("f", "x")
-        defer { close(fd) }
-        for round in 0..<12 {
-            let folder = "gone\(round)"
-            for i in 0..<150 { _ = try remote.upload(from: fd, to: "\(folder)/sub/f\(i)", syncFolder: false) }
-            let paths = [folder] + (0..<150).map { "\(folder)/sub/f\($0)" } + ["\(folder)/sub"]
-            let failures = Mutex<[String]>([])
-            let remote: FolderRemote = remote
-            DispatchQueue.concurrentPerform(iterations: 4) { w in
-                // Worker 0 removes the folder first; the others go through the files.
-                for (k, p) in paths.enumerated() where k % 4 == w || (w == 0 && k == 0) {
-                    do { try remote.remove(StorePath(p)) } catch { failures.withLock { $0.append("\(p): \(error)") } }
+    func testTwoDevicesWritingOneNameAtOnceNeverOverwriteEachOther() throws {
+        // Given two devices on one folder remote, each writing the same names at the same moment
+        let other = FolderRemote(root: remote.root, owner: "other-device")
+        let mine = local("m", String(repeating: "mine ", count: 2000))
+        let theirs = local("t", String(repeating: "theirs ", count: 2000))
+        defer { close(mine); close(theirs) }
+        let remotes: [FolderRemote] = [remote, other]
+        let fds = [mine, theirs]
+        for round in 0..<40 {
+            let name = StorePath("race\(round).txt")
+            // Both create it (create-only): exactly one wins.
+            let wins = Mutex<[Int]>([])
+            DispatchQueue.concurrentPerform(iterations: 2) { i in
+                do {
+                    _ = try remotes[i].upload(from: fds[i], to: name, expecting: .absent, meta: RemoteMeta(), limit: nil, progress: nil)
+                    wins.withLock { $0.append(i) }
+                } catch let e as DriveError {
+                    XCTAssertEqual(e.code, .remoteChanged, "\(e)")
+                } catch { XCTFail("\(error)") }
+            }
+            XCTAssertEqual(wins.withLock { $0 }.count, 1, "round \(round): both or neither created it")
+            // Both replace the version they saw: exactly one wins again.
+            let seen = try XCTUnwrap(try remote.item(at: name)).version
+            let replaced = Mutex<Int>(0)
+            DispatchQueue.concurrentPerform(iterations: 2) { i in
+                if (try? remotes[i].upload(from: fds[1 - i], to: name, expecting: .version(seen), meta: RemoteMeta(), limit: nil, progress: nil)) != nil {
+                    replaced.withLock { $0 += 1 }
                 }
             }
-            // Then every removal succeeded (a file already gone with its folder is not an error)
-            XCTAssertEqual(failures.withLock { $0 }, [], "round \(round)")
-            XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/" + folder))
+            XCTAssertEqual(replaced.withLock { $0 }, 1, "round \(round): a replace went over a version its device had not seen")
         }
     }
 }

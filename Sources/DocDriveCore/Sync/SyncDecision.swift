@@ -202,13 +202,11 @@ public enum SyncDecision {
     public static func originalOfConflictCopy(_ path: String) -> String? {
         guard let open = path.range(of: " (conflict from ", options: .backwards) else { return nil }
         let rest = path[open.upperBound...]
-        guard let close = rest.firstIndex(of: ")") else { return nil }
-        // "... DEVICE YYYY-MM-DD HH.MM.SS)": the date and time are the last 19 characters.
-        let inside = rest[..<close]
-        guard inside.count > 20 else { return nil }
-        let stamp = String(inside.suffix(19))
-        guard stamp.range(of: #"^\d{4}-\d{2}-\d{2} \d{2}\.\d{2}\.\d{2}$"#, options: .regularExpression) != nil else { return nil }
-        return String(path[..<open.lowerBound]) + String(rest[rest.index(after: close)...])
+        // "DEVICE YYYY-MM-DD HH.MM.SS)": the first date and time followed by ")" ends it (a
+        // device name may hold parentheses).
+        guard let stamp = rest.range(of: #" \d{4}-\d{2}-\d{2} \d{2}\.\d{2}\.\d{2}\)"#, options: .regularExpression),
+              stamp.lowerBound > rest.startIndex else { return nil }
+        return String(path[..<open.lowerBound]) + String(rest[stamp.upperBound...])
     }
 
     static func splitPath(_ path: String) -> (folder: String, name: String) {

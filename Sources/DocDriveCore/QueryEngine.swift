@@ -350,7 +350,7 @@ public final class QueryEngine: Sendable {
         }
         // The walk's pages and arrays are not needed until the next one: give the memory back.
         index.releaseMemory()
-        _ = c_malloc_trim(0)
+        trimMalloc()
         logger.info("query index: \(total) items walked in \(String(format: "%.2f", Date().timeIntervalSince1970 - t0)) s")
     }
 
@@ -545,7 +545,10 @@ public final class QueryEngine: Sendable {
 @_silgen_name("pthread_setname_np")
 private func c_pthread_setname_np(_ thread: pthread_t, _ name: UnsafePointer<CChar>) -> Int32
 
-/// malloc_trim(3): gives freed heap memory back to the system (malloc.h is not in Glibc's module).
+/// Gives the heap's free memory back to the system (every thread's arena).
+func trimMalloc() { _ = c_malloc_trim(0) }
+
+/// malloc_trim(3) (malloc.h is not in Glibc's module).
 @_silgen_name("malloc_trim")
 private func c_malloc_trim(_ pad: Int) -> Int32
 

@@ -79,8 +79,14 @@ public final class QueryService: Sendable {
         do throws(DriveError) {
             let q = try parse(r)
             engine.waitUntilReady(timeout: 60)  // the first walk, at mount
+            if r["count"] as? Bool == true {
+                let n = try engine.index.count(q.node, scopes: q.scopes)
+                return ["ok": true, "result": ["count": q.limit.map { min($0, n) } ?? n]]
+            }
             let hits = try engine.index.search(q.node, scopes: q.scopes, sort: q.sort, descending: q.descending, limit: q.limit)
-            if r["count"] as? Bool == true { return ["ok": true, "result": ["count": hits.count]] }
+            // A large answer's memory (tens of MB for 100,000 paths) goes back once it is sent,
+            // instead of staying in this thread's malloc arena for the daemon's life.
+            if hits.count >= 10_000 { DispatchQueue.global().asyncAfter(deadline: .now() + 1) { trimMalloc() } }
             // Plain output needs the paths only (a thousand dictionaries cost more than the search).
             if r["pathsOnly"] as? Bool == true { return ["ok": true, "result": ["paths": hits.map { engine.displayPath($0.key) }]] }
             return ["ok": true, "result": ["items": hits.map(describe)]]

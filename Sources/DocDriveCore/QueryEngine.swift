@@ -229,6 +229,10 @@ public final class QueryEngine: Sendable {
         var fresh = Set<QueryKey>()
         /// Folders moved away or deleted: their subtrees go.
         var gone = Set<QueryKey>()
+        /// Files whose last event was their deletion or move away: gone without a look (an
+        /// lstat of the full path was a fifth of this thread's time in a perf profile of
+        /// create, unlink and tar x through the mount).
+        var removed = Set<QueryKey>()
         var overflow = false
         mutating func add(_ k: QueryKey) {
             if seen.insert(k).inserted { order.append(k) }
@@ -262,6 +266,11 @@ public final class QueryEngine: Sendable {
                     guard !name.isEmpty, let dir = watches.withLock({ $0.byWD[wd] }) else { continue }
                     let k = QueryKey(root: dir.root, path: dir.rel.isEmpty ? name : dir.rel + "/" + name)
                     if mask & UInt32(IN_ISDIR) != 0 && mask & UInt32(IN_MOVED_FROM | IN_DELETE) != 0 { dirty.gone.insert(k) }
+                    if mask & UInt32(IN_ISDIR) == 0 && mask & UInt32(IN_MOVED_FROM | IN_DELETE) != 0 {
+                        dirty.removed.insert(k)
+                    } else if !dirty.removed.isEmpty {
+                        dirty.removed.remove(k)
+                    }
                     dirty.add(k)
                     if mask & UInt32(IN_ATTRIB | IN_MOVED_TO) != 0 { dirty.attrs.insert(k) }
                     if mask & UInt32(IN_ISDIR) != 0 && mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0 { dirty.fresh.insert(k) }
@@ -279,6 +288,10 @@ public final class QueryEngine: Sendable {
             let full = base + "/" + k.path
             var st = stat()
             let shown = QueryKey(root: k.root, path: Self.shownPath(k.path))
+            if dirty.removed.contains(k) {
+                deletes.append(shown)
+                continue
+            }
             if lstat(full, &st) != 0 {
                 deletes.append(shown)
                 // Only a folder has a subtree and watches (a file's delete must not scan them).

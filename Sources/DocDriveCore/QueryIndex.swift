@@ -139,26 +139,15 @@ public final class QueryIndex: Sendable {
             // table instead (about 10 ms for 100,000 rows).
             try db.execute(sql: "DROP INDEX entry_size; DROP INDEX entry_mtime")
         }
-        m.registerMigration("v3 names by trigram") { db in
-            // Names are searched through their trigrams: a scan of 100,000 folded names took
-            // 8-17 ms, the trigram lookup well under 1 ms. Only the trigrams' row ids are kept
-            // (detail=none, the names stay in `entry`): a match is checked again with instr.
-            // The triggers keep it in step; `fold` follows from the path, so an update that
-            // leaves it alone (a write, new tags) does not touch the trigrams.
+        m.registerMigration("v3 no trigram table") { db in
+            // An FTS5 trigram table over the names (kept by triggers) answered a name in well
+            // under 1 ms instead of an 8-17 ms scan, but each insert and delete cost 17-39 µs more
+            // of SQLite's time (10,000 of each, measured with Python's sqlite3 over a copy of a
+            // 100,000-row index): most of the index thread's work during unlink and tar x. Gone
+            // again; this drops it from a database that had it.
             try db.execute(sql: """
-                CREATE VIRTUAL TABLE entry_names USING fts5(fold, content='entry', content_rowid='rowid',
-                  tokenize='trigram case_sensitive 1', detail='none');
-                INSERT INTO entry_names(entry_names) VALUES ('rebuild');
-                CREATE TRIGGER entry_names_insert AFTER INSERT ON entry BEGIN
-                  INSERT INTO entry_names(rowid, fold) VALUES (new.rowid, new.fold);
-                END;
-                CREATE TRIGGER entry_names_delete AFTER DELETE ON entry BEGIN
-                  INSERT INTO entry_names(entry_names, rowid, fold) VALUES ('delete', old.rowid, old.fold);
-                END;
-                CREATE TRIGGER entry_names_update AFTER UPDATE OF fold ON entry WHEN old.fold IS NOT new.fold BEGIN
-                  INSERT INTO entry_names(entry_names, rowid, fold) VALUES ('delete', old.rowid, old.fold);
-                  INSERT INTO entry_names(rowid, fold) VALUES (new.rowid, new.fold);
-                END;
+                DROP TRIGGER IF EXISTS entry_names_insert; DROP TRIGGER IF EXISTS entry_names_delete;
+                DROP TRIGGER IF EXISTS entry_names_update; DROP TABLE IF EXISTS entry_names;
                 """)
         }
         try m.migrate(queue)
@@ -202,7 +191,7 @@ public final class QueryIndex: Sendable {
                 """)
             for r in upserts {
                 try upsert.execute(arguments: [r.root, r.path, r.name, QueryParser.fold(r.name), r.kind, r.size, r.mtime, r.tags,
-                                               r.ref, r.targetRoot, r.targetPath, r.name.contains(" (conflict from ")])
+                                               r.ref, r.targetRoot, r.targetPath, r.name.firstRange(of: " (conflict from ") != nil])
                 if db.changesCount > 0 { changed.append(QueryKey(root: r.root, path: r.path)) }
             }
             return changed
@@ -302,14 +291,14 @@ public final class QueryIndex: Sendable {
         switch t {
         case .word(let w):
             args.append(w)
-            return byTrigrams("instr(fold, ?) > 0", Self.trigrams([w]), &args)
+            return "instr(fold, ?) > 0"
         case .nameGlob(let g):
             if g.contains(where: { "*?[".contains($0) }) {
                 args.append(g)
-                return byTrigrams("fold GLOB ?", Self.trigrams(Self.literalRuns(g)), &args)
+                return "fold GLOB ?"
             }
             args.append(g)
-            return byTrigrams("instr(fold, ?) > 0", Self.trigrams([g]), &args)
+            return "instr(fold, ?) > 0"
         case .kind(let kinds):
             let stored = Array(Set(kinds.flatMap(QueryKinds.stored(for:)))).sorted()
             args += stored.map { $0 as DatabaseValueConvertible? }
@@ -338,52 +327,6 @@ public final class QueryIndex: Sendable {
         case .external:
             return "ref = 1"
         }
-    }
-
-    /// A name condition, narrowed to the rows that have every trigram of its text (a word shorter
-    /// than three characters has none: it scans).
-    private func byTrigrams(_ condition: String, _ grams: [String], _ args: inout [DatabaseValueConvertible?]) -> String {
-        guard !grams.isEmpty else { return condition }
-        args.append(grams.map { "\"" + $0.replacing("\"", with: "\"\"") + "\"" }.joined(separator: " "))
-        return "(" + condition + " AND rowid IN (SELECT rowid FROM entry_names WHERE entry_names MATCH ?))"
-    }
-
-    /// The distinct trigrams (three Unicode scalars, as FTS5's trigram tokenizer counts) of the texts.
-    static func trigrams(_ texts: [String]) -> [String] {
-        var seen = Set<String>(), out = [String]()
-        for t in texts {
-            let s = Array(t.unicodeScalars)
-            guard s.count >= 3 else { continue }
-            for i in 0...(s.count - 3) {
-                var g = String.UnicodeScalarView()
-                g.append(contentsOf: s[i..<(i + 3)])
-                let gram = String(g)
-                if seen.insert(gram).inserted { out.append(gram) }
-            }
-        }
-        return out
-    }
-
-    /// The runs of literal characters in a GLOB pattern (between `*`, `?` and `[...]`).
-    static func literalRuns(_ glob: String) -> [String] {
-        var runs = [String](), run = ""
-        var rest = Array(glob)[...]
-        while let c = rest.popFirst() {
-            switch c {
-            case "*", "?", "[":
-                if !run.isEmpty { runs.append(run) }
-                run = ""
-                guard c == "[" else { continue }
-                // Skip the class; a "]" right after "[" or "[^" is one of its characters.
-                if rest.first == "^" { rest.removeFirst() }
-                if rest.first == "]" { rest.removeFirst() }
-                while let d = rest.popFirst(), d != "]" {}
-            default:
-                run.append(c)
-            }
-        }
-        if !run.isEmpty { runs.append(run) }
-        return runs
     }
 
     private func statusSQL(_ s: QueryStatus) -> String {

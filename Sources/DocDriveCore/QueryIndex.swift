@@ -150,6 +150,15 @@ public final class QueryIndex: Sendable {
                 DROP TRIGGER IF EXISTS entry_names_update; DROP TABLE IF EXISTS entry_names;
                 """)
         }
+        m.registerMigration("v4 folded names indexed") { db in
+            // Names are still scanned, but through this index (about 3.5 MB for 100,000 rows,
+            // which the 4 MB page cache holds) instead of the 20 MB table, which the cache did
+            // not hold, so every scan read it again page by page. Python's sqlite3 over a copy
+            // of a 100,000-row index: "zebra" (3 hits) 12.4 ms without, 7.1 ms with; "report"
+            // (9,818 hits) 23.8 ms against 27.4 ms (a lookup per hit); 10,000 inserts and
+            // deletes cost 0.5 µs more each.
+            try db.execute(sql: "CREATE INDEX entry_fold ON entry (fold)")
+        }
         try m.migrate(queue)
         return queue
     }
@@ -291,14 +300,14 @@ public final class QueryIndex: Sendable {
         switch t {
         case .word(let w):
             args.append(w)
-            return "instr(fold, ?) > 0"
+            return Self.byName("instr(fold, ?) > 0")
         case .nameGlob(let g):
             if g.contains(where: { "*?[".contains($0) }) {
                 args.append(g)
-                return "fold GLOB ?"
+                return Self.byName("fold GLOB ?")
             }
             args.append(g)
-            return "instr(fold, ?) > 0"
+            return Self.byName("instr(fold, ?) > 0")
         case .kind(let kinds):
             let stored = Array(Set(kinds.flatMap(QueryKinds.stored(for:)))).sorted()
             args += stored.map { $0 as DatabaseValueConvertible? }
@@ -327,6 +336,11 @@ public final class QueryIndex: Sendable {
         case .external:
             return "ref = 1"
         }
+    }
+
+    /// A condition on the folded name, evaluated over the names' index (see migration v4).
+    static func byName(_ condition: String) -> String {
+        "rowid IN (SELECT rowid FROM entry INDEXED BY entry_fold WHERE \(condition))"
     }
 
     private func statusSQL(_ s: QueryStatus) -> String {

@@ -3,7 +3,8 @@
 
 * a name query and a `kind: size>` query, timed end to end (the `docdrive query` process, the
   control socket, the daemon's SQLite search), against Debian's `plocate` over the same tree
-  (its database freshly built by `updatedb` over the store's backing folder);
+  (its database freshly built by `updatedb` over the store's backing folder) and
+  `docdrive --version` (the process alone), the four taking turns;
 * how long `--watch` takes to print a file created through the mount;
 * what the query index costs the mount's metadata work: create and unlink 10,000 files and
   `tar x` of /usr/include, with the index on and off (`DOCDRIVE_QUERY_INDEX=off`), alternated,
@@ -72,15 +73,6 @@ def interleaved_ms(fns, rounds):
             fn()
             samples[i].append((time.perf_counter() - t) * 1000)
     return [statistics.median(x) for x in samples], [min(x) for x in samples]
-
-
-def median_ms(fn, rounds):
-    samples = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t) * 1000)
-    return statistics.median(samples), samples
 
 
 class Drive:

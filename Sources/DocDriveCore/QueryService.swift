@@ -9,8 +9,13 @@ import Glibc
 
 public final class QueryService: Sendable {
     public let engine: QueryEngine
+    /// Where the drive is mounted: the command's fast path learns it from the answer.
+    let mountpoint: String
 
-    public init(engine: QueryEngine) { self.engine = engine }
+    public init(engine: QueryEngine, mountpoint: String = "") {
+        self.engine = engine
+        self.mountpoint = mountpoint
+    }
 
     /// The request's expression, scopes, order and limit.
     struct Request {
@@ -65,7 +70,7 @@ public final class QueryService: Sendable {
                                 "modified": h.mtime]
         if h.external { d["external"] = true }
         if h.root.hasPrefix("store:") { d["store"] = String(h.root.dropFirst(6)) }
-        if h.root.hasPrefix("app:") { d["app"] = h.root.split(separator: ":")[1] }
+        if h.root.hasPrefix("app:") { d["app"] = String(h.root.split(separator: ":")[1]) }  // String: a statically linked build could not make JSON of a Substring
         return d
     }
 
@@ -74,8 +79,14 @@ public final class QueryService: Sendable {
         do throws(DriveError) {
             let q = try parse(r)
             engine.waitUntilReady(timeout: 60)  // the first walk, at mount
+            if r["count"] as? Bool == true {
+                let n = try engine.index.count(q.node, scopes: q.scopes)
+                return ["ok": true, "result": ["count": q.limit.map { min($0, n) } ?? n]]
+            }
             let hits = try engine.index.search(q.node, scopes: q.scopes, sort: q.sort, descending: q.descending, limit: q.limit)
-            if r["count"] as? Bool == true { return ["ok": true, "result": ["count": hits.count]] }
+            // A large answer's memory (tens of MB for 100,000 paths) goes back once it is sent,
+            // instead of staying in this thread's malloc arena for the daemon's life.
+            if hits.count >= 10_000 { DispatchQueue.global().asyncAfter(deadline: .now() + 1) { trimMalloc() } }
             // Plain output needs the paths only (a thousand dictionaries cost more than the search).
             if r["pathsOnly"] as? Bool == true { return ["ok": true, "result": ["paths": hits.map { engine.displayPath($0.key) }]] }
             return ["ok": true, "result": ["items": hits.map(describe)]]
@@ -87,6 +98,10 @@ public final class QueryService: Sendable {
     /// `--watch`: the current results, then one line per change until the command goes.
     /// Returns false when the request is not a live query (the control server answers it).
     public func stream(_ r: [String: Any], _ fd: Int32) -> Bool {
+        if r["command"] as? String == "query", r["raw"] as? Bool == true {
+            answerRaw(r, fd)
+            return true
+        }
         guard r["command"] as? String == "query-watch" else { return false }
         let lines = Mutex<[Data]>([])
         let wake = DispatchSemaphore(value: 0)
@@ -131,6 +146,31 @@ public final class QueryService: Sendable {
                 if n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) { return true }
             }
         }
+    }
+
+    /// The answer to the command's fast path (`QueryFastPath`, which reads it without Foundation):
+    /// "=", the mount point, then the count or every mount-relative path, each ended by NUL. An
+    /// error is the usual JSON line (the command then asks again the usual way, and reports it).
+    func answerRaw(_ r: [String: Any], _ fd: Int32) {
+        var request = r
+        request["pathsOnly"] = true
+        let answer = handle(request)
+        guard answer["ok"] as? Bool == true, let result = answer["result"] as? [String: Any] else {
+            Self.send(fd, answer)
+            return
+        }
+        var out = Data("=".utf8)
+        out.append(contentsOf: mountpoint.utf8)
+        out.append(0)
+        if let n = result["count"] as? Int {
+            out.append(contentsOf: String(n).utf8)
+            out.append(0)
+        }
+        for p in result["paths"] as? [String] ?? [] {
+            out.append(contentsOf: p.utf8)
+            out.append(0)
+        }
+        Self.send(fd, out)
     }
 
     static func encode(_ obj: [String: Any]) -> Data? {

@@ -65,7 +65,7 @@ struct Daemon {
         let queryEngine = try QueryEngine(home: home, config: config, logger: logger)
         if !QueryEngine.isDisabled { queryEngine.start() }
         defer { queryEngine.stop() }
-        let queries = QueryService(engine: queryEngine)
+        let queries = QueryService(engine: queryEngine, mountpoint: mountpoint)
         let control = try ControlServer(home: home, logger: logger, stream: { queries.stream($0, $1) }) { r in
             r["command"] as? String == "query" ? queries.handle(r) : documents.handle(r)
         }

@@ -2,6 +2,9 @@
 import ArgumentParser
 import DocDriveCore
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @main
 struct DocDrive: ParsableCommand {
@@ -24,6 +27,8 @@ struct DocDrive: ParsableCommand {
     /// `docdrive mount --home HOME MOUNTPOINT -o OPTIONS`.
     static func main() {
         let args = Array(CommandLine.arguments.dropFirst())
+        // `docdrive query` in its plain forms answers before ArgumentParser starts (QueryFastPath).
+        if args.first == "query", let status = QueryFastPath.run(args.dropFirst()) { Glibc.exit(status) }
         main(MountHelperArguments.rewrite(args, subcommands: configuration.subcommands.map { $0._commandName }) ?? args)
     }
 }

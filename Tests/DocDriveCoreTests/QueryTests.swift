@@ -204,4 +204,32 @@ final class QueryTests: XCTestCase {
         XCTAssertEqual(Set(gone.map { $0.path }), ["sub", "sub/Été.txt"])
         XCTAssertEqual(try paths("ete"), [])
     }
+
+    func testRandomWordsAndGlobsFindWhatTheySay() throws {
+        // Given 400 random names over a small alphabet (with quotes, spaces and dashes) in one store
+        let (idx, dir) = try makeIndex()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var rng = SplitMix64(seed: 17)
+        let letters = ["a", "b", "c", "\"", " ", "-"]
+        func text(_ n: Int) -> String { (0..<n).map { _ in letters[Int(rng.next() % UInt64(letters.count))] }.joined() }
+        let names = Set((0..<400).map { _ in text(1 + Int(rng.next() % 9)) })
+        _ = try idx.apply(upserts: names.map { row("store:t", $0) }, deletes: [], subtreeDeletes: [])
+        func found(_ t: QueryTerm) throws -> Set<String> {
+            Set(try idx.search(.term(t), scopes: [.folder(root: "store:t", prefix: "")]).map(\.path))
+        }
+        // Then every word and glob finds exactly the names that contain it or that fnmatch(3) matches
+        let globParts = ["*", "?", "a", "b", "ab", "\"", "[ab]", "[]a]", "[^a]", " ", "abc"]
+        for i in 0..<300 {
+            let w = text(1 + Int(rng.next() % 5))
+            XCTAssertEqual(try found(.word(w)), names.filter { $0.contains(w) }, "word \(i): \(w)")
+            let g = (0..<(1 + Int(rng.next() % 4))).map { _ in globParts[Int(rng.next() % UInt64(globParts.count))] }.joined()
+            // (without a wildcard, name: means "contains")
+            let wild = g.contains { "*?[".contains($0) }
+            XCTAssertEqual(try found(.nameGlob(g)), names.filter { wild ? fnmatch(g, $0, 0) == 0 : $0.contains(g) }, "glob \(i): \(g)")
+        }
+        // And a deleted row is found no more
+        let one = names.first { $0.count >= 3 }!
+        _ = try idx.apply(upserts: [], deletes: [QueryKey(root: "store:t", path: one)], subtreeDeletes: [])
+        XCTAssertFalse(try found(.word(one)).contains(one))
+    }
 }

@@ -198,6 +198,30 @@ def test_status(tree, drive):
     assert t.here("status:pending|failed") == set()
 
 
+def test_the_plain_forms_print_what_the_full_command_finds(tree, drive):
+    # Plain, -0 and --count queries are answered before the argument parser starts
+    # (QueryFastPath); --json always goes the full way. Both must find the same items, with the
+    # options in either spelling and the drive given by --home instead of the environment.
+    t = tree
+    make_files(t)
+    assert wait_until(lambda: "Notes/tagged.txt" in t.here(), 5) is not None
+    env = {k: v for k, v in drive.env().items() if k != "DOCDRIVE_HOME"}
+    home = ["--home", drive.env()["DOCDRIVE_HOME"]]
+    for expr in (["report"], ["kind:image", "OR", "kind:audio"], ["name:*.od?"], []):
+        for scopes in ([f"--in=Work/{t.n}"], ["--in", f"Notes/{t.n}", "--in", f"Work/{t.n}"]):
+            full = {i["path"] for i in json.loads(t.query(*scopes, "--json", *expr).stdout)}
+            plain = subprocess.run([drive.bin, "query", *home, *scopes, *expr], env=env, capture_output=True, text=True)
+            assert plain.returncode == 0 and set(plain.stdout.splitlines()) == full, (expr, scopes, plain.stderr)
+            nul = t.query(*scopes, "-0", "--", *expr).stdout.split("\0")
+            assert nul[-1] == "" and set(nul[:-1]) == full, (expr, scopes)
+            assert t.query(*scopes, "--count", *expr).stdout == f"{len(full)}\n"
+    by_size = t.query(f"--in=Work/{t.n}", "--sort=size", "--reverse", "--limit=2").stdout.splitlines()
+    assert [Path(p).name for p in by_size] == ["budget.ods", "old report.pdf"]
+    # An error from the daemon is reported by the full command: one sentence, its exit code.
+    p = t.query("--in", "nowhere-at-all", "report", check=False)
+    assert p.returncode == 4 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p
+
+
 def test_malformed_expressions_exit_4_with_one_sentence(drive):
     for expr in (["colour:red"], ["(report"], ["size>huge"], ["report", "OR"], ["--", "-"], ["modified>someday"]):
         p = drive.cli("query", *expr, check=False)

@@ -479,26 +479,23 @@ public final class Uploader: Sendable {
     /// Makes the remote and the local copy agree on one job's path (SyncDecision decides which
     /// way); says how it ended.
     private func upload(_ job: UploadJob, _ store: Store, _ key: String) -> UploadQueue.Ending {
-        do {
+        do throws(DriveError) {
             switch try store.sync.sync(job.path) {
             case .removed: return .removed
             case .synced: return .synced
             case .busy: return .again(due: Date().timeIntervalSince1970 + 0.3)
             }
-        } catch let e as DriveError where e.code == .lockedForWriting {
+        } catch where error.code == .lockedForWriting {
             // Not a failure: try again a second later, without using up an attempt.
-            logger.debug("upload of \(job.path) to \(store.config.name) waits: \(e.message)")
+            logger.debug("upload of \(job.path) to \(store.config.name) waits: \(error.message)")
             return .again(due: Date().timeIntervalSince1970 + 1)
-        } catch let e as DriveError where e.code == .changedDuringUpload || e.code == .remoteChanged {
+        } catch where error.code == .changedDuringUpload || error.code == .remoteChanged {
             // Saved again while it was copied (the next save's entry takes over), or another
             // device keeps writing it: decided again a little later.
             return .again(due: Date().timeIntervalSince1970 + store.config.writebackDelay)
-        } catch let e as DriveError {
-            if e.code == .unreachable { remotesDown.withLock { _ = $0.insert(key) } }
-            logger.warning("sync of \(job.path) with \(store.config.name) failed: \(e.message)")
-            return .failed(e.message)
         } catch {
-            return .failed("\(error)")
+            logger.warning("sync of \(job.path) with \(store.config.name) failed: \(error.message)")
+            return .failed(error.message)
         }
     }
 

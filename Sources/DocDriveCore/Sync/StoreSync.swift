@@ -420,10 +420,14 @@ final class StoreSync: Sendable {
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0 else { throw DriveError.io("cannot read \(l.path) in the local copy", .init(rawValue: errno)) }
+            // The file's mtime and mode travel with it (a download on another device sets them).
+            var m = meta(id: id)
+            m.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+            m.mode = UInt32(st.st_mode & 0o7777)
             let r: RemoteItem
             do {
                 r = try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
-                    try remote.upload(from: fd, to: l.path, expecting: expecting, meta: meta(id: id), limit: limit) { [progress] d, t in
+                    try remote.upload(from: fd, to: l.path, expecting: expecting, meta: m, limit: limit) { [progress] d, t in
                         progress(l.path, d, t)
                     }
                 }
@@ -438,6 +442,13 @@ final class StoreSync: Sendable {
                 throw DriveError(.io, "\(error)")
             }
             progressDone(l.path)
+            // Changed while it went up (a remote that streams without checking, S3): the remote
+            // holds what was read; this device has seen that version and sends the file again.
+            var after = stat()
+            if fstat(fd, &after) == 0, FolderRemote.version(after) != FolderRemote.version(st) || after.st_ctim.tv_nsec != st.st_ctim.tv_nsec {
+                try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: "", remoteToken: r.version))
+                throw DriveError(.changedDuringUpload, "\(l.path) changed while it was uploaded; it will be uploaded again.")
+            }
             try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
         }
     }

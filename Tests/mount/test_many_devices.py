@@ -287,7 +287,7 @@ def test_an_edit_wins_over_a_delete(new_drive, shared):
 
 
 @pytest.mark.timeout(150)
-def test_a_folder_deleted_on_one_device_with_a_new_file_in_it_on_the_other_comes_back(new_drive, shared):
+def test_a_folder_deleted_here_with_a_new_file_in_it_there_comes_back(new_drive, shared):
     a, b = devices(new_drive, shared, 2)
     write(a.dir / "Trip" / "old.txt", b"old")
     a.sync(); b.sync()

@@ -399,7 +399,7 @@ def test_deletes_right_after_a_folder_rename_reach_the_right_remote_path(new_dri
     u.sync(30, check=0)
     remote = tree(u.remote)
     assert remote == {"f1/n1.txt": b"new file, old name", "f2/n3.txt": b"3", "f2/n4.txt": b"4", "f2/n5.txt": b"5"}, \
-        f"remote after deletes around a folder rename: {sorted(remote)}"
+        f"remote after deletes around a folder rename: {sorted(remote)}\n{u.d.log_tail(80)}"
     assert_remote_matches(u, "after the deletes")
 
 

@@ -285,8 +285,11 @@ final class StoreSync: Sendable {
                 logger.info("store \(name): moved \(old.path) to \(path) on the remote")
                 base = try bases.base(root: key, path: path)
                 remoteItem = moved
-                // Whatever took the old name since (a new folder, a new file) is its own item.
+                // Whatever took the old name since (a new folder, a new file) is its own item,
+                // and what moved with a folder is looked at again under its new path (a delete
+                // of it decided before the move found nothing there then).
                 try? queue.enqueue(root: key, path: old.path, due: 0)
+                if moved.kind == .folder { try requeueInside(path) }
             }
         }
         // A folder here that is another item than the one the base knew (renamed away, and a
@@ -303,6 +306,7 @@ final class StoreSync: Sendable {
             defer { unlock([to]) }
             try moveLocal(path, to: to)
             try bases.move(root: key, from: path, to: to)
+            if r.kind == .folder { try requeueInside(to) }
             logger.info("store \(name): \(path) was moved to \(to) on another device; moved here too")
             try? queue.enqueue(root: key, path: to, due: 0)
             return .synced
@@ -320,6 +324,10 @@ final class StoreSync: Sendable {
 
         // Gone here because it was renamed: the new name's sync moves it on the remote (a
         // delete here would lose the item's id on the other devices).
+        if local == nil, let b = base, let id = b.id {
+            let p = try? index.knownPath(id: id, root: key, rootIno: cacheInode() ?? 0)
+            logger.debug("store \(name): \(path) is gone here; its item \(id) is at \(p ?? "nowhere") here")
+        }
         if local == nil, let b = base, let id = b.id, remoteItem?.version == b.remoteToken, let rootIno = cacheInode(),
            let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path,
            try bases.base(root: key, path: StorePath(p)) == nil, try remote.item(at: StorePath(p)) == nil,
@@ -451,6 +459,13 @@ final class StoreSync: Sendable {
             }
             try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
         }
+    }
+
+    /// Queues every path this device has a base for under the folder `path`.
+    private func requeueInside(_ path: StorePath) throws(DriveError) {
+        let prefix = path.bytes + [UInt8(ascii: "/")]
+        let inside = try bases.all(root: key).filter { $0.path.bytes.starts(with: prefix) }.map { (key, $0.path, 0.0) }
+        try queue.enqueueAll(inside)
     }
 
     /// Queues what is in the folder `path` locally (and on the remote) for a sync of its own.

@@ -289,9 +289,6 @@ def test_boto3_reads_what_the_mount_saved_and_the_mount_sees_what_boto3_wrote(we
     assert dev.store_status()["conflicts"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="StoreSync.upload (file case) sends meta(id:) only: no mtimeNanoseconds and no "
-                   "mode, so S3 objects saved through a mount lack x-amz-meta-docdrive-mtime, -mtime and -docdrive-mode "
-                   "(the folder remote takes them from its copy), and other devices get the download time as mtime")
 @pytest.mark.timeout(120)
 def test_files_saved_through_the_mount_carry_their_mtime_and_mode(weed, new_drive, boto):
     c = boto(weed.endpoint)
@@ -554,10 +551,13 @@ def test_requests_failing_for_a_while_are_retried_and_nothing_is_lost(weed, new_
         save(dev.path(b"gone.txt"), b"deleted while failing\n")
         dev.sync()
         proxy.failing = True
-        # Given saves through the mount (small files, one in parts), a move and a delete, and
-        # objects another client puts (three over 1 MiB, which the front may cut short), all
-        # while 3 requests in 4 fail,
-        saved = {f"Letters/letter-{i:02d}.txt".encode(): f"letter {i}\n".encode() * (i + 1) for i in range(16)}
+        # Given objects another client puts (three over 1 MiB, which the front may cut short),
+        # saves through the mount (small files, one in parts), a move and a delete, all while 3
+        # requests in 4 fail,
+        put = {b"Inbox/note.txt": b"from boto3\n", **{f"Inbox/scan-{i}.pdf".encode(): os.urandom(2 * MiB + i) for i in range(3)}}
+        for rel, data in put.items():
+            c.put_object(Bucket=weed.bucket, Key=f"{prefix}/{rel.decode()}", Body=data)
+        saved = {f"Letters/letter-{i:02d}.txt".encode(): f"letter {i}\n".encode() * (i + 1) for i in range(8)}
         saved[b"album.bin"] = os.urandom(12 * MiB)
         saved["Été.txt".encode()] = b"accents\n"
         for rel, data in saved.items():
@@ -566,17 +566,18 @@ def test_requests_failing_for_a_while_are_retried_and_nothing_is_lost(weed, new_
         os.rename(dev.path(b"Old/moved.txt"), dev.path(b"New/moved.txt"))
         os.unlink(dev.path(b"gone.txt"))
         saved[b"New/moved.txt"] = b"moved while failing\n"
-        put = {b"Inbox/note.txt": b"from boto3\n", **{f"Inbox/scan-{i}.pdf".encode(): os.urandom(2 * MiB + i) for i in range(3)}}
-        for rel, data in put.items():
-            c.put_object(Bucket=weed.bucket, Key=f"{prefix}/{rel.decode()}", Body=data)
-        # when it keeps failing for 15 s,
+        # when it keeps failing for 15 s (up to 40 s, until boto3's objects have arrived),
         t0 = time.monotonic()
         p = dev.sync(timeout=15, check=None)
-        time.sleep(max(0.0, 15 - (time.monotonic() - t0)))
+        wait_until(lambda: time.monotonic() - t0 > 15 and all(read(dev.path(r)) == d for r, d in put.items()),
+                   max(1.0, 40 - (time.monotonic() - t0)), 0.2)
         faults, cuts = proxy.faults, proxy.cuts
-        print(f"during the faults: docdrive sync --timeout 15 exited {p.returncode}; {faults} requests failed, "
-              f"{cuts} downloads cut")
+        arrived = sum(read(dev.path(r)) == d for r, d in put.items())
+        partial = [r for r, d in put.items() if read(dev.path(r)) not in (None, d)]
+        print(f"during {time.monotonic() - t0:.0f} s of faults: docdrive sync --timeout 15 exited {p.returncode}; "
+              f"{faults} of {proxy.count} requests failed, {cuts} downloads cut, {arrived} of {len(put)} objects arrived")
         assert faults >= 20, faults
+        assert partial == [], partial
         # and then answers again,
         proxy.failing = False
         dev.sync(timeout=180)
@@ -584,13 +585,42 @@ def test_requests_failing_for_a_while_are_retried_and_nothing_is_lost(weed, new_
         # no conflict copy and no failed file.
         want = {**saved, **put}
         remote = bucket_tree(c, weed.bucket, prefix)
-        assert sorted(remote) == sorted(want), sorted(set(remote) ^ set(want))
+        local = dev.tree()
+        assert sorted(remote) == sorted(want), (f"bucket - want: {sorted(set(remote) - set(want))}, "
+                                                f"want - bucket: {sorted(set(want) - set(remote))}, "
+                                                f"mount - want: {sorted(set(local) - set(want))}\n{dev.d.log_tail(80)}")
         bad = [r for r in want if sha(remote[r]) != sha(want[r])]
         assert bad == [], bad
-        local = dev.tree()
-        assert sorted(local) == sorted(want), sorted(set(local) ^ set(want))
+        assert sorted(local) == sorted(want), (sorted(set(local) ^ set(want)), dev.d.log_tail(80))
         assert [r for r in want if sha(local[r]) != sha(want[r])] == []
         st = dev.store_status()
         assert st["conflicts"] == [] and st["failed"] == [] and st["uploads"]["failed"] == 0, st
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.timeout(180)
+def test_a_move_whose_delete_failed_leaves_no_copy_behind(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    proxy = FaultProxy(weed.port)
+    try:
+        proxy.failing = False
+        dev = S3Device(new_drive(), weed, proxy.endpoint, prefix).mount()
+        save(dev.path(b"Old/moved.txt"), b"moved\n")
+        dev.sync()
+        # Given a rename through the mount whose move on S3 (a copy, then a conditional delete
+        # of the source) copies but cannot delete (every DELETE answered 503 for a while),
+        proxy.failing = lambda method, path: method == "DELETE"
+        os.makedirs(dev.path(b"New"))
+        os.rename(dev.path(b"Old/moved.txt"), dev.path(b"New/moved.txt"))
+        assert wait_until(lambda: "sync of New/moved.txt with s3 failed" in dev.d.log_tail(200), 60, 0.2), dev.d.log_tail()
+        # when DELETE works again and `docdrive sync` says both sides agree,
+        proxy.failing = False
+        dev.sync()
+        # then the old name is gone from the bucket as from the mount (the copy is not a second item).
+        keys = sorted(k[len(prefix) + 1:] for k in bucket_objects(c, weed.bucket, prefix) if not k.endswith("/"))
+        assert keys == ["New/moved.txt"], f"{keys}\n{dev.d.log_tail(40)}"
+        assert sorted(dev.tree()) == [b"New/moved.txt"]
     finally:
         proxy.stop()

@@ -165,7 +165,9 @@ class FaultProxy:
         proxy = self
         self.count = 0
         self.faults = 0
-        self.failing = True  # False: every request passes (the server "recovers")
+        # False: every request passes (the server "recovers"); a function (method, path) -> bool:
+        # the requests it picks fail (503 SlowDown, not passed on), every other one passes.
+        self.failing = True
         self.cuts = 0
         self.lock = threading.Lock()
 
@@ -194,7 +196,8 @@ class FaultProxy:
                     return self._answer(200, str(proxy.cuts).encode())
                 with proxy.lock:
                     proxy.count += 1
-                    k = proxy.count % 4 if proxy.failing else 0
+                    f = proxy.failing
+                    k = (1 if f(self.command, self.path) else 0) if callable(f) else proxy.count % 4 if f else 0
                 write = self.command in ("PUT", "DELETE") or (self.command == "POST" and "uploadId=" in self.path)
                 if k == 1:
                     with proxy.lock:

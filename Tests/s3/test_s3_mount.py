@@ -1,0 +1,626 @@
+"""A mounted S3 store against SeaweedFS, checked with a client nobody here wrote (boto3), and
+through faults: the server stopped in the middle of a multipart upload and of a download, then
+started again on the same port with the same data, and a front that fails requests for a while.
+
+Each test makes its own drive (the mounted suite's `new_drive`, torn down by pid) with a store
+"s3" shown as "S3" on a fresh prefix of the test bucket, write-back 0.1 s, poll 0.5 s and 5 MB
+parts. The fault tests run their own SeaweedFS (stopped by pid at the end, whatever happened);
+in CI a SeaweedFS that cannot start, or start again, fails the test.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "mount"))
+from ddtest import wait_until  # noqa: E402
+from weed import ACCESS_KEY, REGION, SECRET_KEY, FaultProxy, Weed, WeedUnavailable, weed_binary  # noqa: E402
+
+STORE = "s3"
+POLL = 0.5
+WRITEBACK = 0.1
+MiB = 1 << 20
+
+
+# --------------------------------------------------------------------------- boto3
+
+def _import_boto3():
+    """boto3 from this python, else from the SeaweedFS venv (mount-scripts/test.sh makes it with
+    the same python3, so its pure-Python packages import here)."""
+    try:
+        import boto3
+        return boto3
+    except ImportError:
+        pass
+    venvs = [HERE.parents[1] / ".venv-weed"]
+    if weed_binary():
+        venvs.append(Path(weed_binary()).resolve().parent.parent)
+    for venv in venvs:
+        for sp in venv.glob(f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"):
+            sys.path.append(str(sp))
+            try:
+                import boto3
+                return boto3
+            except ImportError:
+                sys.path.remove(str(sp))
+    return None
+
+
+@pytest.fixture
+def boto():
+    """boto(endpoint) -> a boto3 S3 client; each is closed after the test (its kept-alive
+    connections would hold up SeaweedFS's stop by 10 s)."""
+    made = []
+
+    def make(endpoint: str):
+        made.append(s3_client(endpoint))
+        return made[-1]
+    yield make
+    for c in made:
+        c.close()
+
+
+def s3_client(endpoint: str):
+    boto3 = _import_boto3()
+    if boto3 is None:
+        msg = "boto3 is not installed (mount-scripts/test.sh puts it in .venv-weed)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    from botocore.config import Config
+    return boto3.client("s3", endpoint_url=endpoint, region_name=REGION, aws_access_key_id=ACCESS_KEY,
+                        aws_secret_access_key=SECRET_KEY,
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3, "mode": "standard"},
+                                      connect_timeout=5, read_timeout=60, request_checksum_calculation="when_required",
+                                      response_checksum_validation="when_required"))
+
+
+def bucket_objects(c, bucket: str, prefix: str) -> dict[str, dict]:
+    """The user's objects under the store's prefix (not its marker, not .docdrive/ records)."""
+    out = {}
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for o in page.get("Contents", []):
+            rel = o["Key"][len(prefix) + 1:]
+            if rel == ".docdrive-store" or rel.startswith(".docdrive/"):
+                continue
+            out[o["Key"]] = o
+    return out
+
+
+def key_to_rel(prefix: str, key: str) -> bytes:
+    """The local path of a key, as README "S3 remotes" says: `~dd~` names are %XX-decoded bytes."""
+    parts = []
+    for comp in key[len(prefix) + 1:].split("/"):
+        parts.append(urllib.parse.unquote_to_bytes(comp[4:]) if comp.startswith("~dd~") else comp.encode())
+    return b"/".join(parts)
+
+
+def bucket_tree(c, bucket: str, prefix: str) -> dict[bytes, bytes]:
+    """Files of the store as boto3 reads them (folder markers left out)."""
+    return {key_to_rel(prefix, k): c.get_object(Bucket=bucket, Key=k)["Body"].read()
+            for k in bucket_objects(c, bucket, prefix) if not k.endswith("/")}
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+# --------------------------------------------------------------------------- a device
+
+class S3Device:
+    """A drive (the mounted suite's) with the store "s3" on `endpoint`, prefix `prefix`."""
+
+    def __init__(self, d, weed: Weed, endpoint: str, prefix: str, *store_args: str):
+        self.d = d
+        self.prefix = prefix
+        d.extra_env.update(weed.env({}))
+        d.extra_env["DOCDRIVE_LOG_LEVEL"] = os.environ.get("DOCDRIVE_LOG_LEVEL", "info")
+        d.cli("store", "add", STORE, "--name", "S3", "--s3", endpoint, "--bucket", weed.bucket, "--prefix", prefix,
+              "--path-style", "--writeback", str(WRITEBACK), "--poll", str(POLL), "--part-size", "5M", *store_args,
+              timeout=120)
+
+    @property
+    def dir(self) -> Path:
+        return self.d.mnt / "S3"
+
+    @property
+    def downloads(self) -> Path:
+        return self.d.home / "stores" / STORE / "downloads"
+
+    def path(self, rel: bytes) -> bytes:
+        return os.path.join(os.fsencode(self.dir), rel)
+
+    def device_id(self) -> str:
+        return json.loads(self.d.cli("status", "--json", timeout=60).stdout)["device"]["id"]
+
+    def mount(self) -> "S3Device":
+        self.d.mount()
+        assert self.dir.is_dir(), os.listdir(self.d.mnt)
+        return self
+
+    def sync(self, timeout=120, check=0):
+        p = self.d.cli("sync", "--timeout", str(timeout), timeout=timeout + 60, check=False)
+        if check is not None:
+            assert p.returncode == check, (f"docdrive sync exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}\n"
+                                           f"daemon log:\n{self.d.log_tail(60)}")
+        return p
+
+    def store_status(self) -> dict:
+        st = json.loads(self.d.cli("status", "--json", timeout=60).stdout)
+        return [s for s in st["stores"] if s["name"] == STORE][0]
+
+    def in_flight(self, name: str) -> dict | None:
+        """The upload of `name` the daemon publishes in run/uploads.json (done, total), if any."""
+        try:
+            a = json.loads((self.d.home / "run" / "uploads.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return next((u for u in a.get("uploads", []) if u["store"] == STORE and u["path"].endswith(name)), None)
+
+    def tree(self) -> dict[bytes, bytes]:
+        out = {}
+        root = os.fsencode(self.dir)
+        for dirpath, _, filenames in os.walk(root):
+            for n in filenames:
+                p = os.path.join(dirpath, n)
+                with open(p, "rb") as f:
+                    out[os.path.relpath(p, root)] = f.read()
+        return out
+
+
+def save(path: bytes, data: bytes):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def read(path: bytes) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def new_prefix() -> str:
+    return f"mount-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def own_weed(tmp_path):
+    """A SeaweedFS of this test alone (it is stopped and started again); stopped by pid at the end."""
+    w = Weed(tmp_path / "weed")
+    try:
+        w.start()
+    except WeedUnavailable as e:
+        w.stop()
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"SeaweedFS could not start: {e}")
+        pytest.skip(f"SeaweedFS could not start: {e}")
+    yield w
+    w.halt(signal.SIGKILL)  # its data goes with tmp_path (SIGTERM can take SeaweedFS 10 s)
+    w.stop()
+    assert w.proc is None
+
+
+def restart(w: Weed):
+    try:
+        w.restart()
+    except WeedUnavailable as e:
+        pytest.fail(f"SeaweedFS did not start again on port {w.port} with its data: {e}")
+
+
+def wait_offline(dev: S3Device, timeout=40) -> dict:
+    """Waits until status --json says the store is offline; returns its sync state."""
+    got = wait_until(lambda: (lambda s: s if s.get("offline") else None)(dev.store_status()["sync"]), timeout, 0.3)
+    assert got, f"status never said offline within {timeout} s: {dev.store_status()['sync']}\n{dev.d.log_tail()}"
+    assert got.get("offlineSince") and got.get("offlineReason"), got
+    return got
+
+
+# --------------------------------------------------------------------------- 1. interoperability
+
+@pytest.mark.timeout(240)
+def test_boto3_reads_what_the_mount_saved_and_the_mount_sees_what_boto3_wrote(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    dev = S3Device(new_drive(), weed, weed.endpoint, prefix).mount()
+    # Given files saved through the mount: plain, accented (with a space and a %), a name that
+    # is not UTF-8, one in a folder, and one larger than the 5 MB part size,
+    files = {
+        b"plain.txt": b"plain\n",
+        "Été final 100%.txt".encode(): b"accents\n",
+        b"caf\xe9.txt": b"latin-1 name\n",
+        b"Reports/q3.odt": os.urandom(70_000),
+        b"big.bin": os.urandom(12 * MiB),
+    }
+    for rel, data in files.items():
+        save(dev.path(rel), data)
+    dev.sync()
+    # then boto3 finds exactly those objects, at the keys README "S3 remotes" gives, byte for
+    # byte, each with the file's item id and this device's id (mtime and mode: the next test),
+    keys = {b"plain.txt": "plain.txt", "Été final 100%.txt".encode(): "Été final 100%.txt",
+            b"caf\xe9.txt": "~dd~caf%E9.txt", b"Reports/q3.odt": "Reports/q3.odt", b"big.bin": "big.bin"}
+    objects = bucket_objects(c, weed.bucket, prefix)
+    assert {k for k in objects if not k.endswith("/")} == {f"{prefix}/{k}" for k in keys.values()}, sorted(objects)
+    assert {k for k in objects if k.endswith("/")} <= {f"{prefix}/Reports/"}, sorted(objects)
+    for rel, key in keys.items():
+        o = c.get_object(Bucket=weed.bucket, Key=f"{prefix}/{key}")
+        body, meta = o["Body"].read(), o["Metadata"]
+        assert len(body) == len(files[rel]) and sha(body) == sha(files[rel]), key
+        assert meta.get("docdrive-id") == os.getxattr(dev.path(rel), "user.docdrive.id").decode(), (key, meta)
+        assert meta.get("docdrive-device") == dev.device_id(), (key, meta)
+    # (the large one went up in parts: a multipart ETag is "md5-of-part-md5s-PARTS")
+    etag = objects[f"{prefix}/big.bin"]["ETag"].strip('"')
+    assert etag.endswith("-3"), f"big.bin (12 MiB, 5 MB parts) has the ETag {etag}: not a 3-part upload"
+
+    # When boto3 writes a new object (rclone's mtime, in a new folder), one with an encoded
+    # non-UTF-8 name, overwrites one and deletes another,
+    t0 = time.monotonic()
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/Inbox/from boto3.txt", Body=b"written by boto3\n",
+                 Metadata={"mtime": "1700000000.25"})
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/~dd~na%EFve.txt", Body=b"latin-1 from boto3\n")
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/plain.txt", Body=b"overwritten by boto3\n")
+    c.delete_object(Bucket=weed.bucket, Key=f"{prefix}/Reports/q3.odt")
+    # then the mount shows each change within a few poll intervals, without `docdrive sync`,
+    want = {b"Inbox/from boto3.txt": b"written by boto3\n", b"na\xefve.txt": b"latin-1 from boto3\n",
+            b"plain.txt": b"overwritten by boto3\n", b"Reports/q3.odt": None}
+    arrived = wait_until(lambda: all(read(dev.path(r)) == v for r, v in want.items()), 20, 0.1)
+    took = time.monotonic() - t0
+    assert arrived, {r: (read(dev.path(r)) or b"")[:40] for r in want} | {"log": dev.d.log_tail()}
+    print(f"boto3's create, overwrite and delete seen in the mount after {took:.2f} s (poll {POLL} s)")
+    assert os.stat(dev.path(b"Inbox/from boto3.txt")).st_mtime_ns == 1_700_000_000_250_000_000
+    assert sorted(os.listdir(dev.downloads) if dev.downloads.exists() else []) == []
+    # and `docdrive sync` finds both sides agreeing: the mount and the bucket hold the same files.
+    dev.sync()
+    assert dev.tree() == bucket_tree(c, weed.bucket, prefix)
+    assert dev.store_status()["conflicts"] == []
+
+
+@pytest.mark.timeout(120)
+def test_files_saved_through_the_mount_carry_their_mtime_and_mode(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    dev = S3Device(new_drive(), weed, weed.endpoint, prefix).mount()
+    files = {b"small.txt": b"small\n", b"caf\xe9.txt": b"latin-1 name\n", b"big.bin": os.urandom(6 * MiB)}
+    for rel, data in files.items():
+        save(dev.path(rel), data)
+    os.chmod(dev.path(b"small.txt"), 0o600)
+    os.utime(dev.path(b"caf\xe9.txt"), ns=(1_600_000_000_123_456_789, 1_600_000_000_123_456_789))
+    dev.sync()
+    wrong = []
+    for rel, key in {b"small.txt": "small.txt", b"caf\xe9.txt": "~dd~caf%E9.txt", b"big.bin": "big.bin"}.items():
+        meta = c.head_object(Bucket=weed.bucket, Key=f"{prefix}/{key}")["Metadata"]
+        st = os.stat(dev.path(rel))
+        ns = st.st_mtime_ns
+        want = {"docdrive-mtime": str(ns), "mtime": f"{ns // 10**9}.{ns % 10**9:09d}",  # rclone's form
+                "docdrive-mode": format(st.st_mode & 0o7777, "o")}
+        if {k: meta.get(k) for k in want} != want:
+            wrong.append((key, want, meta))
+    assert wrong == [], "objects without the file's mtime and mode (want, got):\n" + "\n".join(map(repr, wrong))
+
+
+# --------------------------------------------------------------------------- 2a. stopped during an upload
+
+@pytest.mark.timeout(300)
+def test_server_stopped_during_a_multipart_upload_loses_nothing(own_weed, new_drive, boto):
+    w = own_weed
+    c = boto(w.endpoint)
+    prefix = new_prefix()
+    # 12 MB/s: the 60 MB file takes about 5 s in 12 parts, 4 at once.
+    dev = S3Device(new_drive(), w, w.endpoint, prefix, "--bandwidth", "12M").mount()
+    data = os.urandom(60 * MiB)
+    key = f"{prefix}/big.bin"
+    save(dev.path(b"big.bin"), data)
+    # When SeaweedFS is stopped (SIGTERM, by pid) once a third of the file is up,
+    up = wait_until(lambda: (lambda u: u if u and u["done"] >= 20 * MiB else None)(dev.in_flight("big.bin")), 60, 0.05)
+    assert up, f"the upload never reached 20 MiB\n{dev.d.log_tail()}"
+    in_progress = [u["Key"] for u in c.list_multipart_uploads(Bucket=w.bucket, Prefix=prefix + "/").get("Uploads", [])]
+    assert key in in_progress, (in_progress, up)
+    t_stop = time.monotonic()
+    w.halt(signal.SIGTERM)
+    stopped_at = dev.in_flight("big.bin")
+    print(f"SeaweedFS stopped in {time.monotonic() - t_stop:.1f} s with {up['done']} of {up['total']} bytes sent "
+          f"(then {stopped_at})")
+    assert up["done"] < up["total"]
+    try:
+        # then the store is offline in `docdrive status`, the file stays whole in the mount,
+        # and `docdrive sync` says offline and fails,
+        t_stop = time.monotonic()
+        state = wait_offline(dev)
+        print(f"offline after {time.monotonic() - t_stop:.1f} s: {state['offlineReason']}")
+        assert sha(read(dev.path(b"big.bin"))) == sha(data)
+        # (--timeout 30: the look at the remote that `sync` asks for first takes the S3 client's
+        # retries, about 7 s, before the store is known offline.)
+        p = dev.sync(timeout=30, check=None)
+        assert p.returncode != 0 and "offline" in (p.stdout + p.stderr).lower(), (p.returncode, p.stdout, p.stderr)
+    finally:
+        # and when it runs again on the same port with the same data,
+        restart(w)
+    # the upload goes again and boto3 reads the whole file,
+    dev.sync(timeout=180)
+    assert dev.store_status()["sync"]["offline"] is False
+    o = c.get_object(Bucket=w.bucket, Key=key)
+    body = o["Body"].read()
+    assert len(body) == len(data) and sha(body) == sha(data), f"{len(body)} bytes of {len(data)}"
+    assert o["Metadata"].get("docdrive-id") == os.getxattr(dev.path(b"big.bin"), "user.docdrive.id").decode()
+    assert sorted(bucket_objects(c, w.bucket, prefix)) == [key]
+    # and the multipart upload the stop broke is aborted at the next mount (README: the
+    # device's records under PREFIX/.docdrive/uploads/; removeStaleUploads at start).
+    dev.d.unmount()
+    dev.mount()
+
+    def leftovers():
+        mp = c.list_multipart_uploads(Bucket=w.bucket, Prefix=prefix + "/").get("Uploads", [])
+        records = c.list_objects_v2(Bucket=w.bucket, Prefix=f"{prefix}/.docdrive/uploads/").get("Contents", [])
+        return [u["Key"] for u in mp] + [r["Key"] for r in records]
+    assert wait_until(lambda: not leftovers(), 20, 0.3), (leftovers(), dev.d.log_tail())
+    assert sha(read(dev.path(b"big.bin"))) == sha(data)
+
+
+# --------------------------------------------------------------------------- 2b. stopped during a download
+
+class SlowRelay:
+    """A TCP relay on loopback to `target_port` that passes the server's bytes at `rate` bytes/s
+    per connection (requests at full speed), so that a 60 MB download lasts long enough for the
+    server to be stopped in its middle. When the server's side closes or breaks, the client's
+    connection is closed; when the server refuses, the client's connection is closed at once."""
+
+    def __init__(self, target_port: int, rate: int):
+        self.target = target_port
+        self.rate = rate
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.stopped = threading.Event()
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self):
+        while not self.stopped.is_set():
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket):
+        try:
+            up = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            client.close()
+            return
+        up.settimeout(None)
+        with self.lock:
+            self.conns += [client, up]
+
+        def close_both():
+            for s in (client, up):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+        def pump(src, dst, rate):
+            start, sent = time.monotonic(), 0
+            try:
+                while True:
+                    chunk = src.recv(64 * 1024)
+                    if not chunk:
+                        break
+                    dst.sendall(chunk)
+                    if rate:
+                        sent += len(chunk)
+                        ahead = sent / rate - (time.monotonic() - start)
+                        if ahead > 0:
+                            time.sleep(ahead)
+            except OSError:
+                pass
+            close_both()
+
+        threading.Thread(target=pump, args=(client, up, 0), daemon=True).start()
+        pump(up, client, self.rate)
+
+    def stop(self):
+        self.stopped.set()
+        self.sock.close()
+        with self.lock:
+            for s in self.conns:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+
+class Watcher(threading.Thread):
+    """Looks at a path in the mount every 20 ms: every size seen, and whether any was partial."""
+
+    def __init__(self, path: bytes, data: bytes):
+        super().__init__(daemon=True)
+        self.path, self.size, self.digest = path, len(data), sha(data)
+        self.done = threading.Event()
+        self.partial: list[str] = []
+        self.looks = 0
+        self.first_whole: float | None = None
+
+    def run(self):
+        while not self.done.is_set():
+            self.looks += 1
+            try:
+                size = os.stat(self.path).st_size
+            except FileNotFoundError:
+                size = None
+            except OSError as e:
+                self.partial.append(f"stat: {e!r}")
+                size = None
+            if size is not None and size != self.size:
+                self.partial.append(f"{size} bytes of {self.size}")
+            elif size is not None and self.first_whole is None:
+                self.first_whole = time.monotonic()
+                got = read(self.path)
+                if got is None or sha(got) != self.digest:
+                    self.partial.append(f"first read: {len(got or b'')} bytes, not the object's content")
+            self.done.wait(0.02)
+
+
+@pytest.mark.timeout(300)
+def test_server_stopped_during_a_download_never_shows_a_partial_file(own_weed, new_drive, boto):
+    w = own_weed
+    c = boto(w.endpoint)
+    prefix = new_prefix()
+    relay = SlowRelay(w.port, rate=8 * MiB)  # a 60 MB download lasts about 8 s
+    watcher = None
+    try:
+        dev = S3Device(new_drive(), w, relay.endpoint, prefix).mount()
+        data = os.urandom(60 * MiB)
+        watcher = Watcher(dev.path(b"movie.bin"), data)
+        watcher.start()
+        # When another client puts a 60 MB object and the daemon starts downloading it,
+        c.put_object(Bucket=w.bucket, Key=f"{prefix}/movie.bin", Body=data, Metadata={"mtime": "1700000000.5"})
+
+        def downloading():
+            try:
+                sizes = [e.stat().st_size for e in os.scandir(dev.downloads)]
+            except FileNotFoundError:
+                return None
+            return max(sizes) if sizes and max(sizes) >= 10 * MiB else None
+        got = wait_until(downloading, 60, 0.02)
+        assert got, f"no download of 10 MiB seen\n{dev.d.log_tail()}"
+        # and SeaweedFS is killed (SIGKILL, by pid) in its middle,
+        w.halt(signal.SIGKILL)
+        print(f"SeaweedFS killed with {got} of {len(data)} bytes downloaded")
+        assert got < len(data)
+        try:
+            # then the store goes offline, and the file is not in the mount (not half of it),
+            state = wait_offline(dev)
+            print(f"offline: {state['offlineReason']}")
+            sizes = [e.stat().st_size for e in os.scandir(dev.downloads)] if dev.downloads.exists() else []
+            assert not os.path.exists(dev.path(b"movie.bin")), f"movie.bin is in the mount while the server is down; downloads: {sizes}"
+            assert all(s < len(data) for s in sizes), sizes
+        finally:
+            # and when SeaweedFS runs again on the same port with the same data,
+            restart(w)
+        # the file arrives whole (never partial at any look), with the object's mtime,
+        dev.sync(timeout=180)
+        assert sha(read(dev.path(b"movie.bin"))) == sha(data)
+        watcher.done.set()
+        watcher.join(5)
+        assert watcher.partial == [], watcher.partial[:10]
+        assert watcher.first_whole is not None and watcher.looks > 50, (watcher.looks, watcher.first_whole)
+        assert os.stat(dev.path(b"movie.bin")).st_mtime_ns == 1_700_000_000_500_000_000
+        assert dev.store_status()["sync"]["offline"] is False
+        # and no download file is left behind.
+        assert (os.listdir(dev.downloads) if dev.downloads.exists() else []) == []
+    finally:
+        if watcher:
+            watcher.done.set()
+        relay.stop()
+
+
+# --------------------------------------------------------------------------- 2c. a failing front
+
+@pytest.mark.timeout(300)
+def test_requests_failing_for_a_while_are_retried_and_nothing_is_lost(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    proxy = FaultProxy(weed.port)  # fails 3 requests in 4 (503, 500 after the write, cut downloads)
+    try:
+        proxy.failing = False  # `store add` checks the server through it; the faults start after
+        dev = S3Device(new_drive(), weed, proxy.endpoint, prefix).mount()
+        save(dev.path(b"Old/moved.txt"), b"moved while failing\n")
+        save(dev.path(b"gone.txt"), b"deleted while failing\n")
+        dev.sync()
+        proxy.failing = True
+        # Given objects another client puts (three over 1 MiB, which the front may cut short),
+        # saves through the mount (small files, one in parts), a move and a delete, all while 3
+        # requests in 4 fail,
+        put = {b"Inbox/note.txt": b"from boto3\n", **{f"Inbox/scan-{i}.pdf".encode(): os.urandom(2 * MiB + i) for i in range(3)}}
+        for rel, data in put.items():
+            c.put_object(Bucket=weed.bucket, Key=f"{prefix}/{rel.decode()}", Body=data)
+        saved = {f"Letters/letter-{i:02d}.txt".encode(): f"letter {i}\n".encode() * (i + 1) for i in range(8)}
+        saved[b"album.bin"] = os.urandom(12 * MiB)
+        saved["Été.txt".encode()] = b"accents\n"
+        for rel, data in saved.items():
+            save(dev.path(rel), data)
+        os.makedirs(dev.path(b"New"))
+        os.rename(dev.path(b"Old/moved.txt"), dev.path(b"New/moved.txt"))
+        os.unlink(dev.path(b"gone.txt"))
+        saved[b"New/moved.txt"] = b"moved while failing\n"
+        # when it keeps failing for 15 s (up to 40 s, until boto3's objects have arrived),
+        t0 = time.monotonic()
+        p = dev.sync(timeout=15, check=None)
+        wait_until(lambda: time.monotonic() - t0 > 15 and all(read(dev.path(r)) == d for r, d in put.items()),
+                   max(1.0, 40 - (time.monotonic() - t0)), 0.2)
+        faults, cuts = proxy.faults, proxy.cuts
+        arrived = sum(read(dev.path(r)) == d for r, d in put.items())
+        partial = [r for r, d in put.items() if read(dev.path(r)) not in (None, d)]
+        print(f"during {time.monotonic() - t0:.0f} s of faults: docdrive sync --timeout 15 exited {p.returncode}; "
+              f"{faults} of {proxy.count} requests failed, {cuts} downloads cut, {arrived} of {len(put)} objects arrived")
+        assert faults >= 20, faults
+        assert partial == [], partial
+        # and then answers again,
+        proxy.failing = False
+        dev.sync(timeout=180)
+        # then every save is in the bucket byte for byte and every object in the mount, with
+        # no conflict copy and no failed file.
+        want = {**saved, **put}
+        remote = bucket_tree(c, weed.bucket, prefix)
+        local = dev.tree()
+        assert sorted(remote) == sorted(want), (f"bucket - want: {sorted(set(remote) - set(want))}, "
+                                                f"want - bucket: {sorted(set(want) - set(remote))}, "
+                                                f"mount - want: {sorted(set(local) - set(want))}\n{dev.d.log_tail(80)}")
+        bad = [r for r in want if sha(remote[r]) != sha(want[r])]
+        assert bad == [], bad
+        assert sorted(local) == sorted(want), (sorted(set(local) ^ set(want)), dev.d.log_tail(80))
+        assert [r for r in want if sha(local[r]) != sha(want[r])] == []
+        st = dev.store_status()
+        assert st["conflicts"] == [] and st["failed"] == [] and st["uploads"]["failed"] == 0, st
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.timeout(180)
+def test_a_move_whose_delete_failed_leaves_no_copy_behind(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    proxy = FaultProxy(weed.port)
+    try:
+        proxy.failing = False
+        dev = S3Device(new_drive(), weed, proxy.endpoint, prefix).mount()
+        save(dev.path(b"Old/moved.txt"), b"moved\n")
+        dev.sync()
+        # Given a rename through the mount whose move on S3 (a copy, then a conditional delete
+        # of the source) copies but cannot delete (every DELETE answered 503 for a while),
+        proxy.failing = lambda method, path: method == "DELETE"
+        os.makedirs(dev.path(b"New"))
+        os.rename(dev.path(b"Old/moved.txt"), dev.path(b"New/moved.txt"))
+        assert wait_until(lambda: "sync of New/moved.txt with s3 failed" in dev.d.log_tail(200), 60, 0.2), dev.d.log_tail()
+        # when DELETE works again and `docdrive sync` says both sides agree,
+        proxy.failing = False
+        dev.sync()
+        # then the old name is gone from the bucket as from the mount (the copy is not a second item).
+        keys = sorted(k[len(prefix) + 1:] for k in bucket_objects(c, weed.bucket, prefix) if not k.endswith("/"))
+        assert keys == ["New/moved.txt"], f"{keys}\n{dev.d.log_tail(40)}"
+        assert sorted(dev.tree()) == [b"New/moved.txt"]
+    finally:
+        proxy.stop()

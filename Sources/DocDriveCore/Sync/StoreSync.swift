@@ -283,12 +283,13 @@ final class StoreSync: Sendable {
                 let moved: RemoteItem
                 do {
                     moved = try remote.move(old.path, version: old.remoteToken, to: path)
-                } catch {
-                    // A move cut short (S3: copied, the delete of the source failed) is finished
-                    // by the retry of this path, which then finds the copy and adopts it: the old
-                    // path must be looked at again, or its object stays on the remote.
+                } catch let e where e.code != .remoteChanged {
+                    // A move cut short (S3: copied, then the delete of the source failed) is
+                    // finished by the retry of this path, which finds the copy and adopts it: the
+                    // old path must be looked at again, or its object stays on the remote. (A
+                    // refused condition is decided again below, with the bases as they are.)
                     try? queue.enqueue(root: key, path: old.path, due: 0)
-                    throw error
+                    throw e
                 }
                 try bases.move(root: key, from: old.path, to: path)
                 logger.info("store \(name): moved \(old.path) to \(path) on the remote")

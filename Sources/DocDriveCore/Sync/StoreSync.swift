@@ -334,10 +334,6 @@ final class StoreSync: Sendable {
 
         // Gone here because it was renamed: the new name's sync moves it on the remote (a
         // delete here would lose the item's id on the other devices).
-        if local == nil, let b = base, let id = b.id {
-            let p = try? index.knownPath(id: id, root: key, rootIno: cacheInode() ?? 0)
-            logger.debug("store \(name): \(path) is gone here; its item \(id) is at \(p ?? "nowhere") here")
-        }
         if local == nil, let b = base, let id = b.id, remoteItem?.version == b.remoteToken, let rootIno = cacheInode(),
            let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path,
            try bases.base(root: key, path: StorePath(p)) == nil, try remote.item(at: StorePath(p)) == nil,

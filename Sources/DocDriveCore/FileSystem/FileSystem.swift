@@ -126,6 +126,10 @@ public struct FileSystemOptions: Sendable {
 ///    of a folder the kernel holds (control-socket commands and `invalidateLater` use other
 ///    threads).
 ///
+/// 8. The change feed (ChangeFeed) runs its subscribers on the operation's thread after the
+///    operation's system calls, with no lock of the core held; each subscriber takes leaves
+///    only (`InodeTable.state`, `ItemIndex.pending`, the uploader's `noted`).
+///
 /// Never on a FUSE request thread: a wait for an index transaction (the index answers from
 /// its unwritten events, see `ItemIndex`), for the network, or for an upload.
 public final class DriveFileSystem: Sendable {

@@ -38,6 +38,9 @@ public final class S3Remote: Remote, Sendable {
     /// Whether this process probed the server (its first write does, once: `store add`
     /// probed it from another process, and the server may have changed since).
     let probed = Atomic<Bool>(false)
+    /// The probe found a server that ignores conditional writes and the store accepts it
+    /// (`conditional-writes: checked`): every write HEADs first (`precheck`).
+    let ignoresConditions = Atomic<Bool>(false)
 
     struct Head: Sendable {
         var etag: String
@@ -108,18 +111,47 @@ public final class S3Remote: Remote, Sendable {
         }
         let second = try client.send(.PUT, key: key, headers: [("If-None-Match", "*")], body: body)
         if second.status == 200 {
-            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores If-None-Match: * (it let a create-only write replace an object), so two devices could overwrite each other's changes; DocDrive refuses to use it.")
+            return try unconditional("If-None-Match: * (it let a create-only write replace an object)")
         }
         guard second.status == 412 || second.status == 409 else { throw client.failure(second, "probe conditional writes on \(displayName)") }
         let replace = try client.send(.PUT, key: key, headers: [("If-Match", "\"00000000000000000000000000000000\"")], body: body)
         if replace.status == 200 {
-            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores If-Match (it let a write replace an object of another ETag), so two devices could overwrite each other's changes; DocDrive refuses to use it.")
+            return try unconditional("If-Match (it let a write replace an object of another ETag)")
         }
         let delete = try client.send(.DELETE, key: key, headers: [("If-Match", "\"00000000000000000000000000000000\"")])
         let honoured = delete.status == 412 || delete.status == 409
         conditionalDelete.store(honoured, ordering: .relaxed)
         probed.store(true, ordering: .releasing)
-        return S3Capabilities(conditionalDelete: honoured)
+        return S3Capabilities(conditionalDelete: honoured, conditionalWrites: true)
+    }
+
+    /// A server that ignores conditional writes: refused, unless the store accepts the weaker
+    /// mode, in which every write checks the version with a HEAD first.
+    private func unconditional(_ what: String) throws(DriveError) -> S3Capabilities {
+        guard client.settings.checkedWrites else {
+            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores \(what), so two devices could overwrite each other's changes; DocDrive refuses to use it unless the store is added with --accept-unconditional-writes (a weaker mode, see the README).")
+        }
+        ignoresConditions.store(true, ordering: .relaxed)
+        conditionalDelete.store(false, ordering: .relaxed)
+        probed.store(true, ordering: .releasing)
+        return S3Capabilities(conditionalDelete: false, conditionalWrites: false)
+    }
+
+    /// Before a write to a server that ignores conditions (see `ignoresConditions`): throws
+    /// `.remoteChanged` unless `key` is what `expecting` says. A no-op on a server that honours
+    /// conditions, where the write itself carries them.
+    func precheck(_ key: String, _ expecting: RemoteExpectation, what: String) throws(DriveError) {
+        guard ignoresConditions.load(ordering: .relaxed) else { return }
+        let current = try head(key)
+        switch expecting {
+        case .absent where current != nil:
+            throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) has an item there already (another device made it).")
+        case .version where current == nil:
+            throw DriveError(.remoteChanged, "Cannot \(what): it was deleted on \(displayName) meanwhile (by another device).")
+        case .version(let v) where current?.etag != v:
+            throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
+        default: return
+        }
     }
 
     /// Probes the server before this process's first write (two threads may both probe; each
@@ -281,4 +313,7 @@ public final class S3Remote: Remote, Sendable {
 public struct S3Capabilities: Sendable {
     /// DELETE honours If-Match (else a conditional delete HEADs first: a short race remains).
     public var conditionalDelete: Bool
+    /// PUT honours If-Match and If-None-Match; false only for a store that accepted the
+    /// weaker mode (`conditional-writes: checked`).
+    public var conditionalWrites: Bool
 }

@@ -151,7 +151,29 @@ class Weed:
         self.stop()
 
 
-class FaultProxy:
+class _LoopbackFront:
+    """An HTTP server of the tests on 127.0.0.1 (a free port), on a thread of its own."""
+
+    def _serve(self, handler):
+        import http.server
+        import threading
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FaultProxy(_LoopbackFront):
     """An S3 front on loopback that fails three requests in four: 503 SlowDown without passing
     it on, 500 after passing it on (the answer is lost: the write happened) or, for a download
     over 1 MiB, half the body and a closed connection, 500 without passing it on; the fourth
@@ -239,19 +261,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(Handler)
 
 
 def _sigv4_headers(method: str, raw_path: str, headers: dict[str, str], host: str) -> dict[str, str]:
@@ -282,7 +292,7 @@ def _sigv4_headers(method: str, raw_path: str, headers: dict[str, str], host: st
     return h
 
 
-class UnconditionalProxy:
+class UnconditionalProxy(_LoopbackFront):
     """An S3 front on loopback that behaves like a server ignoring conditional writes: it drops
     If-Match, If-None-Match and x-amz-copy-source-if-match from every request and signs it anew
     (the client's signature covers them). `stripped` counts the requests it changed."""
@@ -337,19 +347,7 @@ class UnconditionalProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(Handler)
 
 
 def main(argv: list[str]) -> int:

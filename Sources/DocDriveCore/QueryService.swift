@@ -101,10 +101,12 @@ public final class QueryService: Sendable {
     }
 
     /// The answer to the command's fast path (`QueryFastPath`, which reads it without Foundation):
-    /// "=", the mount point, then the count or every mount-relative path, each ended by NUL. An
-    /// error is the usual JSON line (the command then asks again the usual way, and reports it).
+    /// "=" and the protocol version, the mount point, then the count or every mount-relative path,
+    /// each ended by NUL. An error is the usual JSON line (the command then asks again the usual
+    /// way, and reports it).
     func raw(_ result: QueryAnswer) -> Data {
-        var out = Data("=".utf8)
+        var out = Data("=\(ControlProtocol.version)".utf8)
+        out.append(0)
         out.append(contentsOf: mountpoint.utf8)
         out.append(0)
         if let n = result.count {

@@ -43,6 +43,8 @@ struct Status: ParsableCommand {
         /// Reference entries and their state (asked of the daemon; empty when not mounted).
         var references = [ReferenceRow]()
         var device: DeviceIdentity?
+        /// Why the daemon could not be asked (another control protocol version).
+        var daemonProblem: String?
     }
 
     func run() throws {
@@ -85,7 +87,11 @@ struct Status: ParsableCommand {
             conflicts = (try? index.bases.conflicts()) ?? []
         }
         if s.record != nil {
-            s.references = (try? ControlClient.call(home, ControlRequest.References(), timeout: 30))?.references ?? []
+            do throws(DriveError) {
+                s.references = try ControlClient.call(home, ControlRequest.References(), timeout: 30).references
+            } catch where error.code == .protocolMismatch {
+                s.daemonProblem = error.message
+            } catch {}
             // Asked of the daemon itself: on a full disk it cannot rewrite run/uploads.json.
             if let answer = try? ControlClient.call(home, ControlRequest.IndexError(), timeout: 5) {
                 s.indexWriteError = answer.error
@@ -155,6 +161,7 @@ struct Status: ParsableCommand {
         if let free = s.homeDiskFree { out["homeDiskFree"] = free }
         out["homeDiskFull"] = homeDiskIsFull(s)
         out["references"] = jsonObject(s.references)
+        if let p = s.daemonProblem { out["daemonProblem"] = p }
         if let r = s.record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started,
                                               "fileIO": r.fileIO ?? "unknown"] }
         return out
@@ -170,6 +177,7 @@ struct Status: ParsableCommand {
         }
         if let r = s.record {
             line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options)\(r.fileIO == "passthrough" ? ", file I/O passed through" : ""))")
+            if let p = s.daemonProblem { line("         \(p)") }
         } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
             line("Mounted: dead mount at \(dead.mountpoint) (daemon pid \(dead.pid) is gone; `docdrive mount` or `docdrive unmount` clears it)")
         } else {

@@ -29,7 +29,13 @@ struct Sync: ParsableCommand {
             rounds: for round in 0..<20 {
                 var sawWork = false
                 let left = timeout.map { max(0.5, $0 - Date().timeIntervalSince(start)) } ?? 120
-                if let answer = try? ControlClient.call(home, ControlRequest.SyncPoll(timeout: left), timeout: Int(left) + 10) {
+                var answer: SyncPollAnswer?
+                do throws(DriveError) {
+                    answer = try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left), timeout: Int(left) + 10)
+                } catch where error.code == .protocolMismatch {
+                    throw error  // the daemon runs, but cannot be asked to look at the remotes
+                } catch {}
+                if let answer {
                     offline = answer.stores.compactMap { name, state in
                         state.offlineSince == nil ? nil : "\(name): \(state.offlineReason ?? "offline")"
                     }.sorted()

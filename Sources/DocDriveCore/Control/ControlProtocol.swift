@@ -465,9 +465,10 @@ extension ControlRequest: Codable {
         }
     }
 
-    /// The request's line, as the commands send it.
+    /// The request's line, as the commands send it. Only a number that is not finite fails to
+    /// encode (a sync-poll timeout of inf): the line is then empty, and the daemon refuses it.
     public func line() -> Data {
-        var data = (try? JSONEncoder.control.encode(self)) ?? Data()  // encoding strings and numbers cannot fail
+        var data = (try? JSONEncoder.control.encode(self)) ?? Data()
         data.append(0x0A)
         return data
     }
@@ -513,7 +514,7 @@ extension ControlAnswer: Codable {
         }
     }
 
-    /// The answer's line, as the daemon sends it.
+    /// The answer's line, as the daemon sends it (its numbers are sizes, counts and times: finite).
     public func line() -> Data {
         var data = (try? JSONEncoder.control.encode(self)) ?? Data()
         data.append(0x0A)

@@ -44,6 +44,10 @@ public struct RemoteState: Equatable, Sendable, Codable {
     public var offlineReason: String?
     /// Names of the devices that wrote what the remote holds.
     public var devices: [String] = []
+
+    public init(lastPoll: Double? = nil, offlineSince: Double? = nil, offlineReason: String? = nil, devices: [String] = []) {
+        (self.lastPoll, self.offlineSince, self.offlineReason, self.devices) = (lastPoll, offlineSince, offlineReason, devices)
+    }
 }
 
 final class StoreSync: Sendable {

@@ -12,6 +12,12 @@ struct Sync: ParsableCommand {
     @Option(help: ArgumentHelp("Give up after this many seconds (default: wait as long as it takes).", valueName: "seconds"))
     var timeout: Double?
 
+    func validate() throws {
+        if let timeout, !(timeout.isFinite && timeout > 0 && timeout <= 31_536_000) {
+            throw ValidationError("--timeout must be a number of seconds above 0 (at most a year); leave it out to wait as long as it takes.")
+        }
+    }
+
     func run() throws {
         try guarded {
             let home = drive.driveHome

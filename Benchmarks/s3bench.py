@@ -1,30 +1,49 @@
 #!/usr/bin/env python3
-"""S3 upload benchmark: DocDrive's S3 remote (`docdrive internal s3-copy`, the code the upload
-workers run) against `rclone copy` and `aws s3 cp --recursive`, on one SeaweedFS on loopback
-(Tests/s3/weed.py), same run, interleaved, each run into a fresh prefix.
+"""S3 upload benchmark (issue 15): DocDrive against `rclone copy` and `aws s3 cp --recursive`, on
+one SeaweedFS on loopback (Tests/s3/weed.py), same run, interleaved (each round starts with
+another tool), each run into a fresh prefix.
+
+DocDrive is measured two ways:
+  * "docdrive mount": the real path. A fresh drive home with an S3 store (`docdrive store add
+    --s3`, default write-back delay), mounted; the data is copied into the mount with `cp -r`,
+    and the time is from the end of that `cp` (its last close) until the upload queue says every
+    file is synced (the last PUT answered), checked afterwards on the server (every object there
+    with its size). The `cp` itself is reported on its own, and so is the time less the store's
+    write-back delay. Memory is the daemon's peak RSS while it uploads (VmHWM, reset at the last
+    close, and VmRSS sampled every 20 ms).
+  * "docdrive s3-copy": DocDrive's S3 remote alone (`docdrive internal s3-copy`, the code the
+    upload workers run, without the mount, the queue or the sync decisions).
+rclone and aws are timed as whole commands (wall time), memory their peak RSS (GNU time).
 
 Workloads: 2,000 files of 4 KiB, and one file of 1 GiB (sizes can be made smaller for a quick
-look). Each tool gets the same parallelism: `--workers N` files at once (rclone --transfers N,
-aws cli max_concurrent_requests N), parts of 16 MiB, 4 parts at once for DocDrive and rclone.
-Time is wall time of the whole command; memory is the process's peak RSS (GNU time).
+look). Every tool gets the same parallelism: `--workers N` files at once (the store's workers,
+rclone --transfers N, aws cli max_concurrent_requests N), parts of 16 MiB, 4 parts at once for
+DocDrive and rclone. Run it as root (the mount), everything at one niceness:
 
-    python3 Benchmarks/s3bench.py [--rounds 2] [--small 2000] [--big-mib 1024] [--workers 4]
+    nice -n 10 python3 Benchmarks/s3bench.py [--rounds 3] [--small 2000] [--big-mib 1024] [--workers 4]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "Tests" / "s3"))
 from weed import Weed  # noqa: E402
+
+STORE = "bench"
+SHOWN = "Bench"
+TOOLS = ["docdrive mount", "docdrive s3-copy", "rclone", "aws s3 cp"]
 
 
 def run(cmd, env) -> tuple[float, int, str]:
@@ -53,6 +72,155 @@ def make_data(base: Path, small: int, big_mib: int) -> tuple[Path, Path]:
     return s, b
 
 
+def is_mounted(path: Path) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(path) for line in f)
+
+
+def proc_kb(pid: int, field: str) -> int:
+    """A field of /proc/PID/status in KiB (0 once the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def server_objects(w: Weed, env: dict, prefix: str) -> dict[str, int]:
+    """Key (under the prefix) -> size of every object the server lists there."""
+    p = subprocess.run(["aws", "--endpoint-url", w.endpoint, "s3api", "list-objects-v2", "--bucket", w.bucket,
+                        "--prefix", prefix + "/", "--output", "json"], env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"listing {prefix} failed: {p.stderr[-2000:]}")
+    contents = json.loads(p.stdout or "{}").get("Contents", [])
+    return {o["Key"][len(prefix) + 1:]: o["Size"] for o in contents}
+
+
+class MountedDrive:
+    """A fresh drive home with one S3 store on `prefix`, mounted; `close()` unmounts it (by the
+    daemon's pid, fusermount3 -uz as the last resort) and removes the home, whatever happened."""
+
+    def __init__(self, bin: str, base: Path, w: Weed, env: dict, prefix: str, workers: int):
+        self.bin, self.base, self.prefix = bin, base, prefix
+        self.home, self.mnt = base / "home", base / "mnt"
+        self.env = dict(env, DOCDRIVE_HOME=str(self.home))
+        self.pid = 0
+        base.mkdir()
+        self.mnt.mkdir()
+        self.cli("init")
+        self.cli("store", "add", STORE, "--name", SHOWN, "--s3", w.endpoint, "--bucket", w.bucket, "--prefix", prefix,
+                 "--path-style", "--workers", str(workers), "--part-size", "16M", "--parallel-parts", "4")
+        # The store's write-back delay, as `store add` wrote it into config.yaml.
+        self.writeback = [float(l.split(":")[1]) for l in (self.home / "config.yaml").read_text().splitlines()
+                          if l.strip().startswith("writeback:")][0]
+        self.cli("mount", str(self.mnt))
+        self.pid = json.loads((self.home / "run" / "mount.json").read_text())["pid"]
+
+    def cli(self, *args, timeout=120) -> str:
+        p = subprocess.run([self.bin, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise SystemExit(f"docdrive {' '.join(args)} failed ({p.returncode}): {(p.stdout + p.stderr)[-2000:]}\n"
+                             f"daemon log:\n{self.log_tail()}")
+        return p.stdout
+
+    def log_tail(self, n=30) -> str:
+        try:
+            return "\n".join((self.home / "run" / "daemon.log").read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no daemon log)"
+
+    def queue(self, folder: str) -> tuple[int, int, int]:
+        """(synced files under `folder`, entries waiting, entries failed) of the store, as the
+        daemon's upload queue has them now (read-only; the daemon commits it every 50 ms)."""
+        db = sqlite3.connect(f"file:{self.home / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
+        try:
+            return db.execute(
+                "SELECT COALESCE(SUM(state = 'synced' AND substr(path, 1, ?) = ?), 0),"
+                " COALESCE(SUM(state IN ('pending', 'uploading')), 0), COALESCE(SUM(state = 'failed'), 0)"
+                " FROM upload WHERE root = ?", (len(folder) + 1, folder + "/", "store:" + STORE)).fetchone()
+        finally:
+            db.close()
+
+    def wait_idle(self, timeout=60):
+        """Until the store's comparison at mount is done and nothing waits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.queue("")[1] == 0:
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"the store did not settle after mounting:\n{self.log_tail()}")
+
+    def close(self):
+        if self.pid and is_mounted(self.mnt):
+            subprocess.run([self.bin, "unmount", str(self.mnt)], env=self.env, capture_output=True, timeout=120)
+        if self.pid and proc_kb(self.pid, "VmRSS") and Path(f"/proc/{self.pid}").exists():
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{self.pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if Path(f"/proc/{self.pid}").exists():
+                os.kill(self.pid, 9)  # our own daemon, by its pid
+        if is_mounted(self.mnt):
+            subprocess.run(["fusermount3", "-uz", str(self.mnt)], capture_output=True, timeout=30)
+        if not is_mounted(self.mnt):
+            shutil.rmtree(self.base, ignore_errors=True)
+
+
+def through_mount(bin: str, base: Path, w: Weed, env: dict, src: Path, prefix: str, workers: int,
+                  timeout: float = 900) -> dict:
+    """Copies `src` into a fresh mounted S3 store; seconds from the end of the copy until the
+    queue has every file synced, and the daemon's peak memory meanwhile."""
+    d = MountedDrive(bin, base, w, env, prefix, workers)
+    try:
+        d.wait_idle()
+        files = {p.relative_to(src.parent).as_posix(): p.stat().st_size for p in src.rglob("*") if p.is_file()}
+        baseline = proc_kb(d.pid, "VmRSS")
+        t0 = time.monotonic()
+        subprocess.run(["cp", "-r", str(src), str(d.mnt / SHOWN)], check=True)
+        t1 = time.monotonic()
+        # From the last close on: the daemon's high-water mark starts again (as root), and
+        # its RSS is sampled on the side.
+        try:
+            Path(f"/proc/{d.pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+        peak = [proc_kb(d.pid, "VmRSS")]
+        done = threading.Event()
+
+        def sample():
+            while not done.is_set():
+                peak[0] = max(peak[0], proc_kb(d.pid, "VmRSS"))
+                time.sleep(0.02)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            while True:
+                synced, waiting, failed = d.queue(src.name)
+                if synced >= len(files) and waiting == 0:
+                    break
+                if failed:
+                    raise SystemExit(f"{failed} uploads failed:\n{d.log_tail()}")
+                if time.monotonic() - t1 > timeout:
+                    raise SystemExit(f"not uploaded after {timeout} s ({synced} of {len(files)}):\n{d.log_tail()}")
+                time.sleep(0.02)
+            t2 = time.monotonic()
+        finally:
+            done.set()
+            sampler.join()
+        hwm = proc_kb(d.pid, "VmHWM")
+        on_server = server_objects(w, env, prefix)
+        missing = {k: v for k, v in files.items() if on_server.get(k) != v}
+        if missing:
+            raise SystemExit(f"the queue says synced, but {len(missing)} objects are missing or of another size on the "
+                             f"server (e.g. {next(iter(missing))})")
+        return {"seconds": t2 - t1, "cp": t1 - t0, "writeback": d.writeback, "rss": max(peak[0], hwm) << 10,
+                "baseline": baseline << 10}
+    finally:
+        d.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
@@ -60,9 +228,14 @@ def main() -> int:
     ap.add_argument("--big-mib", type=int, default=1024)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--bin", default=str(REPO / ".build" / "release" / "docdrive"))
+    ap.add_argument("--tools", default=",".join(TOOLS), help="a comma-separated subset of: " + ", ".join(TOOLS))
     args = ap.parse_args()
+    tools_wanted = [t.strip() for t in args.tools.split(",") if t.strip()]
+    if "docdrive mount" in tools_wanted and os.geteuid() != 0:
+        raise SystemExit("the mounted variant needs root (passthrough, as the users' mounts)")
     base = Path(tempfile.mkdtemp(prefix="docdrive-s3bench-"))
-    results: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    results: dict[tuple[str, str], list[dict]] = {}
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
         small, big = make_data(base, args.small, args.big_mib)
         with Weed(base / "weed") as w:
@@ -77,40 +250,61 @@ def main() -> int:
             rclone_env.update(RCLONE_S3_ACCESS_KEY_ID=env["AWS_ACCESS_KEY_ID"], RCLONE_S3_SECRET_ACCESS_KEY=env["AWS_SECRET_ACCESS_KEY"])
             n = 0
 
-            def tools(src: Path, prefix: str):
+            def command(tool: str, src: Path, prefix: str):
                 return {
-                    "docdrive": [args.bin, "internal", "s3-copy", "--endpoint", w.endpoint, "--bucket", w.bucket, "--prefix", prefix,
-                                 "--path-style", "--workers", str(args.workers), str(src)],
+                    "docdrive s3-copy": [args.bin, "internal", "s3-copy", "--endpoint", w.endpoint, "--bucket", w.bucket,
+                                         "--prefix", prefix, "--path-style", "--workers", str(args.workers), str(src)],
                     "rclone": ["rclone", "copy", str(src), f":s3:{w.bucket}/{prefix}", "--s3-provider", "Other",
                                "--s3-endpoint", w.endpoint, "--s3-force-path-style", "--s3-region", "us-east-1",
                                "--transfers", str(args.workers), "--s3-chunk-size", "16M", "--s3-upload-cutoff", "16M",
                                "--s3-upload-concurrency", "4", "--no-check-dest", "--s3-no-check-bucket", "-q"],
                     "aws s3 cp": ["aws", "--endpoint-url", w.endpoint, "s3", "cp", str(src), f"s3://{w.bucket}/{prefix}", "--recursive",
                                   "--only-show-errors"],
-                }
+                }[tool]
 
             # A first request wakes the server up (its first answers are slow) before any is measured.
-            run(tools(small, "warm-up")["aws s3 cp"], env)
-            order = ["docdrive", "rclone", "aws s3 cp"]
+            run(command("aws s3 cp", small, "warm-up"), env)
             for r in range(args.rounds):
                 for name, src in (("small", small), ("big", big)):
-                    for tool in order[r % 3:] + order[:r % 3]:  # each round starts with another tool
+                    k = r % len(tools_wanted)
+                    for tool in tools_wanted[k:] + tools_wanted[:k]:  # each round starts with another tool
                         n += 1
-                        seconds, rss, _ = run(tools(src, f"bench-{n}")[tool], rclone_env if tool == "rclone" else env)
-                        results.setdefault((name, tool), []).append((seconds, rss))
-                        print(f"round {r + 1} {name:5} {tool:10} {seconds:7.2f} s  peak RSS {rss >> 20} MiB", file=sys.stderr)
+                        prefix = f"bench-{n}"
+                        if tool == "docdrive mount":
+                            m = through_mount(args.bin, base / f"drive-{n}", w, env, src, prefix, args.workers)
+                        else:
+                            seconds, rss, _ = run(command(tool, src, prefix), rclone_env if tool == "rclone" else env)
+                            m = {"seconds": seconds, "rss": rss}
+                        results.setdefault((name, tool), []).append(m)
+                        extra = f"  (cp into the mount {m['cp']:.2f} s)" if "cp" in m else ""
+                        print(f"round {r + 1} {name:5} {tool:16} {m['seconds']:7.2f} s  peak RSS {m['rss'] >> 20} MiB{extra}",
+                              file=sys.stderr, flush=True)
+                        # Each measurement starts from an empty bucket (the server's volumes stay small).
+                        subprocess.run(["aws", "--endpoint-url", w.endpoint, "s3", "rm", f"s3://{w.bucket}/{prefix}", "--recursive",
+                                        "--only-show-errors"], env=env, capture_output=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     sizes = {"small": f"{args.small} files of 4 KiB", "big": f"1 file of {args.big_mib} MiB"}
-    print(f"\n| workload | tool | seconds (median of {args.rounds}) | MB/s | peak RSS | DocDrive vs. this |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n{started}, {args.rounds} rounds, {args.workers} workers, {os.cpu_count()} CPUs; medians\n")
+    print("| workload | tool | seconds | MB/s | peak RSS | vs. rclone (rclone s ÷ this s) |")
+    print("|---|---|---:|---:|---:|---:|")
     for name in ("small", "big"):
         total = args.small * 4096 if name == "small" else args.big_mib << 20
-        dd = statistics.median(s for s, _ in results[(name, "docdrive")])
-        for tool in ("docdrive", "rclone", "aws s3 cp"):
-            secs = statistics.median(s for s, _ in results[(name, tool)])
-            rss = max(m for _, m in results[(name, tool)])
-            print(f"| {sizes[name]} | {tool} | {secs:.2f} | {total / secs / 1e6:.1f} | {rss >> 20} MiB | {secs / dd:.2f}x |")
+        rclone = statistics.median(m["seconds"] for m in results[(name, "rclone")]) if (name, "rclone") in results else None
+        for tool in tools_wanted:
+            ms = results[(name, tool)]
+            secs = statistics.median(m["seconds"] for m in ms)
+            rss = max(m["rss"] for m in ms)
+            label = tool + (" (last close → on server)" if tool == "docdrive mount" else "")
+            ratio = f"{rclone / secs:.2f}×" if rclone else "-"
+            print(f"| {sizes[name]} | {label} | {secs:.2f} | {total / secs / 1e6:.1f} | {rss / 1e6:.0f} MB | {ratio} |")
+            if tool == "docdrive mount":
+                less = statistics.median(m["seconds"] - m["writeback"] for m in ms)
+                cp = statistics.median(m["cp"] for m in ms)
+                ratio = f"{rclone / less:.2f}×" if rclone else "-"
+                print(f"| {sizes[name]} | … less the write-back delay ({ms[0]['writeback']:g} s) | {less:.2f} | {total / less / 1e6:.1f} "
+                      f"| | {ratio} |")
+                print(f"| {sizes[name]} | … `cp -r` into the mount (not in the above) | {cp:.2f} | {total / cp / 1e6:.1f} | | |")
     return 0
 
 

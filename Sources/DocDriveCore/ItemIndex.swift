@@ -345,7 +345,7 @@ public final class ItemIndex: Sendable {
     private func row(root: String, ino: Int64) throws(DriveError) -> ItemRecord? {
         do {
             return try pool.read { db in
-                try ItemRecord.fetchOne(db, sql: "SELECT * FROM item WHERE root = ? AND ino = ?", arguments: [root, ino])
+                try ItemRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE root = ? AND ino = ?"), arguments: [root, ino])
             }
         } catch {
             throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)

@@ -34,15 +34,22 @@ private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, _ mark: dd_fuse_repl
     return rc == 0
 }
 
+/// The open file is done with (released by the kernel, or never handed to it).
+private func closeOpenFile(_ ctx: FuseContext, _ f: OpenFile) {
+    ctx.fs.release(f)
+    if f.writable { ctx.activity?.writerReleased() }
+    Unmanaged.passUnretained(f).release()
+}
+
 func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
     let ctx = context(req)
     let fs = ctx.fs
     do throws(Errno) {
         let f = try fs.open(ino, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
+        if f.writable { ctx.activity?.writerOpened() }
         if !replyOpened(ctx, f, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
-            fs.release(f)
-            Unmanaged.passUnretained(f).release()
+            closeOpenFile(ctx, f)
         }
     } catch {
         replyError(req, error)
@@ -56,14 +63,14 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
     do throws(Errno) {
         let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: caller(req))
         fillOpen(fi!, f)
+        if f.writable { ctx.activity?.writerOpened() }
         var p = entryParam(e, fs)
         if !replyOpened(ctx, f, DD_REPLY_CREATE_PASSTHROUGH, {
             p.attr_timeout = fs.attributeTimeout(e.inode)  // as it is once passed through
             return fuse_reply_create(req, &p, fi)
         }) {
             fs.forget(e.inode.nodeID, 1)
-            fs.release(f)
-            Unmanaged.passUnretained(f).release()
+            closeOpenFile(ctx, f)
         }
     } catch {
         replyError(req, error)
@@ -71,6 +78,7 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
 }
 
 func opRead(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ off: off_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+    _ = context(req)  // a read is activity too (without passthrough, reads come here)
     guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
     // libfuse preads (or splices) straight from the backing descriptor.
     _ = cfuse_reply_data_fd(req, f.fd, size, off)
@@ -106,8 +114,7 @@ func opRelease(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer
         ctx.passthrough.released(f)
         // flock_release: the file held a flock; release() drops the open file's locks anyway
         // (and closing its backing descriptor drops the flock itself).
-        ctx.fs.release(f)
-        Unmanaged.passUnretained(f).release()
+        closeOpenFile(ctx, f)
         fi!.pointee.fh = 0
     }
     fuse_reply_err(req, 0)

@@ -17,6 +17,8 @@ public final class FuseContext: Sendable {
     let kernelChecksPermissions: Bool
     /// The libfuse session, set while mounted (for notifications).
     let session = Mutex<SessionPointer>(SessionPointer(nil))
+    /// Told of every request and of files opened for writing (nil: nothing is uploaded).
+    let activity: MountActivity?
 
     init(fs: DriveFileSystem, logger: Logger, passthrough: Bool, kernelChecksPermissions: Bool,
          onReady: @escaping @Sendable (Bool) -> Void) {
@@ -25,6 +27,7 @@ public final class FuseContext: Sendable {
         self.onReady = onReady
         self.passthrough = Passthrough(wanted: passthrough, logger: logger)
         self.kernelChecksPermissions = kernelChecksPermissions
+        self.activity = fs.uploader?.activity
     }
 
     /// Makes the kernel fetch a node's attributes again on next use.
@@ -36,9 +39,13 @@ public final class FuseContext: Sendable {
     }
 }
 
+/// The context of a request. Every callback starts here, so this is also where the uploader
+/// hears that the drive is in use (MountActivity: a burst's uploads wait while it is).
 @inline(__always)
 func context(_ req: fuse_req_t?) -> FuseContext {
-    Unmanaged<FuseContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+    let ctx = Unmanaged<FuseContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+    ctx.activity?.noteRequest()
+    return ctx
 }
 
 /// Set at INIT when the kernel agreed to leave the umask to us.

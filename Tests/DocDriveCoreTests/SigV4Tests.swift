@@ -99,6 +99,25 @@ final class SigV4Tests: XCTestCase {
         XCTAssertFalse(s.authorization.hasSuffix(v.signature))
     }
 
+    func testASignerKeptPastMidnightSignsWithTheNewDaysKey() {
+        // Given a signer that signed today (its key of the day is kept),
+        let kept = SigV4(credentials: Self.signer.credentials, region: "us-east-1", service: "service")
+        let v = Self.vectors[0]
+        _ = kept.sign(method: v.method, path: v.path, headers: [Self.host], payloadHash: Self.empty, date: Self.date)
+        // when it signs the next day (and past a year's end), it signs as a fresh signer does.
+        for later in [Self.date.addingTimeInterval(86_400), Date(timeIntervalSince1970: 1_451_606_399), Date(timeIntervalSince1970: 1_451_606_400)] {
+            let s = kept.sign(method: v.method, path: v.path, headers: [Self.host], payloadHash: Self.empty, date: later)
+            let fresh = SigV4(credentials: Self.signer.credentials, region: "us-east-1", service: "service")
+                .sign(method: v.method, path: v.path, headers: [Self.host], payloadHash: Self.empty, date: later)
+            XCTAssertEqual(s.authorization, fresh.authorization, "\(later)")
+        }
+        // The timestamp is the request's own second, in UTC (2015-12-31 23:59:59, then 2016-01-01).
+        XCTAssertTrue(kept.sign(method: "GET", path: "/", headers: [Self.host], payloadHash: Self.empty,
+                                date: Date(timeIntervalSince1970: 1_451_606_399)).headers.contains { $0 == ("X-Amz-Date", "20151231T235959Z") })
+        XCTAssertTrue(kept.sign(method: "GET", path: "/", headers: [Self.host], payloadHash: Self.empty,
+                                date: Date(timeIntervalSince1970: 1_451_606_400)).authorization.contains("/20160101/us-east-1/"))
+    }
+
     func testSessionTokenIsSentAndSigned() {
         let s = SigV4(credentials: .init(accessKeyID: "A", secretAccessKey: "S", sessionToken: "TOKEN"), region: "us-east-1")
             .sign(method: "GET", path: "/bucket/key", headers: [("Host", "127.0.0.1:8333")], payloadHash: SigV4.unsignedPayload, date: Self.date)

@@ -312,6 +312,28 @@ def test_files_saved_through_the_mount_carry_their_mtime_and_mode(weed, new_driv
     assert wrong == [], "objects without the file's mtime and mode (want, got):\n" + "\n".join(map(repr, wrong))
 
 
+@pytest.mark.timeout(120)
+def test_a_new_file_never_replaces_an_object_written_since_the_last_listing(weed, new_drive, boto):
+    # A file made through the mount that the bucket's last listing did not have goes up
+    # create-only without a look at the bucket first (one request per new file): an object
+    # another tool wrote at that key since must be refused the write, seen, and kept.
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    dev = S3Device(new_drive(), weed, weed.endpoint, prefix, "--poll", "3600").mount()  # no poll but the mount's
+    # Given an object written after the mount listed the bucket,
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/plan.txt", Body=b"written by boto3\n")
+    # when a file of that name is saved through the mount,
+    save(dev.path(b"plan.txt"), b"saved through the mount\n")
+    # then its upload finds the object there (no `docdrive sync`, which would list first): it is
+    # kept here as a conflict copy, and the saved file goes over it only now that it was seen.
+    copy = wait_until(lambda: next((n for n in os.listdir(dev.dir) if "(conflict from " in n), None), 20, 0.1)
+    assert copy, f"no conflict copy: {sorted(os.listdir(dev.dir))}\n{dev.d.log_tail()}"
+    dev.sync()
+    assert read(dev.path(os.fsencode(copy))) == b"written by boto3\n"
+    assert bucket_tree(c, weed.bucket, prefix) == {b"plan.txt": b"saved through the mount\n",
+                                                    os.fsencode(copy): b"written by boto3\n"}
+
+
 # --------------------------------------------------------------------------- 2a. stopped during an upload
 
 @pytest.mark.timeout(300)

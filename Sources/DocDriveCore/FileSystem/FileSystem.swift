@@ -59,7 +59,7 @@ public final class OpenFile: Sendable {
     /// Written since the last save was noted (set by every write, taken at close and fsync).
     let dirty = Atomic<Bool>(false)
     /// Opened for writing (O_WRONLY or O_RDWR).
-    let writable: Bool
+    public let writable: Bool
     /// Opened for reading too: only such a file can be mapped shared and writable, so only
     /// its mapping can change it after its last close.
     let readable: Bool

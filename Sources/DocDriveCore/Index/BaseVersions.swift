@@ -72,15 +72,19 @@ public final class BaseVersions: Sendable {
                 localToken: r["localToken"], remoteToken: r["remoteToken"])
     }
 
+    // The statements a sync runs for every path are compiled once per connection (cached).
+
     public func base(root: String, path: StorePath) throws(DriveError) -> BaseRow? {
         try read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM syncBase WHERE root = ? AND path = ?", arguments: [root, path]).map(Self.row)
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM syncBase WHERE root = ? AND path = ?"), arguments: [root, path])
+                .map(Self.row)
         }
     }
 
     public func base(root: String, id: String) throws(DriveError) -> BaseRow? {
         try read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM syncBase WHERE root = ? AND id = ?", arguments: [root, id]).map(Self.row)
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM syncBase WHERE root = ? AND id = ?"), arguments: [root, id])
+                .map(Self.row)
         }
     }
 
@@ -95,11 +99,11 @@ public final class BaseVersions: Sendable {
     /// Records (or replaces) the base of `row.path` (hard links: several paths share an id).
     public func put(root: String, _ row: BaseRow) throws(DriveError) {
         try write { db in
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO syncBase (root, path, id, kind, localToken, remoteToken) VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT(root, path) DO UPDATE SET id = excluded.id, kind = excluded.kind,
                   localToken = excluded.localToken, remoteToken = excluded.remoteToken
-                """, arguments: [root, row.path, row.id, row.kind.rawValue, row.localToken, row.remoteToken])
+                """).execute(arguments: [root, row.path, row.id, row.kind.rawValue, row.localToken, row.remoteToken])
         }
     }
 

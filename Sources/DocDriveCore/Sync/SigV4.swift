@@ -2,6 +2,7 @@
 // request, the string to sign and the signature, checked against AWS's published test vectors.
 import Crypto
 import Foundation
+import Synchronization
 
 public struct SigV4: Sendable {
     public struct Credentials: Sendable {
@@ -33,6 +34,14 @@ public struct SigV4: Sendable {
     public let credentials: Credentials
     public let region: String
     public let service: String
+    /// The signing key of the day last signed for (it changes once a day; deriving it takes
+    /// four HMACs, a tenth of a small upload's signing time).
+    private let dayKey = DayKey()
+
+    final class DayKey: Sendable {
+        /// Lock: leaf.
+        let last = Mutex<(day: String, key: [UInt8])?>(nil)
+    }
 
     public init(credentials: Credentials, region: String, service: String = "s3") {
         self.credentials = credentials
@@ -72,7 +81,7 @@ public struct SigV4: Sendable {
         let scope = "\(day)/\(region)/\(service)/aws4_request"
         let stringToSign = ["AWS4-HMAC-SHA256", amzDate, scope, Self.hex(SHA256.hash(data: Data(canonicalRequest.utf8)))]
             .joined(separator: "\n")
-        let signature = Self.hex(HMAC<SHA256>.authenticationCode(for: Data(stringToSign.utf8), using: signingKey(day: day)))
+        let signature = Self.hex(HMAC<SHA256>.authenticationCode(for: Data(stringToSign.utf8), using: signingKeyOfTheDay(day)))
         let authorization = "AWS4-HMAC-SHA256 Credential=\(credentials.accessKeyID)/\(scope), SignedHeaders=\(signedHeaders), Signature=\(signature)"
         headers.append(("Authorization", authorization))
         return Signed(headers: headers, canonicalRequest: canonicalRequest, stringToSign: stringToSign, authorization: authorization)
@@ -84,6 +93,15 @@ public struct SigV4: Sendable {
         for part in [day, region, service, "aws4_request"] {
             key = SymmetricKey(data: Data(HMAC<SHA256>.authenticationCode(for: Data(part.utf8), using: key)))
         }
+        return key
+    }
+
+    /// `signingKey(day:)`, derived once a day.
+    func signingKeyOfTheDay(_ day: String) -> SymmetricKey {
+        if let bytes = dayKey.last.withLock({ $0?.day == day ? $0?.key : nil }) { return SymmetricKey(data: bytes) }
+        let key = signingKey(day: day)
+        let bytes = key.withUnsafeBytes { Array($0) }
+        dayKey.last.withLock { $0 = (day, bytes) }
         return key
     }
 
@@ -106,16 +124,45 @@ public struct SigV4: Sendable {
         return out
     }
 
-    /// 20150830T123600Z
+    /// 20150830T123600Z (digits written by hand: `String(format:)` costs more than the HMACs).
     static func timestamp(_ d: Date) -> String {
         var t = time_t(d.timeIntervalSince1970)
         var tmv = tm()
         gmtime_r(&t, &tmv)
-        return String(format: "%04d%02d%02dT%02d%02d%02dZ", Int(tmv.tm_year) + 1900, Int(tmv.tm_mon) + 1, Int(tmv.tm_mday),
-                      Int(tmv.tm_hour), Int(tmv.tm_min), Int(tmv.tm_sec))
+        var out = [UInt8]()
+        out.reserveCapacity(16)
+        func digits(_ v: Int32, _ n: Int) {
+            var div: Int32 = 1
+            for _ in 1..<n { div *= 10 }
+            while div > 0 {
+                out.append(UInt8(ascii: "0") + UInt8((v / div) % 10))
+                div /= 10
+            }
+        }
+        digits(tmv.tm_year + 1900, 4)
+        digits(tmv.tm_mon + 1, 2)
+        digits(tmv.tm_mday, 2)
+        out.append(UInt8(ascii: "T"))
+        digits(tmv.tm_hour, 2)
+        digits(tmv.tm_min, 2)
+        digits(tmv.tm_sec, 2)
+        out.append(UInt8(ascii: "Z"))
+        return String(decoding: out, as: UTF8.self)
     }
 
+    /// A header value trimmed, with inner runs of spaces and tabs made one space.
     static func trimmed(_ v: String) -> String {
+        // Nearly every value is printable ASCII with single inner spaces: already canonical.
+        var previous: UInt8 = 0
+        var canonical = true
+        for b in v.utf8 {
+            if b < 0x20 || b > 0x7E || (b == 0x20 && (previous == 0 || previous == 0x20)) {
+                canonical = false
+                break
+            }
+            previous = b
+        }
+        if canonical && previous != 0x20 { return v }
         var out = ""
         var space = false
         for c in v.trimmingCharacters(in: .whitespaces) {

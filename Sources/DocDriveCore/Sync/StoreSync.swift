@@ -68,6 +68,10 @@ final class StoreSync: Sendable {
     private let busyPaths = Mutex<[StorePath]>([])
     /// The last listing of the remote, by item id (for renames made on another device). Lock: leaf.
     private let remoteIDs = Mutex<[String: StorePath]>([:])
+    /// The hashes of every path the last listing of the remote held (files, folders, links),
+    /// nil before the first one: a path that is not among them is new since (see `isNewHere`).
+    /// Two paths with one hash only cost the usual look at the remote. Lock: leaf.
+    private let listed = Mutex<Set<Int>?>(nil)
     let state = Mutex(RemoteState())
     /// Polls started and done (a `docdrive sync` waits for one that started after it asked).
     let pollsStarted = Atomic<Int>(0)
@@ -264,7 +268,7 @@ final class StoreSync: Sendable {
         var attempt = 0
         while true {
             do {
-                return try syncLocked(path)
+                return try syncLocked(path, firstTry: attempt == 0)
             } catch let e where e.code == .remoteChanged && attempt < 3 {
                 attempt += 1
                 logger.debug("store \(name): \(e.message) Deciding again.")
@@ -272,13 +276,33 @@ final class StoreSync: Sendable {
         }
     }
 
-    private func syncLocked(_ path: StorePath) throws(DriveError) -> SyncOutcome {
+    /// The item id of `path` when it is a file made on this device since the remote was last
+    /// listed (nil when it is not): no base
+    /// here, not in that listing, and its item has no base at another path (it is not a rename).
+    /// Its upload is then create-only (S3 `If-None-Match: *`, a folder remote's no-replace
+    /// rename) without a look at the remote first, which on S3 is a HEAD and a listing of
+    /// `path/` per file: a bulk copy of small files costs one request per file, not three.
+    /// Anything written at `path` since refuses the write (`.remoteChanged`) and the path is
+    /// decided again with the remote read (`firstTry` false). The one thing S3's condition
+    /// does not see is a folder made at that name since the listing (keys under `path/`): a
+    /// look leaves the same race between it and the write, and it loses nothing (both stay,
+    /// and this device's sync of the path fails naming what is in the way).
+    private func newHereID(_ path: StorePath, _ local: LocalItem?, _ base: BaseRow?, firstTry: Bool) throws(DriveError) -> String? {
+        guard firstTry, base == nil, let l = local, l.kind == .file,
+              listed.withLock({ $0.map { !$0.contains(path.hashValue) } }) == true,
+              let id = localID(l), try bases.base(root: key, id: id) == nil else { return nil }
+        return id
+    }
+
+    private func syncLocked(_ path: StorePath, firstTry: Bool = false) throws(DriveError) -> SyncOutcome {
         var local = try localItem(path)
         var base = try bases.base(root: key, path: path)
-        var remoteItem = try remote.item(at: path)
+        let newID = try newHereID(path, local, base, firstTry: firstTry)
+        var remoteItem = newID != nil ? nil : try remote.item(at: path)
 
-        // Renamed here: the local item is the base of another path, no longer there locally.
-        if let l = local, let id = localID(l), base?.id != id, let old = try bases.base(root: key, id: id), old.path != path,
+        // Renamed here: the local item is the base of another path, no longer there locally
+        // (not a new file: its id has no base).
+        if newID == nil, let l = local, let id = localID(l), base?.id != id, let old = try bases.base(root: key, id: id), old.path != path,
            remoteItem == nil, try localItem(old.path).map({ localID($0) != id }) ?? true {
             // What is at or under the old path may be syncing now: decided once it is not.
             guard tryLock([old.path]) else { return .busy }
@@ -365,7 +389,7 @@ final class StoreSync: Sendable {
             try bases.put(root: key, BaseRow(path: path, id: r.meta.itemID ?? localID(l), kind: l.kind, localToken: l.token, remoteToken: r.version))
             return .synced
         case .upload:
-            try upload(local!, base: base, remoteThere: remoteItem)
+            try upload(local!, base: base, remoteThere: remoteItem, id: newID)
             return .synced
         case .download:
             try download(remoteItem!, over: local, base: base)
@@ -403,9 +427,10 @@ final class StoreSync: Sendable {
         try bases.put(root: key, BaseRow(path: folder, id: r.meta.itemID ?? id, kind: .folder, localToken: "", remoteToken: r.version))
     }
 
-    private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?) throws(DriveError) {
+    /// `id`: the local item's id when the caller has it already.
+    private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?, id knownID: String? = nil) throws(DriveError) {
         try ensureRemoteFolders(l.path.folder)
-        let id = localID(l)
+        let id = knownID ?? localID(l)
         let expecting: RemoteExpectation = remoteThere.map { _ in .version(base?.remoteToken ?? "") } ?? .absent
         switch l.kind {
         case .folder:
@@ -816,6 +841,7 @@ final class StoreSync: Sendable {
             if let id = i.meta.itemID { byID[id] = i.path }
         }
         remoteIDs.withLock { $0 = byID }
+        listed.withLock { $0 = Set(items.map(\.path.hashValue)) }
         guard let all = try? bases.all(root: key) else { return 0 }
         var changed = Set<StorePath>()
         var known = Set<StorePath>()

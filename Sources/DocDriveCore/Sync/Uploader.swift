@@ -39,6 +39,8 @@ public final class Uploader: Sendable {
 
     /// The drive's coordinator: every upload reads its file inside a for-uploading intent.
     public let coordinator = Coordinator()
+    /// How busy the mount is (its FUSE adapter tells): a burst's uploads go once it is idle.
+    public let activity = MountActivity()
     private let home: DriveHome
     /// The running stores by root key; read on every save (a dictionary lookup under the lock).
     /// Lock: leaf.
@@ -451,12 +453,22 @@ public final class Uploader: Sendable {
     /// runs from the store's last change rather than from each file's own save. A burst does not
     /// compete with the work that makes it for the CPU and the disk, and what it changes again or
     /// deletes before it ends (build output, an extracted tree removed again) is never uploaded.
-    /// Nil when nothing holds the uploads back; otherwise when the store will have been quiet for
-    /// its write-back delay.
+    /// A burst is also over once nothing at all has been asked of the mount, and no file has been
+    /// open for writing through it, for a quarter of the delay (0.5 s by default): whoever made
+    /// it is done and nobody is at work on the drive, so a `cp -r` that ended is uploaded without
+    /// waiting out the whole delay, while work that goes on reading or listing (an `ls -lR`, a
+    /// build between two writes) still holds it. Each file still waits its own write-back delay
+    /// after its last save (its entry's due time), so repeated saves of a document still become
+    /// one upload. Nil when nothing holds the uploads back; otherwise when the hold would end if
+    /// nothing happened meanwhile.
     private func holdUntil(_ store: Store, now: Double) -> Double? {
         guard !draining.load(ordering: .relaxed) else { return nil }
-        let quietAt = Double(store.lastChange.load(ordering: .relaxed)) / 1000 + store.config.writebackDelay
-        return now < quietAt ? quietAt : nil
+        let changed = Double(store.lastChange.load(ordering: .relaxed)) / 1000
+        let quietAt = changed + store.config.writebackDelay
+        guard now < quietAt else { return nil }
+        guard let idle = activity.idleSince else { return quietAt }
+        let idleAt = max(idle, changed) + store.config.writebackDelay / 4
+        return now < idleAt ? min(idleAt, quietAt) : nil
     }
 
     /// How long past its due time a burst may hold an entry back: ten write-back delays (20 s
@@ -464,7 +476,8 @@ public final class Uploader: Sendable {
     static func longestHold(_ store: Store) -> Double { 10 * store.config.writebackDelay }
 
     /// Sleeps while a burst holds `store`'s uploads back: until it has been quiet for its
-    /// write-back delay, until `limit`, or until the uploader stops or drains. Polls a clock and
+    /// write-back delay (or the drive idle, see `holdUntil`), until `limit`, or until the
+    /// uploader stops or drains. Polls a clock and
     /// an atomic every 100 ms at most; the queue's signals, which every save sends, do not wake it.
     private func sleepThroughBurst(_ store: Store, until limit: Double) {
         while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {

@@ -181,6 +181,11 @@ final class StoreSync: Sendable {
         let name = String(decoding: path.lastName, as: UTF8.self)
         let kind: ItemKind = st.st_mode & S_IFMT == S_IFDIR ? .directory : st.st_mode & S_IFMT == S_IFLNK ? .symlink : .file
         if let id {
+            // The id moves here from another local item that had it (an item moved away on the
+            // remote, and another one written under its old name): that one learns its id anew.
+            if let rootIno = cacheInode(), let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path {
+                try? queue.enqueue(root: key, path: StorePath(p), due: 0)
+            }
             index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: name, kind: kind, id: id))
         } else if let old {
             index.record(.replaced(root: key, ino: Int64(st.st_ino), oldIno: Int64(old.st_ino), parentIno: Int64(pst.st_ino), name: name))
@@ -346,7 +351,7 @@ final class StoreSync: Sendable {
                             remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version) },
                             localBusy: isBusyLocally(local))
         let plan = SyncDecision.decide(item)
-        logger.debug("store \(name): \(path): local \(local?.token ?? "-") base \(base?.localToken ?? "-")/\(base?.remoteToken ?? "-") remote \(remoteItem?.version ?? "-"): \(plan)")
+        logger.debug("store \(name): \(path): local \(local?.token ?? "-") base \(base?.localToken ?? "-")/\(base?.remoteToken ?? "-") remote \(remoteItem?.version ?? "-"): \(plan) (ids \(local.flatMap { try? index.knownItemID(root: key, ino: Int64($0.st.st_ino)) } ?? "-") \(base?.id ?? "-") \(remoteItem?.meta.itemID ?? "-"))")
         switch plan.action {
         case .none:
             // One item, one id on every device: the remote's id is the item's.
@@ -818,7 +823,9 @@ final class StoreSync: Sendable {
         for b in all {
             known.insert(b.path)
             if let r = byPath[b.path] {
-                if r.version != b.remoteToken || r.kind != b.kind { changed.insert(b.path) }
+                // Another item id with the same version: another item with the same bytes (S3's
+                // version is the content's MD5), whose id this device must take.
+                if r.version != b.remoteToken || r.kind != b.kind || r.meta.itemID.map({ $0 != b.id }) ?? false { changed.insert(b.path) }
             } else {
                 changed.insert(b.path)
                 if let id = b.id, let to = byID[id] { changed.insert(to) }

@@ -179,6 +179,68 @@ final class SyncEngineTests: XCTestCase {
         for _ in 0..<2 { for d in devs { d.settle() } }
     }
 
+    func testAFileMovedHereWhileChangedAtItsOldPathThereBecomesTwoItems() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            XCTAssertNotNil(id)
+            // When one changes it and the other, not having looked since, moves it (and syncs
+            // the new name first)
+            a.write("f.txt", "v2 from alpha")
+            a.settle()
+            b.rename("f.txt", "g.txt", noted: ["g.txt"])
+            b.drain()
+            b.note("f.txt")
+            settleAll(b, a)
+            // Then the change stays where it was made, the moved version is a second item, and
+            // both devices agree on both ids
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v2 from alpha", "g.txt": "v1"], kind)
+                XCTAssertEqual(try d.id("f.txt"), id, kind)
+            }
+            XCTAssertNotNil(try a.id("g.txt"))
+            XCTAssertNotEqual(try a.id("g.txt"), id, kind)
+            XCTAssertEqual(try a.id("g.txt"), try b.id("g.txt"), kind)
+        }
+    }
+
+    func testAFileRenamedOnTwoDevicesTakesTheNameTheRemoteHasFirst() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When each renames it, the second without having looked at the remote since
+            a.rename("f.txt", "from-alpha.txt")
+            a.settle()
+            b.rename("f.txt", "from-beta.txt")
+            settleAll(b, a)
+            // Then it is one item under the name that reached the remote first, on both
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["from-alpha.txt": "v1"], kind)
+                XCTAssertEqual(try d.id("from-alpha.txt"), id, kind)
+            }
+        }
+    }
+
+    func testAChangeToAFileMovedOnAnotherDeviceFollowsTheMove() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When one moves it, and the other, not having looked since, changes it
+            a.rename("f.txt", "moved.txt")
+            a.settle()
+            b.write("f.txt", "v2 from beta")
+            settleAll(b, a)
+            // Then the change is the moved file's, one item with its id, on both
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["moved.txt": "v2 from beta"], kind)
+                XCTAssertEqual(try d.id("moved.txt"), id, kind)
+            }
+        }
+    }
+
     func testAnS3ItemReplacedByAnotherWithTheSameBytesIsSeenWithItsID() throws {
         guard let (kind, remote) = try remotes().first(where: { $0.0 == "s3" }) else { return }
         // Given a file on two devices

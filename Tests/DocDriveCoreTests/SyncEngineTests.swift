@@ -241,6 +241,24 @@ final class SyncEngineTests: XCTestCase {
         }
     }
 
+    func testAFileOpenForWritingGoesUpOnlyOnceClosed() throws {
+        for (kind, remote) in try remotes() {
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            // Given a file being written (truncated, half filled) that is queued meanwhile
+            a.openForWriting.paths.withLock { _ = $0.insert("f.txt") }
+            a.write("f.txt", "half")
+            a.settle(timeout: 2)
+            b.settle()
+            // Then the other device never sees the half-written version
+            XCTAssertEqual(b.read("f.txt"), "v1", kind)
+            // And once closed, it goes up
+            a.write("f.txt", "half and the rest")
+            a.openForWriting.paths.withLock { $0.removeAll() }
+            settleAll(a, b)
+            XCTAssertEqual(b.read("f.txt"), "half and the rest", kind)
+        }
+    }
+
     func testAnS3ItemReplacedByAnotherWithTheSameBytesIsSeenWithItsID() throws {
         guard let (kind, remote) = try remotes().first(where: { $0.0 == "s3" }) else { return }
         // Given a file on two devices

@@ -543,6 +543,9 @@ final class StoreSync: Sendable {
             let r = try remote.makeSymlink(target, at: l.path, expecting: expecting, meta: meta(id: id))
             try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .symlink, localToken: l.token, remoteToken: r.version))
         case .file:
+            // A file open for writing may be half written (truncated, not yet filled): it goes up
+            // once closed (its close queues it), never as a version no process closed.
+            if isBusyLocally(l) { throw DriveError(.lockedForWriting, "\(l.path) is open for writing") }
             let cachefd = try openCache()
             defer { close(cachefd) }
             guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) else {

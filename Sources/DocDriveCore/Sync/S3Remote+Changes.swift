@@ -104,7 +104,16 @@ extension S3Remote {
             throw DriveError(.remoteChanged, "Cannot move \(from): it changed on \(displayName) meanwhile (another device wrote it).")
         }
         try copyObject(fromKey, etag: version, size: source.size, to: toKey, what: "move \(from) to \(to)")
-        try deleteObject(fromKey, etag: version, what: "move \(from) to \(to)")
+        do {
+            try deleteObject(fromKey, etag: version, what: "move \(from) to \(to)")
+        } catch where error.code == .remoteChanged {
+            // Changed at its old path meanwhile (another device wrote it): the copy goes again,
+            // or the remote would hold one item (one id) twice. Not moved.
+            // (A copy in parts has an ETag of its own.)
+            let copied = ((try? head(toKey)) ?? nil)?.etag ?? version
+            try? deleteObject(toKey, etag: copied, what: "undo the move of \(from) to \(to)")
+            throw error
+        }
         guard let h = try head(toKey) else {
             throw DriveError(.remoteChanged, "Moved \(from) to \(to), but another device deleted it there at once.")
         }

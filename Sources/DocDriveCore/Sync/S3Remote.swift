@@ -16,8 +16,11 @@ import Glibc
 ///  * `.docdrive-store` under the prefix: the marker `store add` writes; `.docdrive/`: records
 ///    of this device's unfinished multipart uploads, and probe objects.
 /// Versions are ETags (without their quotes). Listings carry no user metadata, so `list()`
-/// HEADs each object whose (key, ETag) it has not seen yet, and keeps the answers in memory:
-/// a second listing HEADs only what changed. `list(metadata: false)` skips that.
+/// HEADs each object whose (key, ETag, last-modified second) it has not seen yet, and keeps the
+/// answers in memory: a second listing HEADs only what changed. An ETag is the content's MD5,
+/// so another item written with the same bytes (a file moved away and a copy of it uploaded
+/// under the old name) keeps the ETag; its time tells it apart, its HEAD gives its item id.
+/// `list(metadata: false)` skips the HEADs.
 ///
 /// Threads: every method blocks its caller (a worker thread, never a FUSE request thread or an
 /// event loop) until S3 answered. Locks (`heads`, the `Locked` boxes, the `Handoff`s of
@@ -48,6 +51,9 @@ public final class S3Remote: Remote, Sendable {
         var meta: RemoteMeta
         var link: Bool
         var upload: String?
+        /// When the object was written, to the second ("YYYYMMDDHHMMSS", UTC; `modifiedSecond`);
+        /// nil when not known (an answer to this device's own write has none).
+        var modified: String? = nil
     }
 
     public init(client: S3Client, device: String, pageSize: Int = 1000) {
@@ -172,21 +178,21 @@ public final class S3Remote: Remote, Sendable {
     public func list(metadata: Bool) throws(DriveError) -> [RemoteItem] {
         let objects = try listObjects(keyPrefix: keys.keyPrefix)
         var byPath = [StorePath: RemoteItem]()
-        var files = [(key: String, index: StorePath)]()
+        var files = [(key: String, index: StorePath, modified: String?)]()
         for o in objects {
             guard let (path, isFolder) = keys.path(ofKey: o.key) else { continue }
             if isFolder {
                 // A marker carries the folder's metadata (its item id).
                 var item = RemoteItem(path: path, kind: .folder, version: "", size: 0)
-                if let h = cachedHead(o.key, etag: o.etag) { item.meta = h.meta } else { files.append((o.key, path)) }
+                if let h = cachedHead(o.key, etag: o.etag, modified: o.modified) { item.meta = h.meta } else { files.append((o.key, path, o.modified)) }
                 byPath[path] = item
             } else if byPath[path]?.kind != .folder {
                 var item = RemoteItem(path: path, kind: .file, version: o.etag, size: o.size)
-                if let h = cachedHead(o.key, etag: o.etag) {
+                if let h = cachedHead(o.key, etag: o.etag, modified: o.modified) {
                     item.meta = h.meta
                     if h.link { item.kind = .symlink }
                 } else {
-                    files.append((o.key, path))
+                    files.append((o.key, path, o.modified))
                 }
                 byPath[path] = item
             }
@@ -205,7 +211,8 @@ public final class S3Remote: Remote, Sendable {
             let wanted = files
             S3Parallel.forEach(wanted.count, width: 16) { i in
                 do throws(DriveError) {
-                    if let h = try self.head(wanted[i].key) { found.update { $0[wanted[i].index] = h } }
+                    // Kept with the listing's time: the next listing compares with that.
+                    if let h = try self.head(wanted[i].key, listedModified: wanted[i].modified) { found.update { $0[wanted[i].index] = h } }
                 } catch {
                     failure.update { if $0 == nil { $0 = error } }
                 }
@@ -228,7 +235,7 @@ public final class S3Remote: Remote, Sendable {
         return byPath.values.sorted { $0.path < $1.path }
     }
 
-    struct Listed { var key: String; var etag: String; var size: Int64 }
+    struct Listed { var key: String; var etag: String; var size: Int64; var modified: String? }
 
     /// Every object under `keyPrefix`, page by page (ListObjectsV2).
     func listObjects(keyPrefix: String, limit: Int? = nil) throws(DriveError) -> [Listed] {
@@ -245,7 +252,8 @@ public final class S3Remote: Remote, Sendable {
             for c in xml.elements("Contents") {
                 guard var key = c.value("Key") else { continue }
                 if urlEncoded { key = Self.urlDecoded(key) }
-                out.append(Listed(key: key, etag: Self.unquoted(c.value("ETag") ?? ""), size: Int64(c.value("Size") ?? "") ?? 0))
+                out.append(Listed(key: key, etag: Self.unquoted(c.value("ETag") ?? ""), size: Int64(c.value("Size") ?? "") ?? 0,
+                                  modified: c.value("LastModified").flatMap(Self.modifiedSecond)))
             }
             token = xml.value("IsTruncated") == "true" ? xml.value("NextContinuationToken") : nil
             if let limit, out.count >= limit { break }
@@ -266,20 +274,26 @@ public final class S3Remote: Remote, Sendable {
         return nil
     }
 
-    /// HEAD of a key: nil when there is no object.
-    func head(_ key: String) throws(DriveError) -> Head? {
+    /// HEAD of a key: nil when there is no object. The answer is kept with `listedModified`
+    /// (the time a listing gave) when there is one, else with the answer's own time.
+    func head(_ key: String, listedModified: String? = nil) throws(DriveError) -> Head? {
         let r = try client.send(.HEAD, key: key)
         if r.status == 404 { return nil }
         guard r.status == 200 else { throw client.failure(r, "read the metadata of \(key)") }
         let (meta, link, upload) = S3Meta.meta(r.headerPairs)
         let h = Head(etag: Self.unquoted(r.header("ETag") ?? ""), size: Int64(r.header("Content-Length") ?? "") ?? 0,
-                     meta: meta, link: link, upload: upload)
+                     meta: meta, link: link, upload: upload,
+                     modified: listedModified ?? r.header("Last-Modified").flatMap(Self.modifiedSecond))
         heads.withLock { $0[Array(key.utf8)] = h }
         return h
     }
 
-    func cachedHead(_ key: String, etag: String) -> Head? {
-        heads.withLock { $0[Array(key.utf8)] }.flatMap { $0.etag == etag ? $0 : nil }
+    /// The HEAD answer kept for `key`, while it is the object a listing shows: same ETag, and
+    /// written in the same second (an answer of unknown time is looked up again).
+    func cachedHead(_ key: String, etag: String, modified: String?) -> Head? {
+        guard let h = heads.withLock({ $0[Array(key.utf8)] }), h.etag == etag else { return nil }
+        if let modified, h.modified != modified { return nil }
+        return h
     }
 
     // MARK: Helpers
@@ -289,6 +303,25 @@ public final class S3Remote: Remote, Sendable {
         case .absent: return [("If-None-Match", "*")]
         case .version(let v): return [("If-Match", "\"\(v)\"")]
         }
+    }
+
+    /// A listing's `LastModified` (ISO 8601: "2026-11-23T02:09:38.000Z") or a HEAD's
+    /// `Last-Modified` (HTTP date: "Mon, 23 Nov 2026 02:09:38 GMT") as "20261123020938", so
+    /// that the two compare; nil for any other form.
+    static func modifiedSecond(_ s: String) -> String? {
+        let iso = Array(s.utf8)
+        if iso.count >= 19, iso[4] == UInt8(ascii: "-"), iso[10] == UInt8(ascii: "T") {
+            let digits = iso[0..<19].filter { $0 >= 0x30 && $0 <= 0x39 }
+            return digits.count == 14 ? String(decoding: digits, as: UTF8.self) : nil
+        }
+        // "Wdy, DD Mon YYYY HH:MM:SS GMT"
+        let parts = s.split(separator: " ")
+        guard parts.count >= 5, let day = Int(parts[1]), let year = Int(parts[3]),
+              let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"].firstIndex(of: String(parts[2])) else { return nil }
+        let time = parts[4].filter { $0 != ":" }
+        guard time.count == 6, time.allSatisfy(\.isASCII), time.allSatisfy(\.isNumber) else { return nil }
+        func two(_ n: Int) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return "\(year)\(two(month + 1))\(two(day))\(time)"
     }
 
     static func unquoted(_ etag: String) -> String {

@@ -44,6 +44,9 @@ final class SyncDevice {
                 }
             }
         }
+        // Open for writing here means written and not fsynced since (no test fsyncs).
+        let open = hooks.isOpenForWriting
+        hooks.hasUnsyncedWrites = { st in open(UInt64(st.st_dev), UInt64(st.st_ino)) }
         uploader.setSyncHooks(hooks)
         uploader.start()
     }

@@ -198,6 +198,7 @@ public final class DriveFileSystem: Sendable {
         if let uploader {
             var hooks = SyncHooks()
             hooks.isOpenForWriting = { [table] dev, ino in table.isOpenForWriting(dev: dev, ino: ino) }
+            hooks.hasUnsyncedWrites = { [table] st in table.hasUnsyncedWrites(st) }
             hooks.changedBehindMount = { [weak self] folder, name in
                 guard let self else { return }
                 let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)
@@ -760,6 +761,7 @@ public final class DriveFileSystem: Sendable {
     public func fsync(_ file: OpenFile, dataOnly: Bool) throws(Errno) {
         _ = try Sys.check { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
         let st = try? Sys.stat(fd: file.fd)
+        if let st { file.inode.fsyncedVersion.withLock { $0 = FileVersion(st) } }
         noticeBypassedWrites(file, st)
         saved(file, st)
     }

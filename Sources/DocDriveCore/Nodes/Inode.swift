@@ -107,6 +107,8 @@ public final class Inode: Sendable {
     let mappableOpens = Atomic<Int>(0)
     /// Open files of this node that may write it (the sync engine never replaces such a file).
     let writableOpens = Atomic<Int>(0)
+    /// The content version of the last fsync through the mount (see `hasUnsyncedWrites`).
+    let fsyncedVersion = Mutex<FileVersion?>(nil)
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
          fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,
@@ -848,6 +850,17 @@ final class InodeTable: Sendable {
     var count: Int { state.withLock { $0.byID.count } }
 
     /// Whether a process has the backing file (dev, ino) open for writing through the mount.
+    /// Open for writing through the mount and changed since its last fsync (`st`: as it is now).
+    func hasUnsyncedWrites(_ st: stat) -> Bool {
+        let version = FileVersion(st)
+        return state.withLock { s in
+            s.byID.values.contains { e in
+                e.inode.dev == UInt64(st.st_dev) && e.inode.ino == UInt64(st.st_ino) && e.inode.writableOpens.load(ordering: .relaxed) > 0
+                    && e.inode.fsyncedVersion.withLock { $0 } != version
+            }
+        }
+    }
+
     func isOpenForWriting(dev: UInt64, ino: UInt64) -> Bool {
         state.withLock { s in
             s.byID.values.contains { e in e.inode.dev == dev && e.inode.ino == ino && e.inode.writableOpens.load(ordering: .relaxed) > 0 }

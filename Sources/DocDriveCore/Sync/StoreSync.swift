@@ -14,6 +14,10 @@ import Glibc
 public struct SyncHooks: Sendable {
     /// Whether a process has the backing file (dev, ino) open for writing through the mount.
     public var isOpenForWriting: @Sendable (UInt64, UInt64) -> Bool = { _, _ in false }
+    /// Whether a process has the backing file open for writing through the mount and wrote it
+    /// since its last fsync (`stat`: the file as the upload sees it): such a file may be half
+    /// written. A file fsynced at this version is a version its writer chose to keep.
+    public var hasUnsyncedWrites: @Sendable (stat) -> Bool = { _ in false }
     /// The sync engine changed `name` in the backing folder `folder` (a path): the kernel's
     /// cached entry and attributes must go.
     public var changedBehindMount: @Sendable (String, String) -> Void = { _, _ in }
@@ -575,7 +579,7 @@ final class StoreSync: Sendable {
         case .file:
             // A file open for writing may be half written (truncated, not yet filled): it goes up
             // once closed (its close queues it), never as a version no process closed.
-            if isBusyLocally(l) { throw DriveError(.lockedForWriting, "\(l.path) is open for writing") }
+            if hooks().hasUnsyncedWrites(l.st) { throw DriveError(.lockedForWriting, "\(l.path) is open for writing") }
             let cachefd = try openCache()
             defer { close(cachefd) }
             guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) else {

@@ -241,6 +241,34 @@ final class SyncEngineTests: XCTestCase {
         }
     }
 
+    func testAFileRenamedAwayKeepsItsIDOnceTheRenameReachedTheRemote() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices, renamed on one, and the rename on the remote
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            a.rename("f.txt", "g.txt")
+            a.settle()
+            // When a new file is made under the old name, which the mount takes for an editor's
+            // rename-away save (the new file gets the id, the renamed one a new id)
+            a.write("f.txt", "v2")
+            var st = stat(), gst = stat(), pst = stat()
+            XCTAssertEqual(lstat(a.cache + "/f.txt", &st), 0)
+            XCTAssertEqual(lstat(a.cache + "/g.txt", &gst), 0)
+            XCTAssertEqual(lstat(a.cache, &pst), 0)
+            a.index.record(.reclaimed(root: a.rootKey, ino: Int64(st.st_ino), fromIno: Int64(gst.st_ino), parentIno: Int64(pst.st_ino), name: "f.txt"))
+            a.note("g.txt")
+            settleAll(a, b)
+            // Then the renamed file keeps the id the other device knows, and the new one is a
+            // new item, the same on both
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v2", "g.txt": "v1"], kind)
+                XCTAssertEqual(try d.id("g.txt"), id, kind)
+            }
+            XCTAssertNotEqual(try a.id("f.txt"), id, kind)
+            XCTAssertEqual(try a.id("f.txt"), try b.id("f.txt"), kind)
+        }
+    }
+
     func testAFileOpenForWritingGoesUpOnlyOnceClosed() throws {
         for (kind, remote) in try remotes() {
             let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])

@@ -305,8 +305,11 @@ final class StoreSync: Sendable {
         let listed = remoteIDs.withLock { $0[id] }
         guard old != nil || (listed != nil && listed != path) else { return nil }
         if let old {
-            // Still there locally as this item (not renamed, another name for it): nothing moved.
-            if let there = try localItem(old.path), localID(there) == id { return nil }
+            // Still there locally as this item, or as the very file the base knows (the mount
+            // gave its id to a new file made under the name it was renamed away from, an
+            // editor's save, after the rename reached the remote): nothing moved. The file here
+            // is another item (`uploadID`), and the one there keeps the id the remote knows.
+            if let there = try localItem(old.path), localID(there) == id || there.token == old.localToken { return nil }
             // What is at or under the old path may be syncing now: decided once it is not.
             guard tryLock([old.path]) else { return .busy }
             defer { unlock([old.path]) }

@@ -241,6 +241,35 @@ final class SyncEngineTests: XCTestCase {
         }
     }
 
+    func testAFileChangedHereWhileReplacedThereByAnotherItemGoesOnAsThatItem() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When one moves it away and makes another file under its name, and the other,
+            // not having looked since, changes it
+            a.rename("f.txt", "moved.txt")
+            a.write("f.txt", "another file")
+            a.settle()
+            let other = try a.id("f.txt")
+            XCTAssertNotEqual(other, id)
+            b.write("f.txt", "v2 from beta")
+            b.drain()
+            settleAll(b, a)
+            // Then the change goes over the other file (kept as a conflict copy), as that item,
+            // and the moved file keeps its id: one id per item, the same on both devices
+            for d in [a, b] {
+                let t = d.tree()
+                XCTAssertEqual(t["f.txt"], "v2 from beta", kind)
+                XCTAssertEqual(t["moved.txt"], "v1", kind)
+                XCTAssertEqual(t.count, 3, "\(kind): \(t)")
+                XCTAssertEqual(t.first(where: { $0.key.hasPrefix("f (conflict from ") })?.value, "another file", kind)
+                XCTAssertEqual(try d.id("f.txt"), other, kind)
+                XCTAssertEqual(try d.id("moved.txt"), id, kind)
+            }
+        }
+    }
+
     func testAFileRenamedAwayKeepsItsIDOnceTheRenameReachedTheRemote() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices, renamed on one, and the rename on the remote

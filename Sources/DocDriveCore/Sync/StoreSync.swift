@@ -507,14 +507,22 @@ final class StoreSync: Sendable {
         return nil
     }
 
-    /// The id a local item goes up with: its own, unless the remote holds that id at another
-    /// path (a file moved here, where it could not be moved on the remote: another device
-    /// changed it at its old path, or made an item under its new name). Then the item takes the
-    /// id of what it replaces here, or a new one (one id is never two items on the remote), and
-    /// its old path is decided again on its own (changed there: it stays; else it goes).
-    private func uploadID(_ l: LocalItem, replacing remoteThere: RemoteItem?) throws(DriveError) -> String? {
+    /// The id a local item goes up with. Over a remote item that is not the one this device
+    /// last saw here (another device made it, or put it in the place of the one seen here,
+    /// which may live on elsewhere): that item's id, the local version goes on as it. Else
+    /// its own, unless the remote holds that id at another path (a file moved here, where it
+    /// could not be moved on the remote: another device changed it at its old path, or made an
+    /// item under its new name); then the id of what it replaces here, or a new one, and its
+    /// old path is decided again on its own (changed there: it stays; else it goes). One id is
+    /// never two items on the remote.
+    private func uploadID(_ l: LocalItem, base: BaseRow?, replacing remoteThere: RemoteItem?) throws(DriveError) -> String? {
         let id = localID(l)
-        guard let id, l.kind != .folder, let old = try placeElsewhere(id, than: l.path) else { return id }
+        guard let id, l.kind != .folder else { return id }
+        if let rid = remoteThere?.meta.itemID, rid != id, base?.id != rid {
+            takeID(rid, for: l)
+            return rid
+        }
+        guard let old = try placeElsewhere(id, than: l.path) else { return id }
         let other = remoteThere?.meta.itemID.flatMap { $0 == id ? nil : $0 } ?? ItemIndex.newID()
         logger.info("store \(name): \(l.path) goes up as another item than \(old) (which could not be moved there)")
         takeID(other, for: l)
@@ -524,7 +532,7 @@ final class StoreSync: Sendable {
 
     private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?) throws(DriveError) {
         try ensureRemoteFolders(l.path.folder)
-        let id = try uploadID(l, replacing: remoteThere)
+        let id = try uploadID(l, base: base, replacing: remoteThere)
         let expecting: RemoteExpectation = remoteThere.map { _ in .version(base?.remoteToken ?? "") } ?? .absent
         switch l.kind {
         case .folder:

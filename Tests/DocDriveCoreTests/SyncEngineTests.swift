@@ -179,13 +179,12 @@ final class SyncEngineTests: XCTestCase {
         for _ in 0..<2 { for d in devs { d.settle() } }
     }
 
-    func testAFileMovedHereWhileChangedAtItsOldPathThereBecomesTwoItems() throws {
+    func testAFileRenamedHereAndChangedThereIsRenamedAndChanged() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices
             let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
             let id = try a.id("f.txt")
-            XCTAssertNotNil(id)
-            // When one changes it and the other, not having looked since, moves it (and syncs
+            // When one changes it and the other, not having looked since, renames it (and syncs
             // the new name first)
             a.write("f.txt", "v2 from alpha")
             a.settle()
@@ -193,10 +192,32 @@ final class SyncEngineTests: XCTestCase {
             b.drain()
             b.note("f.txt")
             settleAll(b, a)
-            // Then the change stays where it was made, the moved version is a second item, and
-            // both devices agree on both ids
+            // Then both apply: one item, renamed and changed, with its id, on both
             for d in [a, b] {
-                XCTAssertEqual(d.tree(), ["f.txt": "v2 from alpha", "g.txt": "v1"], kind)
+                XCTAssertEqual(d.tree(), ["g.txt": "v2 from alpha"], kind)
+                XCTAssertEqual(try d.id("g.txt"), id, kind)
+            }
+        }
+    }
+
+    func testAFileRenamedAndChangedHereWhileChangedThereBecomesTwoItems() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When one changes it and the other, not having looked since, renames and changes it
+            // (and syncs the new name first)
+            a.write("f.txt", "v2 from alpha")
+            a.settle()
+            b.rename("f.txt", "g.txt", noted: [])
+            b.write("g.txt", "v2 from beta")
+            b.drain()
+            b.note("f.txt")
+            settleAll(b, a)
+            // Then the change there stays where it was made, the renamed one is a second item,
+            // and both devices agree on both ids
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v2 from alpha", "g.txt": "v2 from beta"], kind)
                 XCTAssertEqual(try d.id("f.txt"), id, kind)
             }
             XCTAssertNotNil(try a.id("g.txt"))

@@ -296,8 +296,9 @@ final class StoreSync: Sendable {
     /// here. Moves it there (then `base` and `remoteItem` are the moved item's, and nil is
     /// returned: the path is decided as usual), or here when another device moved it elsewhere
     /// too (its name wins, as in SyncDecision). Nil when it is not such an item, when it was
-    /// deleted on the remote (it goes up again from here), and when it changed at its old path
-    /// on the remote (it stays there as changed; this one goes up as another item, `uploadID`).
+    /// deleted on the remote (it goes up again from here), and when it was changed at its old
+    /// path on the remote and here too (it stays there as changed; this one goes up as another
+    /// item, `uploadID`).
     private func renamedHere(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
         guard remoteItem == nil, let id = localID(l), base?.id != id else { return nil }
         var old = try bases.base(root: key, id: id)
@@ -314,10 +315,10 @@ final class StoreSync: Sendable {
             guard tryLock([old.path]) else { return .busy }
             defer { unlock([old.path]) }
             if let r = try remote.item(at: old.path) {
-                guard r.version == old.remoteToken else { return nil }
+                guard Self.movesWithRename(r, base: old, renamed: l) else { return nil }
                 let moved: RemoteItem
                 do {
-                    moved = try remote.move(old.path, version: old.remoteToken, to: path)
+                    moved = try remote.move(old.path, version: r.version, to: path)
                 } catch let e where e.code != .remoteChanged {
                     // A move cut short (S3: copied, then the delete of the source failed) is
                     // finished by the retry of this path, which finds the copy and adopts it: the
@@ -351,6 +352,16 @@ final class StoreSync: Sendable {
         logger.info("store \(name): \(path) was moved to \(to) on another device as well; its name there is kept")
         try? queue.enqueue(root: key, path: to, due: 0)
         return .synced
+    }
+
+    /// Whether the remote item `r`, at the path of `base`, goes to where the item was renamed
+    /// here (`renamed`): it is still the version the base knew, or, when the file was not
+    /// changed here, the same item changed on another device (the rename here and the change
+    /// there both apply: the change then comes down under the new name). A file renamed and
+    /// changed here while changed there stays where it is there.
+    static func movesWithRename(_ r: RemoteItem, base: BaseRow, renamed: LocalItem) -> Bool {
+        if r.version == base.remoteToken { return true }
+        return renamed.token == base.localToken && r.kind == base.kind && r.meta.itemID != nil && r.meta.itemID == base.id
     }
 
     /// One decision for `path` (its lock held); a path decided is no longer waiting for a listing.
@@ -432,10 +443,10 @@ final class StoreSync: Sendable {
 
         // Gone here because it was renamed: the new name's sync moves it on the remote (a
         // delete here would lose the item's id on the other devices).
-        if local == nil, let b = base, let id = b.id, remoteItem?.version == b.remoteToken, let rootIno = cacheInode(),
+        if local == nil, let b = base, let id = b.id, let r = remoteItem, let rootIno = cacheInode(),
            let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path,
            try bases.base(root: key, path: StorePath(p)) == nil, try remote.item(at: StorePath(p)) == nil,
-           let there = try localItem(StorePath(p)), localID(there) == id {
+           let there = try localItem(StorePath(p)), localID(there) == id, Self.movesWithRename(r, base: b, renamed: there) {
             logger.debug("store \(name): \(path) was renamed here to \(p): that path's sync moves it")
             try? queue.enqueue(root: key, path: StorePath(p), due: 0)
             return .synced

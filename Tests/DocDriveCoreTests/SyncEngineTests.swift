@@ -182,13 +182,12 @@ final class SyncEngineTests: XCTestCase {
         for _ in 0..<2 { for d in devs { d.settle() } }
     }
 
-    func testAFileMovedHereWhileChangedAtItsOldPathThereBecomesTwoItems() throws {
+    func testAFileRenamedHereAndChangedThereIsRenamedAndChanged() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices
             let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
             let id = try a.id("f.txt")
-            XCTAssertNotNil(id)
-            // When one changes it and the other, not having looked since, moves it (and syncs
+            // When one changes it and the other, not having looked since, renames it (and syncs
             // the new name first)
             a.write("f.txt", "v2 from alpha")
             a.settle()
@@ -196,10 +195,32 @@ final class SyncEngineTests: XCTestCase {
             b.drain()
             b.note("f.txt")
             settleAll(b, a)
-            // Then the change stays where it was made, the moved version is a second item, and
-            // both devices agree on both ids
+            // Then both apply: one item, renamed and changed, with its id, on both
             for d in [a, b] {
-                XCTAssertEqual(d.tree(), ["f.txt": "v2 from alpha", "g.txt": "v1"], kind)
+                XCTAssertEqual(d.tree(), ["g.txt": "v2 from alpha"], kind)
+                XCTAssertEqual(try d.id("g.txt"), id, kind)
+            }
+        }
+    }
+
+    func testAFileRenamedAndChangedHereWhileChangedThereBecomesTwoItems() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When one changes it and the other, not having looked since, renames and changes it
+            // (and syncs the new name first)
+            a.write("f.txt", "v2 from alpha")
+            a.settle()
+            b.rename("f.txt", "g.txt", noted: [])
+            b.write("g.txt", "v2 from beta")
+            b.drain()
+            b.note("f.txt")
+            settleAll(b, a)
+            // Then the change there stays where it was made, the renamed one is a second item,
+            // and both devices agree on both ids
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v2 from alpha", "g.txt": "v2 from beta"], kind)
                 XCTAssertEqual(try d.id("f.txt"), id, kind)
             }
             XCTAssertNotNil(try a.id("g.txt"))
@@ -241,6 +262,63 @@ final class SyncEngineTests: XCTestCase {
                 XCTAssertEqual(d.tree(), ["moved.txt": "v2 from beta"], kind)
                 XCTAssertEqual(try d.id("moved.txt"), id, kind)
             }
+        }
+    }
+
+    func testAFileChangedHereWhileReplacedThereByAnotherItemGoesOnAsThatItem() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When one moves it away and makes another file under its name, and the other,
+            // not having looked since, changes it
+            a.rename("f.txt", "moved.txt")
+            a.write("f.txt", "another file")
+            a.settle()
+            let other = try a.id("f.txt")
+            XCTAssertNotEqual(other, id)
+            b.write("f.txt", "v2 from beta")
+            b.drain()
+            settleAll(b, a)
+            // Then the change goes over the other file (kept as a conflict copy), as that item,
+            // and the moved file keeps its id: one id per item, the same on both devices
+            for d in [a, b] {
+                let t = d.tree()
+                XCTAssertEqual(t["f.txt"], "v2 from beta", kind)
+                XCTAssertEqual(t["moved.txt"], "v1", kind)
+                XCTAssertEqual(t.count, 3, "\(kind): \(t)")
+                XCTAssertEqual(t.first(where: { $0.key.hasPrefix("f (conflict from ") })?.value, "another file", kind)
+                XCTAssertEqual(try d.id("f.txt"), other, kind)
+                XCTAssertEqual(try d.id("moved.txt"), id, kind)
+            }
+        }
+    }
+
+    func testAFileRenamedAwayKeepsItsIDOnceTheRenameReachedTheRemote() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices, renamed on one, and the rename on the remote
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            a.rename("f.txt", "g.txt")
+            a.settle()
+            // When a new file is made under the old name, which the mount takes for an editor's
+            // rename-away save (the new file gets the id, the renamed one a new id)
+            a.write("f.txt", "v2")
+            var st = stat(), gst = stat(), pst = stat()
+            XCTAssertEqual(lstat(a.cache + "/f.txt", &st), 0)
+            XCTAssertEqual(lstat(a.cache + "/g.txt", &gst), 0)
+            XCTAssertEqual(lstat(a.cache, &pst), 0)
+            a.index.record(.reclaimed(root: a.rootKey, ino: Int64(st.st_ino), fromIno: Int64(gst.st_ino), parentIno: Int64(pst.st_ino), name: "f.txt"))
+            a.note("g.txt")
+            settleAll(a, b)
+            // Then the renamed file keeps the id the other device knows, and the new one is a
+            // new item, the same on both
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v2", "g.txt": "v1"], kind)
+                XCTAssertEqual(try d.id("g.txt"), id, kind)
+            }
+            XCTAssertNotEqual(try a.id("f.txt"), id, kind)
+            XCTAssertEqual(try a.id("f.txt"), try b.id("f.txt"), kind)
         }
     }
 

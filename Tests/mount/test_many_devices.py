@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from ddtest import NOTES_ID, run, wait_until
+from ddtest import NOTES_ID, is_docdrive_mount, pid_alive, run, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s3"))
 from weed import Weed, WeedUnavailable  # noqa: E402
@@ -545,7 +545,16 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     for _ in range(3):
         for d in devs:
             d.sync(timeout=120)
-    trees = [tree(d.dir) for d in devs]
+    try:
+        trees = [tree(d.dir) for d in devs]
+    except OSError as e:
+        def where(d):
+            try:
+                return (is_docdrive_mount(d.d.mnt), pid_alive(d.d.pid), sorted(os.listdir(d.d.mnt)))
+            except OSError as e2:
+                return (is_docdrive_mount(d.d.mnt), pid_alive(d.d.pid), str(e2))
+        raise AssertionError(f"seed {seed}: a tree cannot be read: {e}; per device (mounted, daemon alive, mount root): "
+                             + str({d.name: where(d) for d in devs})) from e
 
     remote_ids = shared.ids()
     idsets = [ids(d.dir) for d in devs]

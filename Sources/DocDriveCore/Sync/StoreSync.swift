@@ -327,8 +327,9 @@ final class StoreSync: Sendable {
     /// here. Moves it there (then `base` and `remoteItem` are the moved item's, and nil is
     /// returned: the path is decided as usual), or here when another device moved it elsewhere
     /// too (its name wins, as in SyncDecision). Nil when it is not such an item, when it was
-    /// deleted on the remote (it goes up again from here), and when it changed at its old path
-    /// on the remote (it stays there as changed; this one goes up as another item, `uploadID`).
+    /// deleted on the remote (it goes up again from here), and when it was changed at its old
+    /// path on the remote and here too (it stays there as changed; this one goes up as another
+    /// item, `uploadID`).
     private func renamedHere(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
         guard remoteItem == nil, let id = localID(l), base?.id != id else { return nil }
         var old = try bases.base(root: key, id: id)
@@ -336,16 +337,19 @@ final class StoreSync: Sendable {
         let listed = remoteIDs.withLock { $0[id] }
         guard old != nil || (listed != nil && listed != path) else { return nil }
         if let old {
-            // Still there locally as this item (not renamed, another name for it): nothing moved.
-            if let there = try localItem(old.path), localID(there) == id { return nil }
+            // Still there locally as this item, or as the very file the base knows (the mount
+            // gave its id to a new file made under the name it was renamed away from, an
+            // editor's save, after the rename reached the remote): nothing moved. The file here
+            // is another item (`uploadID`), and the one there keeps the id the remote knows.
+            if let there = try localItem(old.path), localID(there) == id || there.token == old.localToken { return nil }
             // What is at or under the old path may be syncing now: decided once it is not.
             guard tryLock([old.path]) else { return .busy }
             defer { unlock([old.path]) }
             if let r = try remote.item(at: old.path) {
-                guard r.version == old.remoteToken else { return nil }
+                guard Self.movesWithRename(r, base: old, renamed: l) else { return nil }
                 let moved: RemoteItem
                 do {
-                    moved = try remote.move(old.path, version: old.remoteToken, to: path)
+                    moved = try remote.move(old.path, version: r.version, to: path)
                 } catch let e where e.code != .remoteChanged {
                     // A move cut short (S3: copied, then the delete of the source failed) is
                     // finished by the retry of this path, which finds the copy and adopts it: the
@@ -379,6 +383,16 @@ final class StoreSync: Sendable {
         logger.info("store \(name): \(path) was moved to \(to) on another device as well; its name there is kept")
         try? queue.enqueue(root: key, path: to, due: 0)
         return .synced
+    }
+
+    /// Whether the remote item `r`, at the path of `base`, goes to where the item was renamed
+    /// here (`renamed`): it is still the version the base knew, or, when the file was not
+    /// changed here, the same item changed on another device (the rename here and the change
+    /// there both apply: the change then comes down under the new name). A file renamed and
+    /// changed here while changed there stays where it is there.
+    static func movesWithRename(_ r: RemoteItem, base: BaseRow, renamed: LocalItem) -> Bool {
+        if r.version == base.remoteToken { return true }
+        return renamed.token == base.localToken && r.kind == base.kind && r.meta.itemID != nil && r.meta.itemID == base.id
     }
 
     /// One decision for `path` (its lock held); a path decided is no longer waiting for a listing.
@@ -461,10 +475,10 @@ final class StoreSync: Sendable {
 
         // Gone here because it was renamed: the new name's sync moves it on the remote (a
         // delete here would lose the item's id on the other devices).
-        if local == nil, let b = base, let id = b.id, remoteItem?.version == b.remoteToken, let rootIno = cacheInode(),
+        if local == nil, let b = base, let id = b.id, let r = remoteItem, let rootIno = cacheInode(),
            let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path,
            try bases.base(root: key, path: StorePath(p)) == nil, try remote.item(at: StorePath(p)) == nil,
-           let there = try localItem(StorePath(p)), localID(there) == id {
+           let there = try localItem(StorePath(p)), localID(there) == id, Self.movesWithRename(r, base: b, renamed: there) {
             logger.debug("store \(name): \(path) was renamed here to \(p): that path's sync moves it")
             try? queue.enqueue(root: key, path: StorePath(p), due: 0)
             return .synced
@@ -536,14 +550,22 @@ final class StoreSync: Sendable {
         return nil
     }
 
-    /// The id a local item goes up with: its own, unless the remote holds that id at another
-    /// path (a file moved here, where it could not be moved on the remote: another device
-    /// changed it at its old path, or made an item under its new name). Then the item takes the
-    /// id of what it replaces here, or a new one (one id is never two items on the remote), and
-    /// its old path is decided again on its own (changed there: it stays; else it goes).
-    private func uploadID(_ l: LocalItem, replacing remoteThere: RemoteItem?) throws(DriveError) -> String? {
+    /// The id a local item goes up with. Over a remote item that is not the one this device
+    /// last saw here (another device made it, or put it in the place of the one seen here,
+    /// which may live on elsewhere): that item's id, the local version goes on as it. Else
+    /// its own, unless the remote holds that id at another path (a file moved here, where it
+    /// could not be moved on the remote: another device changed it at its old path, or made an
+    /// item under its new name); then the id of what it replaces here, or a new one, and its
+    /// old path is decided again on its own (changed there: it stays; else it goes). One id is
+    /// never two items on the remote.
+    private func uploadID(_ l: LocalItem, base: BaseRow?, replacing remoteThere: RemoteItem?) throws(DriveError) -> String? {
         let id = localID(l)
-        guard let id, l.kind != .folder, let old = try placeElsewhere(id, than: l.path) else { return id }
+        guard let id, l.kind != .folder else { return id }
+        if let rid = remoteThere?.meta.itemID, rid != id, base?.id != rid {
+            takeID(rid, for: l)
+            return rid
+        }
+        guard let old = try placeElsewhere(id, than: l.path) else { return id }
         let other = remoteThere?.meta.itemID.flatMap { $0 == id ? nil : $0 } ?? ItemIndex.newID()
         logger.info("store \(name): \(l.path) goes up as another item than \(old) (which could not be moved there)")
         takeID(other, for: l)
@@ -555,7 +577,7 @@ final class StoreSync: Sendable {
     private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?, id knownID: String? = nil) throws(DriveError) {
         try ensureRemoteFolders(l.path.folder)
         let id: String?
-        if let knownID { id = knownID } else { id = try uploadID(l, replacing: remoteThere) }
+        if let knownID { id = knownID } else { id = try uploadID(l, base: base, replacing: remoteThere) }
         let expecting: RemoteExpectation = remoteThere.map { _ in .version(base?.remoteToken ?? "") } ?? .absent
         switch l.kind {
         case .folder:

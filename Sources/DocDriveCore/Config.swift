@@ -52,6 +52,11 @@ public struct S3Settings: Equatable, Sendable {
     public var partSize: Int64
     /// Parts of one file sent at once.
     public var parallelParts: Int
+    /// The user accepted a server that ignores conditional writes (`conditional-writes:
+    /// checked`): each write is then preceded by a HEAD that checks the version this device
+    /// last saw, which leaves a race of one round trip (README, "S3 servers without
+    /// conditional writes"). A server that honours them is used as always.
+    public var checkedWrites: Bool
 
     public static let defaultRegion = "us-east-1"
     public static let defaultPartSize: Int64 = 16 << 20
@@ -60,7 +65,9 @@ public struct S3Settings: Equatable, Sendable {
     public static let partSizeRange: ClosedRange<Int64> = (5 << 20)...(5 << 30)
 
     public init(endpoint: String, bucket: String, prefix: String = "", region: String = S3Settings.defaultRegion, pathStyle: Bool = false,
-                credentialsFile: String? = nil, partSize: Int64 = S3Settings.defaultPartSize, parallelParts: Int = S3Settings.defaultParallelParts) {
+                credentialsFile: String? = nil, partSize: Int64 = S3Settings.defaultPartSize, parallelParts: Int = S3Settings.defaultParallelParts,
+                checkedWrites: Bool = false) {
+        self.checkedWrites = checkedWrites
         self.endpoint = endpoint
         self.bucket = bucket
         self.prefix = prefix.split(separator: "/", omittingEmptySubsequences: true).joined(separator: "/")
@@ -265,7 +272,7 @@ extension DriveConfig {
                 }
                 let r = try reader.mapping(remoteNode, "the remote of store \(name)",
                                            allowed: ["type", "path", "endpoint", "bucket", "prefix", "region", "path-style",
-                                                     "credentials-file", "part-size", "parallel-parts"])
+                                                     "credentials-file", "part-size", "parallel-parts", "conditional-writes"])
                 let type = try reader.string(r, "type", in: remoteNode, what: "the remote of store \(name)")
                 let remote: RemoteConfig
                 switch type {
@@ -280,6 +287,13 @@ extension DriveConfig {
                         }
                         partSize = b
                     }
+                    var checked = false
+                    if let node = r["conditional-writes"] {
+                        guard case .scalar(let sc) = node, ["required", "checked"].contains(sc.string) else {
+                            throw reader.error(node, "the conditional-writes of store \(name) must be \"required\" (the default) or \"checked\" (a server that ignores them; see the README)")
+                        }
+                        checked = sc.string == "checked"
+                    }
                     let settings = S3Settings(
                         endpoint: try reader.string(r, "endpoint", in: remoteNode, what: what),
                         bucket: try reader.string(r, "bucket", in: remoteNode, what: what),
@@ -288,7 +302,8 @@ extension DriveConfig {
                         pathStyle: try reader.optionalBool(r, "path-style") ?? false,
                         credentialsFile: try reader.optionalString(r, "credentials-file"),
                         partSize: partSize,
-                        parallelParts: try reader.optionalInt(r, "parallel-parts") ?? S3Settings.defaultParallelParts)
+                        parallelParts: try reader.optionalInt(r, "parallel-parts") ?? S3Settings.defaultParallelParts,
+                        checkedWrites: checked)
                     if let p = settings.problem(store: name) { throw reader.error(remoteNode, p) }
                     remote = .s3(settings)
                 default:
@@ -412,7 +427,8 @@ extension DriveConfig {
         #          under the drive home and has a remote (type: folder, path: ...;
         #          or type: s3, endpoint: URL, bucket: B, prefix: P, region: R,
         #          path-style: true, credentials-file: /path (mode 0600),
-        #          part-size: 16M, parallel-parts: 4);
+        #          part-size: 16M, parallel-parts: 4, conditional-writes:
+        #          checked for a server that ignores If-Match, see the README);
         #          `writeback` is the seconds between a save and its upload,
         #          `workers` how many files upload at once (1-64, default 4),
         #          `bandwidth` an optional limit in bytes per second (500K, 10M).
@@ -442,6 +458,7 @@ extension DriveConfig {
                 if let f = s.credentialsFile { out += "      credentials-file: \(Self.quote(f))\n" }
                 if s.partSize != S3Settings.defaultPartSize { out += "      part-size: \(s.partSize)\n" }
                 if s.parallelParts != S3Settings.defaultParallelParts { out += "      parallel-parts: \(s.parallelParts)\n" }
+                if s.checkedWrites { out += "      conditional-writes: checked\n" }
             }
         }
         return out

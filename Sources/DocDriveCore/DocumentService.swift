@@ -279,7 +279,7 @@ public final class DocumentService: Sendable {
     // MARK: the four modes
 
     /// Open mode: a reference to a store document in the app's container, and a grant.
-    public func open(app: String, path: String, as newName: String?, into: String?, noRename: Bool) throws(DriveError) -> [String: Any] {
+    public func open(app: String, path: String, as newName: String?, into: String?, noRename: Bool) throws(DriveError) -> ReferenceAnswer {
         try requireApp(app)
         let src = try place(path)
         guard src.rootKey.hasPrefix("store:") else {
@@ -309,7 +309,7 @@ public final class DocumentService: Sendable {
         fs.invalidateEntry(folder: dirfd, name: shownName)
         let ref = Place(root: docs, rel: joined(folder, shownName))
         logger.info("open: \(app) got a reference \(display(ref)) to \(path)")
-        return ["reference": display(ref), "target": display(src), "item": id, "app": app]
+        return ReferenceAnswer(reference: display(ref), target: display(src), item: id, app: app)
     }
 
     static func checkedFolder(_ into: String?) throws(DriveError) -> String {
@@ -325,7 +325,7 @@ public final class DocumentService: Sendable {
     }
 
     /// Import mode: a copy in the app's Inbox, removed at unmount and by `app close`.
-    public func importDocument(app: String, path: String) throws(DriveError) -> [String: Any] {
+    public func importDocument(app: String, path: String) throws(DriveError) -> CopyAnswer {
         try requireApp(app)
         let src = try place(path)
         var fd: Int32, st: stat
@@ -355,7 +355,7 @@ public final class DocumentService: Sendable {
             throw error
         }
         fs.invalidateEntry(folder: dirfd, name: name)
-        return ["copy": display(Place(root: inbox, rel: name)), "source": display(src), "app": app]
+        return CopyAnswer(copy: display(Place(root: inbox, rel: name)), source: display(src), app: app)
     }
 
     /// A document of the app's own container (not a reference), for move and export.
@@ -372,7 +372,7 @@ public final class DocumentService: Sendable {
     }
 
     /// MoveToService: the document goes into the store; a reference takes its place.
-    public func move(app: String, path: String, to: String, noRename: Bool) throws(DriveError) -> [String: Any] {
+    public func move(app: String, path: String, to: String, noRename: Bool) throws(DriveError) -> ReferenceAnswer {
         let (src, fd, st) = try ownDocument(app: app, path: path, verb: "move")
         defer { Sys.close(fd) }
         let id = try fs.itemID(fd: fd, st: st, root: src.root)
@@ -444,11 +444,11 @@ public final class DocumentService: Sendable {
         fs.invalidateEntry(folder: srcDir, name: src.name)
         fs.invalidateEntry(folder: dstDir, name: newName)
         logger.info("move: \(path) of \(app) is now \(display(target)); a reference stays in its place")
-        return ["reference": display(src), "target": display(target), "item": id, "app": app]
+        return ReferenceAnswer(reference: display(src), target: display(target), item: id, app: app)
     }
 
     /// ExportToService: a copy in the store; the original stays, no reference.
-    public func export(app: String, path: String, to: String, noRename: Bool) throws(DriveError) -> [String: Any] {
+    public func export(app: String, path: String, to: String, noRename: Bool) throws(DriveError) -> CopyAnswer {
         let (src, fd, st) = try ownDocument(app: app, path: path, verb: "export")
         defer { Sys.close(fd) }
         let dst = try storePlace(to)
@@ -463,13 +463,13 @@ public final class DocumentService: Sendable {
         let target = Place(root: dst.root, rel: joined(dst.rel, name))
         fs.uploader?.noteChanged(root: dst.rootKey, path: target.rel)
         fs.invalidateEntry(folder: dstDir, name: name)
-        return ["copy": display(target), "source": display(src), "app": app]
+        return CopyAnswer(copy: display(target), source: display(src), app: app)
     }
 
     /// `app close`: the app's import copies go.
-    public func closeApp(_ app: String) throws(DriveError) -> [String: Any] {
+    public func closeApp(_ app: String) throws(DriveError) -> AppCloseAnswer {
         try requireApp(app)
-        return ["app": app, "removed": try removeImports(app: app)]
+        return AppCloseAnswer(app: app, removed: try removeImports(app: app))
     }
 
     /// Removes the recorded import copies (of one app, or all at unmount); returns how many.
@@ -515,17 +515,17 @@ public final class DocumentService: Sendable {
         }
     }
 
-    public func createBookmark(app: String, path: String) throws(DriveError) -> [String: Any] {
+    public func createBookmark(app: String, path: String) throws(DriveError) -> BookmarkAnswer {
         try requireApp(app)
         guard let key = fs.driveKey else { throw DriveError(.notFound, "The drive key is missing or unreadable; bookmarks cannot be signed.") }
         let it = try itemForApp(app, path)
         let payload = BookmarkPayload(app: app, root: it.root.key, item: it.item, path: it.rel, created: Date().timeIntervalSince1970,
                                       handle: Data(it.handle).base64EncodedString())
         let token = SignedToken.seal(payload, purpose: .bookmark, key: key)
-        return ["token": token, "path": fs.namespace.displayPath(rootKey: it.root.key, it.rel), "item": it.item, "app": app]
+        return BookmarkAnswer(token: token, path: fs.namespace.displayPath(rootKey: it.root.key, it.rel), item: it.item, app: app)
     }
 
-    public func resolveBookmark(app: String, token: String) throws(DriveError) -> [String: Any] {
+    public func resolveBookmark(app: String, token: String) throws(DriveError) -> ResolvedBookmark {
         try requireApp(app)
         guard let key = fs.driveKey else { throw DriveError(.notFound, "The drive key is missing or unreadable; bookmarks cannot be checked.") }
         let b = try SignedToken.open(token, as: BookmarkPayload.self, purpose: .bookmark, key: key)
@@ -542,24 +542,21 @@ public final class DocumentService: Sendable {
             throw DriveError(.notFound, "The bookmarked document no longer exists.")
         }
         Sys.close(found.fd)
-        return ["path": fs.namespace.displayPath(rootKey: root.key, found.path), "stale": found.path != b.path,
-                "item": b.item, "app": app]
+        return ResolvedBookmark(path: fs.namespace.displayPath(rootKey: root.key, found.path), stale: found.path != b.path,
+                                item: b.item, app: app)
     }
 
     // MARK: grants
 
-    public func listGrants(app: String?) throws(DriveError) -> [[String: Any]] {
+    public func listGrants(app: String?) throws(DriveError) -> [GrantRow] {
         if let app { try requireApp(app) }
         return try fs.index.grants(app: app).map { g in
-            var row: [String: Any] = ["app": g.app, "item": g.item, "granted": g.created]
+            var row = GrantRow(app: g.app, item: g.item, granted: g.created, path: fs.namespace.displayPath(rootKey: g.root, g.path), status: "missing")
             if let root = fs.namespace.root(key: g.root), let found = fs.locate(root: root, item: g.item, handle: nil, hint: g.path)
                 ?? locateAnywhere(root, g.item) {
                 Sys.close(found.fd)
-                row["path"] = fs.namespace.displayPath(rootKey: g.root, found.path)
-                row["status"] = "ok"
-            } else {
-                row["path"] = fs.namespace.displayPath(rootKey: g.root, g.path)
-                row["status"] = "missing"
+                row.path = fs.namespace.displayPath(rootKey: g.root, found.path)
+                row.status = "ok"
             }
             return row
         }
@@ -575,7 +572,7 @@ public final class DocumentService: Sendable {
         return nil
     }
 
-    public func revokeGrant(app: String, path: String) throws(DriveError) -> [String: Any] {
+    public func revokeGrant(app: String, path: String) throws(DriveError) -> RevokeAnswer {
         try requireApp(app)
         let p = try place(path)
         let rootKey: String, id: String
@@ -594,7 +591,7 @@ public final class DocumentService: Sendable {
             throw DriveError(.notFound, "App \(app) holds no grant for \(path).")
         }
         fs.setGrant(app: app, root: rootKey, item: id, granted: false)
-        return ["app": app, "revoked": path, "item": id]
+        return RevokeAnswer(app: app, revoked: path, item: id)
     }
 
     // MARK: references
@@ -630,24 +627,18 @@ public final class DocumentService: Sendable {
     }
 
     /// Every reference entry with its state: ok, missing or invalid.
-    public func references() -> [[String: Any]] {
+    public func references() -> [ReferenceRow] {
         referenceFiles().map { r in
-            var row: [String: Any] = ["app": r.app, "path": fs.namespace.displayPath(rootKey: r.root.key, r.rel)]
-            guard let p = r.payload else {
-                row["status"] = ReferenceProblem.invalid.rawValue
-                return row
-            }
-            row["item"] = p.item
+            let path = fs.namespace.displayPath(rootKey: r.root.key, r.rel)
+            guard let p = r.payload else { return ReferenceRow(app: r.app, path: path, status: ReferenceProblem.invalid.rawValue) }
             if let root = fs.namespace.root(key: p.rootKey),
                let found = fs.locate(root: root, item: p.item, handle: Data(base64Encoded: p.handle).map { [UInt8]($0) }, hint: p.hint) {
                 Sys.close(found.fd)
-                row["target"] = fs.namespace.displayPath(rootKey: root.key, found.path)
-                row["status"] = fs.hasGrant(app: r.app, root: p.rootKey, item: p.item) ? "ok" : ReferenceProblem.revoked.rawValue
-            } else {
-                row["target"] = fs.namespace.displayPath(rootKey: p.rootKey, p.hint)
-                row["status"] = ReferenceProblem.missing.rawValue
+                return ReferenceRow(app: r.app, path: path, status: fs.hasGrant(app: r.app, root: p.rootKey, item: p.item) ? "ok" : ReferenceProblem.revoked.rawValue,
+                                    item: p.item, target: fs.namespace.displayPath(rootKey: root.key, found.path))
             }
-            return row
+            return ReferenceRow(app: r.app, path: path, status: ReferenceProblem.missing.rawValue, item: p.item,
+                                target: fs.namespace.displayPath(rootKey: p.rootKey, p.hint))
         }
     }
 }

@@ -8,6 +8,7 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
             case invalidConfig, invalidName, notFound, alreadyExists, notInitialized
             case alreadyMounted, notMounted, busy, io, index, mount, unsupported, invalidToken
             case unreachable, changedDuringUpload, lockedForWriting, remoteChanged
+            case badRequest, protocolMismatch, notPermitted
         }
         private let raw: Raw
         private init(_ raw: Raw) { self.raw = raw }
@@ -37,6 +38,12 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         /// A conditional write or delete found another version on the remote than the one it
         /// expected (another device wrote it): nothing was changed; decide again.
         public static let remoteChanged = Code(.remoteChanged)
+        /// A control request the daemon cannot read (not JSON, an unknown command, a field missing).
+        public static let badRequest = Code(.badRequest)
+        /// The command and the mounted daemon speak different control protocol versions.
+        public static let protocolMismatch = Code(.protocolMismatch)
+        /// Someone other than the drive's owner asked its daemon.
+        public static let notPermitted = Code(.notPermitted)
     }
 
     public let code: Code

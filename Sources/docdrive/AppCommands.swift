@@ -70,9 +70,7 @@ struct App: ParsableCommand {
         @Argument var id: String
 
         func run() throws {
-            try options.send(["command": "app-close", "app": id]) { r, _ in
-                "Removed \(r["removed"] as? Int ?? 0) import copies of \(id)."
-            }
+            try options.send(ControlRequest.AppClose(app: id)) { r, _ in "Removed \(r.removed) import copies of \(id)." }
         }
     }
 }

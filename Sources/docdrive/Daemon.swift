@@ -66,8 +66,8 @@ struct Daemon {
         if !QueryEngine.isDisabled { queryEngine.start() }
         defer { queryEngine.stop() }
         let queries = QueryService(engine: queryEngine, mountpoint: mountpoint)
-        let control = try ControlServer(home: home, logger: logger, stream: { queries.stream($0, $1) }) { r in
-            r["command"] as? String == "query" ? queries.handle(r) : documents.handle(r)
+        let control = try ControlServer(home: home, logger: logger) { request, connection in
+            Self.answer(request, on: connection, documents: documents, queries: queries, uploader: uploader)
         }
         control.start()
         let ready = Mutex<Int32?>(readyFD)
@@ -104,6 +104,43 @@ struct Daemon {
         }
         try session.run()
         logger.info("daemon done")
+    }
+
+    /// Answers one request of the control socket (on the connection's own thread).
+    static func answer(_ request: ControlRequest, on connection: ControlConnection, documents: DocumentService,
+                       queries: QueryService, uploader: Uploader) {
+        switch request {
+        case .open(let r):
+            connection.answer { () throws(DriveError) in
+                try documents.open(app: r.app, path: r.path, as: r.name, into: r.into, noRename: r.noRename)
+            }
+        case .importDocument(let r):
+            connection.answer { () throws(DriveError) in try documents.importDocument(app: r.app, path: r.path) }
+        case .move(let r):
+            connection.answer { () throws(DriveError) in try documents.move(app: r.app, path: r.path, to: r.to, noRename: r.noRename) }
+        case .export(let r):
+            connection.answer { () throws(DriveError) in try documents.export(app: r.app, path: r.path, to: r.to, noRename: r.noRename) }
+        case .bookmarkCreate(let r):
+            connection.answer { () throws(DriveError) in try documents.createBookmark(app: r.app, path: r.path) }
+        case .bookmarkResolve(let r):
+            connection.answer { () throws(DriveError) in try documents.resolveBookmark(app: r.app, token: r.token) }
+        case .grantsList(let r):
+            connection.answer { () throws(DriveError) in GrantsAnswer(grants: try documents.listGrants(app: r.app)) }
+        case .grantsRevoke(let r):
+            connection.answer { () throws(DriveError) in try documents.revokeGrant(app: r.app, path: r.path) }
+        case .appClose(let r):
+            connection.answer { () throws(DriveError) in try documents.closeApp(r.app) }
+        case .references:
+            connection.answer { ReferencesAnswer(references: documents.references()) }
+        case .syncPoll(let r):
+            connection.answer { SyncPollAnswer(stores: uploader.pollAndWait(timeout: r.timeout ?? 120)) }
+        case .indexError:
+            connection.answer { IndexErrorAnswer(error: uploader.lastIndexWriteError()) }
+        case .query(let q):
+            queries.answer(q, on: connection)
+        case .queryWatch(let q):
+            queries.watch(q, on: connection)
+        }
     }
 
     /// Tells systemd how many saved files wait for their upload (`systemctl status` shows it),

@@ -87,6 +87,23 @@ func printJSON(_ value: Any) {
     }
 }
 
+/// A typed value as the objects JSONSerialization prints, for printJSON: the commands print what
+/// they printed when the control socket's answers were dictionaries, to the digit.
+func jsonObject(_ value: some Encodable) -> Any {
+    // Read back, a number such as 3.2e-05 becomes an NSDecimalNumber, printed 0.000032: it goes
+    // back to the Double it was (the encoder wrote the shortest digits that give it back).
+    func doubles(_ o: Any) -> Any {
+        switch o {
+        case let d as NSDecimalNumber: return Double(d.description) ?? d
+        case let a as [Any]: return a.map(doubles)
+        case let m as [String: Any]: return m.mapValues(doubles)
+        default: return o
+        }
+    }
+    guard let data = try? JSONEncoder().encode(value), let object = try? JSONSerialization.jsonObject(with: data) else { return [String: Any]() }
+    return doubles(object)
+}
+
 func warn(_ s: String, newline: Bool = true) {
     FileHandle.standardError.write(Data((s + (newline ? "\n" : "")).utf8))
 }

@@ -33,16 +33,22 @@ struct RequestOptions: ParsableArguments {
     @OptionGroup var drive: DriveOptions
     @Flag(help: "Print JSON.") var json = false
 
-    /// Sends a request; prints JSON, or the text `describe` makes of the answer.
-    func send(_ request: [String: Any], _ describe: ([String: Any], String) -> String) throws {
+    /// Sends a request; prints its answer as JSON (with each path's absolute form beside it:
+    /// "copy_absolute"), or the text `describe` makes of it and the mount point.
+    func send<C: ControlCommand>(_ command: C, _ describe: (C.Answer, String) -> String) throws {
         try guarded {
             let home = drive.driveHome
-            var result = try ControlClient.call(home, request)
+            let answer = try ControlClient.call(home, command)
             let mnt = home.liveMountRecord()?.mountpoint ?? ""
+            if !json {
+                print(describe(answer, mnt))
+                return
+            }
+            var result = jsonObject(answer) as? [String: Any] ?? [:]
             for key in ["reference", "target", "copy", "path", "source"] {
                 if let rel = result[key] as? String { result[key + "_absolute"] = mnt + "/" + rel }
             }
-            if json { printJSON(result) } else { print(describe(result, mnt)) }
+            printJSON(result)
         }
     }
 }
@@ -61,10 +67,7 @@ struct OpenDocument: ParsableCommand {
 
     func run() throws {
         let rel = try mountRelativeOrExit(path, options)
-        var req: [String: Any] = ["command": "open", "app": app, "path": rel, "noRename": noRename]
-        if let name { req["as"] = name }
-        if let into { req["into"] = into }
-        try options.send(req) { r, _ in r["reference_absolute"] as? String ?? "" }
+        try options.send(ControlRequest.Open(app: app, path: rel, name: name, into: into, noRename: noRename)) { r, mnt in mnt + "/" + r.reference }
     }
 }
 
@@ -78,7 +81,7 @@ struct ImportDocument: ParsableCommand {
 
     func run() throws {
         let rel = try mountRelativeOrExit(path, options)
-        try options.send(["command": "import", "app": app, "path": rel]) { r, _ in r["copy_absolute"] as? String ?? "" }
+        try options.send(ControlRequest.Import(app: app, path: rel)) { r, mnt in mnt + "/" + r.copy }
     }
 }
 
@@ -90,10 +93,8 @@ struct TransferOptions: ParsableArguments {
     @Option(help: "STORE or STORE/FOLDER (a store's name or display name).") var to: String
     @Flag(help: "Fail on a name clash instead of choosing a free name.") var noRename = false
 
-    func send(_ command: String, _ describe: ([String: Any], String) -> String) throws {
-        let rel = try mountRelativeOrExit(path, options)
-        try options.send(["command": command, "app": app, "path": rel, "to": to, "noRename": noRename], describe)
-    }
+    /// The document, mount-relative.
+    func relativePath() throws -> String { try mountRelativeOrExit(path, options) }
 }
 
 struct MoveDocument: ParsableCommand {
@@ -103,8 +104,9 @@ struct MoveDocument: ParsableCommand {
     @OptionGroup var transfer: TransferOptions
 
     func run() throws {
-        try transfer.send("move") { r, _ in
-            "\(r["target_absolute"] as? String ?? "") (reference left at \(r["reference_absolute"] as? String ?? ""))"
+        let t = transfer
+        try t.options.send(ControlRequest.Move(app: t.app, path: t.relativePath(), to: t.to, noRename: t.noRename)) { r, mnt in
+            "\(mnt)/\(r.target) (reference left at \(mnt)/\(r.reference))"
         }
     }
 }
@@ -116,7 +118,8 @@ struct ExportDocument: ParsableCommand {
     @OptionGroup var transfer: TransferOptions
 
     func run() throws {
-        try transfer.send("export") { r, _ in r["copy_absolute"] as? String ?? "" }
+        let t = transfer
+        try t.options.send(ControlRequest.Export(app: t.app, path: t.relativePath(), to: t.to, noRename: t.noRename)) { r, mnt in mnt + "/" + r.copy }
     }
 }
 
@@ -133,7 +136,7 @@ struct Bookmark: ParsableCommand {
 
         func run() throws {
             let rel = try mountRelativeOrExit(path, options)
-            try options.send(["command": "bookmark-create", "app": app, "path": rel]) { r, _ in r["token"] as? String ?? "" }
+            try options.send(ControlRequest.BookmarkCreate(app: app, path: rel)) { r, _ in r.token }
         }
     }
 
@@ -144,9 +147,7 @@ struct Bookmark: ParsableCommand {
         @Argument(help: "The bookmark.") var token: String
 
         func run() throws {
-            try options.send(["command": "bookmark-resolve", "app": app, "token": token]) { r, _ in
-                "\(r["path_absolute"] as? String ?? "")\nstale: \((r["stale"] as? Bool ?? false) ? "true" : "false")"
-            }
+            try options.send(ControlRequest.BookmarkResolve(app: app, token: token)) { r, mnt in "\(mnt)/\(r.path)\nstale: \(r.stale)" }
         }
     }
 }
@@ -162,13 +163,8 @@ struct Grants: ParsableCommand {
         @Option(help: "Only this app's grants.") var app: String?
 
         func run() throws {
-            var req: [String: Any] = ["command": "grants-list"]
-            if let app { req["app"] = app }
-            try options.send(req) { r, _ in
-                let rows = r["grants"] as? [[String: Any]] ?? []
-                if rows.isEmpty { return "No grants." }
-                return rows.map { "\($0["app"] as? String ?? "")\t\($0["path"] as? String ?? "")\t\($0["status"] as? String ?? "")" }
-                    .joined(separator: "\n")
+            try options.send(ControlRequest.GrantsList(app: app)) { r, _ in
+                r.grants.isEmpty ? "No grants." : r.grants.map { "\($0.app)\t\($0.path)\t\($0.status)" }.joined(separator: "\n")
             }
         }
     }
@@ -181,7 +177,7 @@ struct Grants: ParsableCommand {
 
         func run() throws {
             let rel = try mountRelativeOrExit(path, options)
-            try options.send(["command": "grants-revoke", "app": app, "path": rel]) { _, _ in "Revoked \(app)'s grant for \(path)." }
+            try options.send(ControlRequest.GrantsRevoke(app: app, path: rel)) { _, _ in "Revoked \(app)'s grant for \(path)." }
         }
     }
 }

@@ -45,49 +45,41 @@ struct Query: ParsableCommand {
             // A malformed expression is refused here, mounted or not (exit 4).
             _ = try QueryParser().parse(expression)
             let home = drive.driveHome
-            var request: [String: Any] = ["command": watch ? "query-watch" : "query", "expr": expression,
-                                          "in": try scopes.map { s throws(DriveError) in try Self.scope(s, home: home) }]
+            var request = ControlRequest.Query(expr: expression, scopes: try scopes.map { s throws(DriveError) in try Self.scope(s, home: home) },
+                                               limit: limit, count: count, pathsOnly: !json && !watch)
             if let sort {
-                request["sort"] = sort
+                request.sort = QuerySort(rawValue: sort)
                 let natural = sort != "name"  // size and modified: largest and newest first
-                request["descending"] = reverse ? !natural : natural
+                request.descending = reverse ? !natural : natural
             }
-            if let limit { request["limit"] = limit }
-            if count { request["count"] = true }
-            if !json && !watch { request["pathsOnly"] = true }
             let mnt = home.liveMountRecord()?.mountpoint ?? ""
             let base = mnt.hasSuffix("/") ? String(mnt.dropLast()) : mnt
             if !watch {
                 let result = try ControlClient.call(home, request)
                 if count {
-                    print(result["count"] as? Int ?? 0)
+                    print(result.count ?? 0)
                     return
                 }
                 if json {
-                    printJSON((result["items"] as? [[String: Any]] ?? []).map { Self.absolute($0, base) })
+                    printJSON(jsonObject((result.items ?? []).map { Self.absolute($0, base) }))
                 } else {
                     var out = ""
-                    for p in result["paths"] as? [String] ?? [] { out += base + "/" + p + (nul ? "\0" : "\n") }
+                    for p in result.paths ?? [] { out += base + "/" + p + (nul ? "\0" : "\n") }
                     FileHandle.standardOutput.write(Data(out.utf8))
                 }
                 return
             }
+            // The first answer holds the current items; each later one, items that changed.
             var first = true
-            try ControlClient.stream(home, request) { line in
-                if first {
-                    first = false
-                    let result = line["result"] as? [String: Any] ?? [:]
-                    for i in (result["items"] as? [[String: Any]] ?? []).map({ Self.absolute($0, base) }) {
-                        Self.emit(json ? Self.jsonLine(i) : (i["path"] as? String ?? ""), nul)
+            try ControlClient.stream(home, .queryWatch(request)) { (answer: QueryAnswer) in
+                for item in (answer.items ?? []).map({ Self.absolute($0, base) }) {
+                    if json {
+                        Self.emit(Self.jsonLine(item), nul)
+                    } else {
+                        Self.emit(first ? item.path : "\(item.event ?? "?") \(item.path)", nul)
                     }
-                    return true
                 }
-                let item = Self.absolute(line, base)
-                if json {
-                    Self.emit(Self.jsonLine(item), nul)
-                } else {
-                    Self.emit("\(item["event"] as? String ?? "?") \(item["path"] as? String ?? "")", nul)
-                }
+                first = false
                 return true
             }
             throw DriveError(.io, "The daemon ended the live query (was the drive unmounted?).")
@@ -98,14 +90,14 @@ struct Query: ParsableCommand {
         FileHandle.standardOutput.write(Data((s + (nul ? "\0" : "\n")).utf8))
     }
 
-    static func jsonLine(_ obj: [String: Any]) -> String {
-        guard let d = try? JSONSerialization.data(withJSONObject: obj, options: [.sortedKeys, .withoutEscapingSlashes]) else { return "{}" }
+    static func jsonLine(_ item: QueryItem) -> String {
+        guard let d = try? JSONSerialization.data(withJSONObject: jsonObject(item), options: [.sortedKeys, .withoutEscapingSlashes]) else { return "{}" }
         return String(decoding: d, as: UTF8.self)
     }
 
-    static func absolute(_ item: [String: Any], _ base: String) -> [String: Any] {
+    static func absolute(_ item: QueryItem, _ base: String) -> QueryItem {
         var i = item
-        if let p = i["path"] as? String { i["path"] = base + "/" + p }
+        i.path = base + "/" + i.path
         return i
     }
 

@@ -8,6 +8,14 @@
 // Anything it does not handle (--json, --watch, --help, a path as a scope, an unknown option, an
 // error from the daemon) returns nil and the usual command runs, with its messages and exit
 // codes: an error costs one more round trip, never a different answer.
+//
+// One protocol all the same: the line it sends is a `ControlRequest.query`, raw set, with the
+// keys and the version field JSONEncoder writes (`Query.fastPathLine`, written by hand;
+// ControlProtocolTests decodes it and compares). The daemon answers a raw query with the bytes
+// `QueryService.raw` makes, which begin with "=" and the protocol version: a daemon of another
+// version answers otherwise (an older one ignores the version), and the usual command then
+// reports the mismatch.
+import DocDriveCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,7 +24,7 @@ enum QueryFastPath {
     /// The exit status, or nil when the usual command must answer.
     static func run(_ args: ArraySlice<String>) -> Int32? {
         var expression = [String](), scopes = [String](), seen = Set<String>()
-        var sort: String?, reverse = false, limit: Int?, count = false, nul = false, home: String?
+        var sort: QuerySort?, reverse = false, limit: Int?, count = false, nul = false, home: String?
         var i = args.startIndex
         while i < args.endIndex {
             let a = args[i]
@@ -45,8 +53,8 @@ enum QueryFastPath {
                 guard let v = value(), let s = scope(v) else { return nil }
                 scopes.append(s)
             case "--sort":
-                guard let v = value(), ["name", "size", "modified"].contains(v) else { return nil }
-                sort = v
+                guard let v = value(), let s = QuerySort(rawValue: v) else { return nil }
+                sort = s
             case "--limit":
                 guard let v = value(), let n = Int(v), n >= 0 else { return nil }
                 limit = n
@@ -62,29 +70,22 @@ enum QueryFastPath {
         if count && nul { return nil }
         guard let home = home ?? homeFromEnvironment() else { return nil }
 
-        var request = #"{"command":"query","raw":true,"pathsOnly":true"#
-        request += #","expr":["# + expression.map(json).joined(separator: ",") + "]"
-        request += #","in":["# + scopes.map(json).joined(separator: ",") + "]"
-        if let sort {
-            let natural = sort != "name"  // size and modified: largest and newest first
-            request += #","sort":"# + json(sort) + #","descending":"# + ((reverse ? !natural : natural) ? "true" : "false")
-        }
-        if let limit { request += #","limit":"# + String(limit) }
-        if count { request += #","count":true"# }
-        request += "}\n"
-        guard let answer = ask(home + "/run", request), answer.first == UInt8(ascii: "=") else { return nil }
+        let natural = sort != .name  // size and modified: largest and newest first
+        let request = ControlRequest.Query(expr: expression, scopes: scopes, sort: sort, descending: sort.map { _ in reverse ? !natural : natural },
+                                           limit: limit, count: count, pathsOnly: true, raw: true)
+        guard let answer = ask(home + "/run", request.fastPathLine()), answer.first == UInt8(ascii: "=") else { return nil }
 
-        // "=" mount point NUL, then the count or each path, NUL-ended.
+        // "=" and the version, NUL, the mount point, NUL, then the count or each path, NUL-ended.
         let fields = answer.dropFirst().split(separator: 0, omittingEmptySubsequences: false).dropLast()
-        guard let mountpoint = fields.first else { return nil }
-        var base = Array(mountpoint)
+        guard fields.count >= 2, Array(fields[fields.startIndex]) == Array(String(ControlProtocol.version).utf8) else { return nil }
+        var base = Array(fields[fields.startIndex + 1])
         if base.last == UInt8(ascii: "/") { base.removeLast() }
         var out = [UInt8]()
         if count {
-            guard fields.count == 2 else { return nil }
-            out = Array(fields[fields.startIndex + 1]) + [0x0A]
+            guard fields.count == 3 else { return nil }
+            out = Array(fields[fields.startIndex + 2]) + [0x0A]
         } else {
-            for p in fields.dropFirst() {
+            for p in fields.dropFirst(2) {
                 out += base
                 out.append(UInt8(ascii: "/"))
                 out += p
@@ -122,28 +123,6 @@ enum QueryFastPath {
             path = String(cString: cwd) + "/" + p
         }
         return path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
-    }
-
-    /// A JSON string.
-    static func json(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if u.value < 0x20 {
-                    let hex = String(u.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(u)
-                }
-            }
-        }
-        return out + "\""
     }
 
     /// Sends the request to the daemon's control socket (as `ControlClient` does) and reads the

@@ -41,8 +41,10 @@ struct Status: ParsableCommand {
         var homeDiskFree: Int64?
         var waiting = 0
         /// Reference entries and their state (asked of the daemon; empty when not mounted).
-        var references = [[String: Any]]()
+        var references = [ReferenceRow]()
         var device: DeviceIdentity?
+        /// Why the daemon could not be asked (another control protocol version).
+        var daemonProblem: String?
     }
 
     func run() throws {
@@ -85,10 +87,14 @@ struct Status: ParsableCommand {
             conflicts = (try? index.bases.conflicts()) ?? []
         }
         if s.record != nil {
-            s.references = (try? ControlClient.call(home, ["command": "references"], timeout: 30))?["references"] as? [[String: Any]] ?? []
+            do throws(DriveError) {
+                s.references = try ControlClient.call(home, ControlRequest.References(), timeout: 30).references
+            } catch where error.code == .protocolMismatch {
+                s.daemonProblem = error.message
+            } catch {}
             // Asked of the daemon itself: on a full disk it cannot rewrite run/uploads.json.
-            if let answer = try? ControlClient.call(home, ["command": "index-error"], timeout: 5) {
-                s.indexWriteError = answer["error"] as? String
+            if let answer = try? ControlClient.call(home, ControlRequest.IndexError(), timeout: 5) {
+                s.indexWriteError = answer.error
             }
         }
         let failures = (try? queue?.failures()) ?? []
@@ -154,7 +160,8 @@ struct Status: ParsableCommand {
         if let e = s.indexWriteError { out["indexWriteError"] = e }
         if let free = s.homeDiskFree { out["homeDiskFree"] = free }
         out["homeDiskFull"] = homeDiskIsFull(s)
-        out["references"] = s.references
+        out["references"] = jsonObject(s.references)
+        if let p = s.daemonProblem { out["daemonProblem"] = p }
         if let r = s.record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started,
                                               "fileIO": r.fileIO ?? "unknown"] }
         return out
@@ -170,6 +177,7 @@ struct Status: ParsableCommand {
         }
         if let r = s.record {
             line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options)\(r.fileIO == "passthrough" ? ", file I/O passed through" : ""))")
+            if let p = s.daemonProblem { line("         \(p)") }
         } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
             line("Mounted: dead mount at \(dead.mountpoint) (daemon pid \(dead.pid) is gone; `docdrive mount` or `docdrive unmount` clears it)")
         } else {
@@ -204,10 +212,10 @@ struct Status: ParsableCommand {
         line("Items:   \(s.items) with a stable id in the index")
         if let e = s.indexWriteError { line("Index:   the last write to the index failed: \(e)") }
         if s.record != nil {
-            let bad = s.references.filter { $0["status"] as? String != "ok" }
+            let bad = s.references.filter { $0.status != "ok" }
             line("References: \(s.references.count)\(bad.isEmpty ? "" : ", \(bad.count) not working:")")
             for r in bad {
-                line("  \(r["path"] as? String ?? "")  \(r["status"] as? String ?? "")  -> \(r["target"] as? String ?? "?")")
+                line("  \(r.path)  \(r.status)  -> \(r.target ?? "?")")
             }
         }
         line("Uploads: \(UploadState.allCases.map { "\(s.totals[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", "))")

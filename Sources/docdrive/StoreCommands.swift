@@ -26,14 +26,16 @@ struct Store: ParsableCommand {
         var partSize: String?
         @Option(help: ArgumentHelp("Parts of one file sent at once (with --s3; 1-64).", valueName: "n"))
         var parallelParts: Int = S3Settings.defaultParallelParts
+        @Flag(help: "Use an S3 server that ignores If-Match/If-None-Match, in a weaker mode: each write checks the object's version with a HEAD first, and two devices writing one file within that moment can lose an update (with --s3; see the README).")
+        var acceptUnconditionalWrites = false
 
         func validate() throws {
             if (folder == nil) == (s3 == nil) {
                 throw ValidationError("Give the remote with either --folder PATH or --s3 URL --bucket BUCKET.")
             }
             if s3 != nil && bucket == nil { throw ValidationError("--s3 needs --bucket BUCKET.") }
-            if s3 == nil && (bucket != nil || !prefix.isEmpty || pathStyle || credentialsFile != nil || partSize != nil) {
-                throw ValidationError("--bucket, --prefix, --path-style, --credentials-file and --part-size go with --s3.")
+            if s3 == nil && (bucket != nil || !prefix.isEmpty || pathStyle || credentialsFile != nil || partSize != nil || acceptUnconditionalWrites) {
+                throw ValidationError("--bucket, --prefix, --path-style, --credentials-file, --part-size and --accept-unconditional-writes go with --s3.")
             }
         }
 
@@ -53,7 +55,8 @@ struct Store: ParsableCommand {
                 part = p
             }
             let settings = S3Settings(endpoint: s3 ?? "", bucket: bucket ?? "", prefix: prefix, region: region, pathStyle: pathStyle,
-                                      credentialsFile: credentialsFile, partSize: part, parallelParts: parallelParts)
+                                      credentialsFile: credentialsFile, partSize: part, parallelParts: parallelParts,
+                                      checkedWrites: acceptUnconditionalWrites)
             if let p = settings.problem(store: name) {
                 throw DriveError(.invalidConfig, p.prefix(1).uppercased() + p.dropFirst() + ".")
             }
@@ -92,6 +95,9 @@ struct Store: ParsableCommand {
                     print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(path).")
                 case .s3(let s):
                     print("Added store \(name), shown as \"\(display ?? name)\", with the S3 remote \(s.displayName) at \(s.endpoint).")
+                    if s.checkedWrites {
+                        print("If the server ignores conditional writes, each write checks the object's version with a HEAD first (the weaker mode; see the README).")
+                    }
                 }
             }
         }

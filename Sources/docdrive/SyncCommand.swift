@@ -12,6 +12,12 @@ struct Sync: ParsableCommand {
     @Option(help: ArgumentHelp("Give up after this many seconds (default: wait as long as it takes).", valueName: "seconds"))
     var timeout: Double?
 
+    func validate() throws {
+        if let timeout, !(timeout.isFinite && timeout > 0 && timeout <= 31_536_000) {
+            throw ValidationError("--timeout must be a number of seconds above 0 (at most a year); leave it out to wait as long as it takes.")
+        }
+    }
+
     func run() throws {
         try guarded {
             let home = drive.driveHome
@@ -29,11 +35,15 @@ struct Sync: ParsableCommand {
             rounds: for round in 0..<20 {
                 var sawWork = false
                 let left = timeout.map { max(0.5, $0 - Date().timeIntervalSince(start)) } ?? 120
-                if let answer = try? ControlClient.call(home, ["command": "sync-poll", "timeout": left], timeout: Int(left) + 10),
-                   let stores = answer["stores"] as? [String: Any] {
-                    offline = stores.compactMap { name, v in
-                        guard let d = v as? [String: Any], d["offlineSince"] != nil else { return nil }
-                        return "\(name): \(d["offlineReason"] as? String ?? "offline")"
+                var answer: SyncPollAnswer?
+                do throws(DriveError) {
+                    answer = try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left), timeout: Int(left) + 10)
+                } catch where error.code == .protocolMismatch {
+                    throw error  // the daemon runs, but cannot be asked to look at the remotes
+                } catch {}
+                if let answer {
+                    offline = answer.stores.compactMap { name, state in
+                        state.offlineSince == nil ? nil : "\(name): \(state.offlineReason ?? "offline")"
                     }.sorted()
                 } else if round > 0 {
                     break  // not mounted: only the uploads this device queued are waited for

@@ -25,6 +25,23 @@ final class ConfigTests: XCTestCase {
         XCTAssertEqual(c.topLevelNames, ["Notes", "Work"])
     }
 
+    func testS3ConditionalWritesAreRequiredUnlessCheckedIsChosen() throws {
+        func parse(_ extra: String) throws -> DriveConfig {
+            try DriveConfig.parse("stores:\n  - name: b\n    remote: {type: s3, endpoint: \"http://127.0.0.1:8333\", bucket: docs\(extra)}\n",
+                                  file: "config.yaml")
+        }
+        guard case .s3(let strict) = try parse("").stores[0].remote else { return XCTFail("not s3") }
+        XCTAssertFalse(strict.checkedWrites)
+        let checked = try parse(", conditional-writes: checked")
+        guard case .s3(let weak) = checked.stores[0].remote else { return XCTFail("not s3") }
+        XCTAssertTrue(weak.checkedWrites)
+        // Written back, the choice stays.
+        XCTAssertEqual(try DriveConfig.parse(checked.yaml(), file: "config.yaml"), checked)
+        XCTAssertThrowsError(try parse(", conditional-writes: never")) { e in
+            XCTAssertTrue("\(e)".contains("must be \"required\""), "\(e)")
+        }
+    }
+
     func testSyntaxErrorNamesFileAndLine() {
         let text = "apps:\n  - id: a\n    name: [unclosed\n"
         XCTAssertThrowsError(try DriveConfig.parse(text, file: "/h/config.yaml")) { e in

@@ -148,6 +148,10 @@ def test_usage_errors_and_help(home):
     assert p.returncode == 64
     p = run([docdrive_bin(), "app", "add"], timeout=30, check=False)
     assert p.returncode == 64
+    # A timeout that is no number of seconds is a usage error, not a crash.
+    for bad in ("inf", "nan", "-1", "0"):
+        p = home.cli("sync", f"--timeout={bad}", check=False)
+        assert p.returncode == 64 and "--timeout must be" in p.stderr, (bad, p.returncode, p.stderr)
 
 
 def test_every_drive_is_a_device_with_its_own_id_and_a_name(new_drive):

@@ -26,7 +26,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "mount"))
 from ddtest import wait_until  # noqa: E402
-from weed import ACCESS_KEY, REGION, SECRET_KEY, FaultProxy, Weed, WeedUnavailable, weed_binary  # noqa: E402
+from weed import ACCESS_KEY, REGION, SECRET_KEY, FaultProxy, UnconditionalProxy, Weed, WeedUnavailable, weed_binary  # noqa: E402
 
 STORE = "s3"
 POLL = 0.5
@@ -644,5 +644,50 @@ def test_a_move_whose_delete_failed_leaves_no_copy_behind(weed, new_drive, boto)
         keys = sorted(k[len(prefix) + 1:] for k in bucket_objects(c, weed.bucket, prefix) if not k.endswith("/"))
         assert keys == ["New/moved.txt"], f"{keys}\n{dev.d.log_tail(40)}"
         assert sorted(dev.tree()) == [b"New/moved.txt"]
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_server_ignoring_conditional_writes_is_refused_unless_the_weaker_mode_is_accepted(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    proxy = UnconditionalProxy(weed.port)  # drops If-Match / If-None-Match, signs again
+    try:
+        # Given a server that ignores conditional writes, `store add` refuses it with a sentence
+        # that names the way out, and adds nothing;
+        d = new_drive()
+        d.extra_env.update(weed.env({}))
+        p = d.cli("store", "add", STORE, "--name", "S3", "--s3", proxy.endpoint, "--bucket", weed.bucket,
+                  "--prefix", prefix, "--path-style", timeout=120, check=False)
+        assert p.returncode != 0, p.stdout
+        assert "ignores If-None-Match" in p.stderr and "--accept-unconditional-writes" in p.stderr, p.stderr
+        assert proxy.stripped > 0
+        assert f'name: "{STORE}"' not in (d.home / "config.yaml").read_text(), (d.home / "config.yaml").read_text()
+        # with --accept-unconditional-writes two devices use it (`conditional-writes: checked`),
+        a = S3Device(d, weed, proxy.endpoint, prefix, "--accept-unconditional-writes").mount()
+        assert "conditional-writes: checked" in (d.home / "config.yaml").read_text()
+        # (B looks at the bucket only when asked: it must not hear of A's edit before its own.)
+        b = S3Device(new_drive(), weed, proxy.endpoint, prefix, "--accept-unconditional-writes", "--poll", "3600").mount()
+        save(a.path(b"doc.txt"), b"version 1\n")
+        a.sync()
+        b.sync()
+        assert read(b.path(b"doc.txt")) == b"version 1\n"
+        stripped = proxy.stripped
+        # and when B edits the file after A's edit of it reached the server (the weaker mode's
+        # HEAD sees it; two writes within one round trip is the race it leaves, see README),
+        save(a.path(b"doc.txt"), b"version A\n")
+        a.sync()
+        save(b.path(b"doc.txt"), b"version B\n")
+        for dev in (b, a, b):
+            dev.sync()
+        # both versions are kept on both devices and in the bucket: no lost update, even though
+        # the server let every write through unconditionally.
+        assert proxy.stripped > stripped
+        for dev in (a, b):
+            contents = sorted(dev.tree().values())
+            assert contents == [b"version A\n", b"version B\n"], (dev.tree(), dev.d.log_tail(60))
+        assert sorted(bucket_tree(c, weed.bucket, prefix).values()) == [b"version A\n", b"version B\n"]
+        assert a.tree() == b.tree()
     finally:
         proxy.stop()

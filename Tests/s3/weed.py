@@ -151,7 +151,29 @@ class Weed:
         self.stop()
 
 
-class FaultProxy:
+class _LoopbackFront:
+    """An HTTP server of the tests on 127.0.0.1 (a free port), on a thread of its own."""
+
+    def _serve(self, handler):
+        import http.server
+        import threading
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FaultProxy(_LoopbackFront):
     """An S3 front on loopback that fails three requests in four: 503 SlowDown without passing
     it on, 500 after passing it on (the answer is lost: the write happened) or, for a download
     over 1 MiB, half the body and a closed connection, 500 without passing it on; the fourth
@@ -239,19 +261,93 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self._serve(Handler)
 
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+def _sigv4_headers(method: str, raw_path: str, headers: dict[str, str], host: str) -> dict[str, str]:
+    """Signs a request anew (AWS Signature V4 with the test credentials) over `host`, the
+    x-amz-* headers and Content-Type; the path and query are taken as sent (already encoded)."""
+    import datetime
+    import hashlib
+    import hmac
+
+    path, _, query = raw_path.partition("?")
+    pairs = sorted(tuple(p.split("=", 1)) if "=" in p else (p, "") for p in query.split("&") if p)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    h = {k.lower(): v.strip() for k, v in headers.items()
+         if k.lower().startswith("x-amz-") or k.lower() == "content-type"}
+    h["host"], h["x-amz-date"] = host, amz_date
+    h.setdefault("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+    names = sorted(h)
+    canonical = "\n".join([method, path, "&".join(f"{k}={v}" for k, v in pairs),
+                           "".join(f"{n}:{h[n]}\n" for n in names), ";".join(names), h["x-amz-content-sha256"]])
+    scope = f"{day}/{REGION}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = ("AWS4" + SECRET_KEY).encode()
+    for part in (day, REGION, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    h["authorization"] = f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
+    return h
+
+
+class UnconditionalProxy(_LoopbackFront):
+    """An S3 front on loopback that behaves like a server ignoring conditional writes: it drops
+    If-Match, If-None-Match and x-amz-copy-source-if-match from every request and signs it anew
+    (the client's signature covers them). `stripped` counts the requests it changed."""
+
+    DROPPED = ("if-match", "if-none-match", "x-amz-copy-source-if-match")
+
+    def __init__(self, target_port: int):
+        import http.client
+        import http.server
+        import threading
+
+        proxy = self
+        self.stripped = 0
+        self.lock = threading.Lock()
+        target = f"127.0.0.1:{target_port}"
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                if any(k.lower() in UnconditionalProxy.DROPPED for k in self.headers):
+                    with proxy.lock:
+                        proxy.stripped += 1
+                resigned = (*UnconditionalProxy.DROPPED, "authorization", "x-amz-date", "host")
+                kept = {k: v for k, v in self.headers.items() if k.lower() not in resigned}
+                signed = _sigv4_headers(self.command, self.path, kept, target)
+                c = http.client.HTTPConnection("127.0.0.1", target_port, timeout=120)
+                c.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                for k, v in kept.items():
+                    if k.lower() not in signed:
+                        c.putheader(k, v)
+                for k, v in signed.items():
+                    c.putheader(k, v)
+                c.endheaders(body)
+                r = c.getresponse()
+                data = r.read()
+                c.close()
+                self.send_response(r.status)
+                hop = {"content-length", "transfer-encoding", "connection", "keep-alive"}
+                for k, v in r.getheaders():
+                    if k.lower() not in hop:
+                        self.send_header(k, v)
+                self.send_header("Content-Length", r.getheader("Content-Length") if self.command == "HEAD" else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self._serve(Handler)
 
 
 def main(argv: list[str]) -> int:

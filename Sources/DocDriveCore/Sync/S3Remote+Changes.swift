@@ -17,6 +17,9 @@ extension S3Remote {
         if try head(keys.key(path)) != nil {
             throw DriveError(.remoteChanged, "Cannot make the folder \(path): \(displayName) has a file of that name (another device made it).")
         }
+        if ignoresConditions.load(ordering: .relaxed), let h = try head(key) {
+            return RemoteItem(path: path, kind: .folder, version: "", size: 0, meta: h.meta)
+        }
         let r = try client.send(.PUT, key: key, headers: S3Meta.headers(meta) + [("If-None-Match", "*")], body: .bytes([]))
         guard r.status == 200 || r.status == 412 || r.status == 409 else { throw client.failure(r, "make the folder \(path)") }
         if r.status != 200, let h = try head(key) {
@@ -31,6 +34,7 @@ extension S3Remote {
         let key = try keys.key(path)
         let token = Self.randomToken()
         var retried = false
+        try precheck(key, expecting, what: "make the link \(path)")
         let headers = S3Meta.headers(meta, link: true, upload: token) + Self.condition(expecting)
         let r = try client.send(.PUT, key: key, headers: headers, body: .bytes(target), beforeRetry: { retried = true })
         return try written(r, key: key, path: path, kind: .symlink, size: Int64(target.count), meta: meta, token: token,
@@ -100,7 +104,16 @@ extension S3Remote {
             throw DriveError(.remoteChanged, "Cannot move \(from): it changed on \(displayName) meanwhile (another device wrote it).")
         }
         try copyObject(fromKey, etag: version, size: source.size, to: toKey, what: "move \(from) to \(to)")
-        try deleteObject(fromKey, etag: version, what: "move \(from) to \(to)")
+        do {
+            try deleteObject(fromKey, etag: version, what: "move \(from) to \(to)")
+        } catch where error.code == .remoteChanged {
+            // Changed at its old path meanwhile (another device wrote it): the copy goes again,
+            // or the remote would hold one item (one id) twice. Not moved.
+            // (A copy in parts has an ETag of its own.)
+            let copied = ((try? head(toKey)) ?? nil)?.etag ?? version
+            try? deleteObject(toKey, etag: copied, what: "undo the move of \(from) to \(to)")
+            throw error
+        }
         guard let h = try head(toKey) else {
             throw DriveError(.remoteChanged, "Moved \(from) to \(to), but another device deleted it there at once.")
         }
@@ -110,6 +123,7 @@ extension S3Remote {
     /// Server-side copy of `key` (if still `etag`) to `to`, where nothing may be; metadata
     /// goes along. Objects over 5 GiB are copied in parts.
     func copyObject(_ key: String, etag: String, size: Int64, to: String, what: String) throws(DriveError) {
+        try precheck(to, .absent, what: what)
         let source = "/" + client.settings.bucket + "/" + SigV4.encode(key, slash: false)
         if key.utf8.last == UInt8(ascii: "/") {
             // A folder marker (some servers keep it as a real folder, which no copy takes):

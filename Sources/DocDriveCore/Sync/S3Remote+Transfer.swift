@@ -106,6 +106,7 @@ extension S3Remote {
             progress?(sent, size)
         })
         var retried = false
+        try precheck(key, expecting, what: "upload \(path)")
         let headers = S3Meta.headers(meta, upload: token) + Self.condition(expecting) + [("Content-Type", "application/octet-stream")]
         let r = try client.send(.PUT, key: key, headers: headers, body: body, beforeRetry: { retried = true; sent = 0 })
         return try written(r, key: key, path: path, kind: .file, size: size, meta: meta, token: token, retried: retried,

@@ -16,8 +16,11 @@ import Glibc
 ///  * `.docdrive-store` under the prefix: the marker `store add` writes; `.docdrive/`: records
 ///    of this device's unfinished multipart uploads, and probe objects.
 /// Versions are ETags (without their quotes). Listings carry no user metadata, so `list()`
-/// HEADs each object whose (key, ETag) it has not seen yet, and keeps the answers in memory:
-/// a second listing HEADs only what changed. `list(metadata: false)` skips that.
+/// HEADs each object whose (key, ETag, last-modified second) it has not seen yet, and keeps the
+/// answers in memory: a second listing HEADs only what changed. An ETag is the content's MD5,
+/// so another item written with the same bytes (a file moved away and a copy of it uploaded
+/// under the old name) keeps the ETag; its time tells it apart, its HEAD gives its item id.
+/// `list(metadata: false)` skips the HEADs.
 ///
 /// Threads: every method blocks its caller (a worker thread, never a FUSE request thread or an
 /// event loop) until S3 answered. Locks (`heads`, the `Locked` boxes, the `Handoff`s of
@@ -41,6 +44,9 @@ public final class S3Remote: Remote, Sendable {
     /// Set while one thread probes: the others wait for it rather than probe too (the workers
     /// of a store all start writing at once).
     let probing = Atomic<Bool>(false)
+    /// The probe found a server that ignores conditional writes and the store accepts it
+    /// (`conditional-writes: checked`): every write HEADs first (`precheck`).
+    let ignoresConditions = Atomic<Bool>(false)
 
     struct Head: Sendable {
         var etag: String
@@ -48,6 +54,9 @@ public final class S3Remote: Remote, Sendable {
         var meta: RemoteMeta
         var link: Bool
         var upload: String?
+        /// When the object was written, to the second ("YYYYMMDDHHMMSS", UTC; `modifiedSecond`);
+        /// nil when not known (an answer to this device's own write has none).
+        var modified: String? = nil
     }
 
     public init(client: S3Client, device: String, pageSize: Int = 1000) {
@@ -111,18 +120,47 @@ public final class S3Remote: Remote, Sendable {
         }
         let second = try client.send(.PUT, key: key, headers: [("If-None-Match", "*")], body: body)
         if second.status == 200 {
-            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores If-None-Match: * (it let a create-only write replace an object), so two devices could overwrite each other's changes; DocDrive refuses to use it.")
+            return try unconditional("If-None-Match: * (it let a create-only write replace an object)")
         }
         guard second.status == 412 || second.status == 409 else { throw client.failure(second, "probe conditional writes on \(displayName)") }
         let replace = try client.send(.PUT, key: key, headers: [("If-Match", "\"00000000000000000000000000000000\"")], body: body)
         if replace.status == 200 {
-            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores If-Match (it let a write replace an object of another ETag), so two devices could overwrite each other's changes; DocDrive refuses to use it.")
+            return try unconditional("If-Match (it let a write replace an object of another ETag)")
         }
         let delete = try client.send(.DELETE, key: key, headers: [("If-Match", "\"00000000000000000000000000000000\"")])
         let honoured = delete.status == 412 || delete.status == 409
         conditionalDelete.store(honoured, ordering: .relaxed)
         probed.store(true, ordering: .releasing)
-        return S3Capabilities(conditionalDelete: honoured)
+        return S3Capabilities(conditionalDelete: honoured, conditionalWrites: true)
+    }
+
+    /// A server that ignores conditional writes: refused, unless the store accepts the weaker
+    /// mode, in which every write checks the version with a HEAD first.
+    private func unconditional(_ what: String) throws(DriveError) -> S3Capabilities {
+        guard client.settings.checkedWrites else {
+            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores \(what), so two devices could overwrite each other's changes; DocDrive refuses to use it unless the store is added with --accept-unconditional-writes (a weaker mode, see the README).")
+        }
+        ignoresConditions.store(true, ordering: .relaxed)
+        conditionalDelete.store(false, ordering: .relaxed)
+        probed.store(true, ordering: .releasing)
+        return S3Capabilities(conditionalDelete: false, conditionalWrites: false)
+    }
+
+    /// Before a write to a server that ignores conditions (see `ignoresConditions`): throws
+    /// `.remoteChanged` unless `key` is what `expecting` says. A no-op on a server that honours
+    /// conditions, where the write itself carries them.
+    func precheck(_ key: String, _ expecting: RemoteExpectation, what: String) throws(DriveError) {
+        guard ignoresConditions.load(ordering: .relaxed) else { return }
+        let current = try head(key)
+        switch expecting {
+        case .absent where current != nil:
+            throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) has an item there already (another device made it).")
+        case .version where current == nil:
+            throw DriveError(.remoteChanged, "Cannot \(what): it was deleted on \(displayName) meanwhile (by another device).")
+        case .version(let v) where current?.etag != v:
+            throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
+        default: return
+        }
     }
 
     /// Probes the server before this process's first write: one thread probes, the others wait
@@ -150,21 +188,21 @@ public final class S3Remote: Remote, Sendable {
     public func list(metadata: Bool) throws(DriveError) -> [RemoteItem] {
         let objects = try listObjects(keyPrefix: keys.keyPrefix)
         var byPath = [StorePath: RemoteItem]()
-        var files = [(key: String, index: StorePath)]()
+        var files = [(key: String, index: StorePath, modified: String?)]()
         for o in objects {
             guard let (path, isFolder) = keys.path(ofKey: o.key) else { continue }
             if isFolder {
                 // A marker carries the folder's metadata (its item id).
                 var item = RemoteItem(path: path, kind: .folder, version: "", size: 0)
-                if let h = cachedHead(o.key, etag: o.etag) { item.meta = h.meta } else { files.append((o.key, path)) }
+                if let h = cachedHead(o.key, etag: o.etag, modified: o.modified) { item.meta = h.meta } else { files.append((o.key, path, o.modified)) }
                 byPath[path] = item
             } else if byPath[path]?.kind != .folder {
                 var item = RemoteItem(path: path, kind: .file, version: o.etag, size: o.size)
-                if let h = cachedHead(o.key, etag: o.etag) {
+                if let h = cachedHead(o.key, etag: o.etag, modified: o.modified) {
                     item.meta = h.meta
                     if h.link { item.kind = .symlink }
                 } else {
-                    files.append((o.key, path))
+                    files.append((o.key, path, o.modified))
                 }
                 byPath[path] = item
             }
@@ -183,7 +221,8 @@ public final class S3Remote: Remote, Sendable {
             let wanted = files
             S3Parallel.forEach(wanted.count, width: 16) { i in
                 do throws(DriveError) {
-                    if let h = try self.head(wanted[i].key) { found.update { $0[wanted[i].index] = h } }
+                    // Kept with the listing's time: the next listing compares with that.
+                    if let h = try self.head(wanted[i].key, listedModified: wanted[i].modified) { found.update { $0[wanted[i].index] = h } }
                 } catch {
                     failure.update { if $0 == nil { $0 = error } }
                 }
@@ -206,7 +245,7 @@ public final class S3Remote: Remote, Sendable {
         return byPath.values.sorted { $0.path < $1.path }
     }
 
-    struct Listed { var key: String; var etag: String; var size: Int64 }
+    struct Listed { var key: String; var etag: String; var size: Int64; var modified: String? }
 
     /// Every object under `keyPrefix`, page by page (ListObjectsV2).
     func listObjects(keyPrefix: String, limit: Int? = nil) throws(DriveError) -> [Listed] {
@@ -223,7 +262,8 @@ public final class S3Remote: Remote, Sendable {
             for c in xml.elements("Contents") {
                 guard var key = c.value("Key") else { continue }
                 if urlEncoded { key = Self.urlDecoded(key) }
-                out.append(Listed(key: key, etag: Self.unquoted(c.value("ETag") ?? ""), size: Int64(c.value("Size") ?? "") ?? 0))
+                out.append(Listed(key: key, etag: Self.unquoted(c.value("ETag") ?? ""), size: Int64(c.value("Size") ?? "") ?? 0,
+                                  modified: c.value("LastModified").flatMap(Self.modifiedSecond)))
             }
             token = xml.value("IsTruncated") == "true" ? xml.value("NextContinuationToken") : nil
             if let limit, out.count >= limit { break }
@@ -244,20 +284,26 @@ public final class S3Remote: Remote, Sendable {
         return nil
     }
 
-    /// HEAD of a key: nil when there is no object.
-    func head(_ key: String) throws(DriveError) -> Head? {
+    /// HEAD of a key: nil when there is no object. The answer is kept with `listedModified`
+    /// (the time a listing gave) when there is one, else with the answer's own time.
+    func head(_ key: String, listedModified: String? = nil) throws(DriveError) -> Head? {
         let r = try client.send(.HEAD, key: key)
         if r.status == 404 { return nil }
         guard r.status == 200 else { throw client.failure(r, "read the metadata of \(key)") }
         let (meta, link, upload) = S3Meta.meta(r.headerPairs)
         let h = Head(etag: Self.unquoted(r.header("ETag") ?? ""), size: Int64(r.header("Content-Length") ?? "") ?? 0,
-                     meta: meta, link: link, upload: upload)
+                     meta: meta, link: link, upload: upload,
+                     modified: listedModified ?? r.header("Last-Modified").flatMap(Self.modifiedSecond))
         heads.withLock { $0[Array(key.utf8)] = h }
         return h
     }
 
-    func cachedHead(_ key: String, etag: String) -> Head? {
-        heads.withLock { $0[Array(key.utf8)] }.flatMap { $0.etag == etag ? $0 : nil }
+    /// The HEAD answer kept for `key`, while it is the object a listing shows: same ETag, and
+    /// written in the same second (an answer of unknown time is looked up again).
+    func cachedHead(_ key: String, etag: String, modified: String?) -> Head? {
+        guard let h = heads.withLock({ $0[Array(key.utf8)] }), h.etag == etag else { return nil }
+        if let modified, h.modified != modified { return nil }
+        return h
     }
 
     // MARK: Helpers
@@ -267,6 +313,25 @@ public final class S3Remote: Remote, Sendable {
         case .absent: return [("If-None-Match", "*")]
         case .version(let v): return [("If-Match", "\"\(v)\"")]
         }
+    }
+
+    /// A listing's `LastModified` (ISO 8601: "2026-11-23T02:09:38.000Z") or a HEAD's
+    /// `Last-Modified` (HTTP date: "Mon, 23 Nov 2026 02:09:38 GMT") as "20261123020938", so
+    /// that the two compare; nil for any other form.
+    static func modifiedSecond(_ s: String) -> String? {
+        let iso = Array(s.utf8)
+        if iso.count >= 19, iso[4] == UInt8(ascii: "-"), iso[10] == UInt8(ascii: "T") {
+            let digits = iso[0..<19].filter { $0 >= 0x30 && $0 <= 0x39 }
+            return digits.count == 14 ? String(decoding: digits, as: UTF8.self) : nil
+        }
+        // "Wdy, DD Mon YYYY HH:MM:SS GMT"
+        let parts = s.split(separator: " ")
+        guard parts.count >= 5, let day = Int(parts[1]), let year = Int(parts[3]),
+              let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"].firstIndex(of: String(parts[2])) else { return nil }
+        let time = parts[4].filter { $0 != ":" }
+        guard time.count == 6, time.allSatisfy(\.isASCII), time.allSatisfy(\.isNumber) else { return nil }
+        func two(_ n: Int) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return "\(year)\(two(month + 1))\(two(day))\(time)"
     }
 
     static func unquoted(_ etag: String) -> String {
@@ -291,4 +356,7 @@ public final class S3Remote: Remote, Sendable {
 public struct S3Capabilities: Sendable {
     /// DELETE honours If-Match (else a conditional delete HEADs first: a short race remains).
     public var conditionalDelete: Bool
+    /// PUT honours If-Match and If-None-Match; false only for a store that accepted the
+    /// weaker mode (`conditional-writes: checked`).
+    public var conditionalWrites: Bool
 }

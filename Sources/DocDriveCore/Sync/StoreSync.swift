@@ -44,6 +44,10 @@ public struct RemoteState: Equatable, Sendable, Codable {
     public var offlineReason: String?
     /// Names of the devices that wrote what the remote holds.
     public var devices: [String] = []
+
+    public init(lastPoll: Double? = nil, offlineSince: Double? = nil, offlineReason: String? = nil, devices: [String] = []) {
+        (self.lastPoll, self.offlineSince, self.offlineReason, self.devices) = (lastPoll, offlineSince, offlineReason, devices)
+    }
 }
 
 final class StoreSync: Sendable {
@@ -73,6 +77,9 @@ final class StoreSync: Sendable {
     /// SeaweedFS answers the second of two conditional writes of one key after a retry of its
     /// own, a second later.) Lock: leaf.
     private let makingFolders = Mutex<Set<StorePath>>([])
+    /// Paths that wait for a listing of the remote made after they were looked at, with how
+    /// many polls had started then (`listedSinceNoticed`). Lock: leaf.
+    private let noticed = Mutex<[StorePath: Int]>([:])
     let state = Mutex(RemoteState())
     /// Polls started and done (a `docdrive sync` waits for one that started after it asked).
     let pollsStarted = Atomic<Int>(0)
@@ -190,6 +197,11 @@ final class StoreSync: Sendable {
         let name = String(decoding: path.lastName, as: UTF8.self)
         let kind: ItemKind = st.st_mode & S_IFMT == S_IFDIR ? .directory : st.st_mode & S_IFMT == S_IFLNK ? .symlink : .file
         if let id {
+            // The id moves here from another local item that had it (an item moved away on the
+            // remote, and another one written under its old name): that one learns its id anew.
+            if let rootIno = cacheInode(), let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path {
+                try? queue.enqueue(root: key, path: StorePath(p), due: 0)
+            }
             index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: name, kind: kind, id: id))
         } else if let old {
             index.record(.replaced(root: key, ino: Int64(st.st_ino), oldIno: Int64(old.st_ino), parentIno: Int64(pst.st_ino), name: name))
@@ -269,7 +281,7 @@ final class StoreSync: Sendable {
         var attempt = 0
         while true {
             do {
-                return try syncLocked(path, firstTry: attempt == 0)
+                return try syncOnce(path, firstTry: attempt == 0)
             } catch let e where e.code == .remoteChanged && attempt < 3 {
                 attempt += 1
                 logger.debug("store \(name): \(e.message) Deciding again.")
@@ -291,24 +303,47 @@ final class StoreSync: Sendable {
     private func newHereID(_ path: StorePath, _ local: LocalItem?, _ base: BaseRow?, firstTry: Bool) throws(DriveError) -> String? {
         guard firstTry, base == nil, let l = local, l.kind == .file,
               listed.withLock({ $0.map { !$0.contains(path.hashValue) } }) == true,
-              let id = localID(l), try bases.base(root: key, id: id) == nil else { return nil }
+              let id = localID(l), try bases.base(root: key, id: id) == nil,
+              remoteIDs.withLock({ $0[id] }) == nil else { return nil }
         return id
     }
 
-    private func syncLocked(_ path: StorePath, firstTry: Bool = false) throws(DriveError) -> SyncOutcome {
-        var local = try localItem(path)
-        var base = try bases.base(root: key, path: path)
-        let newID = try newHereID(path, local, base, firstTry: firstTry)
-        var remoteItem = newID != nil ? nil : try remote.item(at: path)
+    /// Whether the remote was listed (the poll's listing, `remoteIDs`) since this path was first
+    /// found needing it: if not, a poll is asked for, and the path waits for it (`.busy`).
+    private func listedSinceNoticed(_ path: StorePath) -> Bool {
+        let mark = noticed.withLock { m in
+            if let at = m[path] { return at }
+            let now = pollsStarted.load(ordering: .relaxed)
+            m[path] = now
+            return now
+        }
+        // Polls run one at a time: once more have ended than had started, one started since.
+        if polls.load(ordering: .relaxed) >= mark + 1 { return true }
+        pollWanted.store(true, ordering: .relaxed)
+        return false
+    }
 
-        // Renamed here: the local item is the base of another path, no longer there locally
-        // (not a new file: its id has no base).
-        if newID == nil, let l = local, let id = localID(l), base?.id != id, let old = try bases.base(root: key, id: id), old.path != path,
-           remoteItem == nil, try localItem(old.path).map({ localID($0) != id }) ?? true {
+    /// The local item `l` at `path`, where the remote has nothing, is an item the remote has or
+    /// had under another path (this device's base, or the last listing, says where): renamed
+    /// here. Moves it there (then `base` and `remoteItem` are the moved item's, and nil is
+    /// returned: the path is decided as usual), or here when another device moved it elsewhere
+    /// too (its name wins, as in SyncDecision). Nil when it is not such an item, when it was
+    /// deleted on the remote (it goes up again from here), and when it changed at its old path
+    /// on the remote (it stays there as changed; this one goes up as another item, `uploadID`).
+    private func renamedHere(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
+        guard remoteItem == nil, let id = localID(l), base?.id != id else { return nil }
+        var old = try bases.base(root: key, id: id)
+        if old?.path == path { old = nil }
+        let listed = remoteIDs.withLock { $0[id] }
+        guard old != nil || (listed != nil && listed != path) else { return nil }
+        if let old {
+            // Still there locally as this item (not renamed, another name for it): nothing moved.
+            if let there = try localItem(old.path), localID(there) == id { return nil }
             // What is at or under the old path may be syncing now: decided once it is not.
             guard tryLock([old.path]) else { return .busy }
             defer { unlock([old.path]) }
-            if let r = try remote.item(at: old.path), r.version == old.remoteToken {
+            if let r = try remote.item(at: old.path) {
+                guard r.version == old.remoteToken else { return nil }
                 let moved: RemoteItem
                 do {
                     moved = try remote.move(old.path, version: old.remoteToken, to: path)
@@ -316,7 +351,7 @@ final class StoreSync: Sendable {
                     // A move cut short (S3: copied, then the delete of the source failed) is
                     // finished by the retry of this path, which finds the copy and adopts it: the
                     // old path must be looked at again, or its object stays on the remote. (A
-                    // refused condition is decided again below, with the bases as they are.)
+                    // refused condition is decided again, with the bases as they are.)
                     try? queue.enqueue(root: key, path: old.path, due: 0)
                     throw e
                 }
@@ -329,8 +364,69 @@ final class StoreSync: Sendable {
                 // of it decided before the move found nothing there then).
                 try? queue.enqueue(root: key, path: old.path, due: 0)
                 if moved.kind == .folder { try requeueInside(path) }
+                return nil
             }
         }
+        // Gone from where this device knew it on the remote: moved by another device too, or
+        // deleted there. Which one, a listing made since tells.
+        guard listedSinceNoticed(path) else { return .busy }
+        guard let to = remoteIDs.withLock({ $0[id] }), to != path, try localItem(to) == nil,
+              let r = try remote.item(at: to), r.meta.itemID == id else { return nil }
+        guard tryLock([to]) else { return .busy }
+        defer { unlock([to]) }
+        try moveLocal(path, to: to)
+        if let old { try bases.move(root: key, from: old.path, to: to) }
+        if r.kind == .folder { try requeueInside(to) }
+        logger.info("store \(name): \(path) was moved to \(to) on another device as well; its name there is kept")
+        try? queue.enqueue(root: key, path: to, due: 0)
+        return .synced
+    }
+
+    /// One decision for `path` (its lock held); a path decided is no longer waiting for a listing.
+    private func syncOnce(_ path: StorePath, firstTry: Bool = false) throws(DriveError) -> SyncOutcome {
+        let outcome = try syncLocked(path, firstTry: firstTry)
+        if outcome != .busy { noticed.withLock { _ = $0.removeValue(forKey: path) } }
+        return outcome
+    }
+
+    /// The remote item `r`, new at `path` (nothing here, no base), is an item this device has
+    /// under another local name that the remote does not have: its old path (the item was
+    /// moved on another device) or the name it was given here (renamed on both devices: the
+    /// remote's name wins, as in SyncDecision). The local item moves here; then `local` and
+    /// `base` are the moved item's and nil is returned (the path is decided as usual).
+    private func movedThere(_ path: StorePath, _ r: RemoteItem, local: inout LocalItem?, base: inout BaseRow?) throws(DriveError) -> SyncOutcome? {
+        guard let id = r.meta.itemID else { return nil }
+        let old = try bases.base(root: key, id: id).flatMap { $0.path != path ? $0 : nil }
+        // Where the item is here: the index knows; else at its old path.
+        var places = [StorePath]()
+        if let rootIno = cacheInode(), let p = try? index.knownPath(id: id, root: key, rootIno: rootIno) { places.append(StorePath(p)) }
+        if let old { places.append(old.path) }
+        for from in places where from != path {
+            guard let l = try localItem(from), l.kind == r.kind, localID(l) == id, try remote.item(at: from) == nil else { continue }
+            // Its old path's object must be gone too (a move, not a copy on the remote).
+            if let old, old.path != from, try remote.item(at: old.path)?.meta.itemID == id { return nil }
+            guard tryLock([from]) else { return .busy }
+            defer { unlock([from]) }
+            try moveLocal(from, to: path)
+            if let old { try bases.move(root: key, from: old.path, to: path) }
+            if r.kind == .folder { try requeueInside(path) }
+            logger.info("store \(name): \(from) was moved to \(path) on another device; moved here too")
+            try? queue.enqueue(root: key, path: from, due: 0)
+            local = try localItem(path)
+            base = try bases.base(root: key, path: path)
+            return nil
+        }
+        return nil
+    }
+
+    private func syncLocked(_ path: StorePath, firstTry: Bool = false) throws(DriveError) -> SyncOutcome {
+        var local = try localItem(path)
+        var base = try bases.base(root: key, path: path)
+        let newID = try newHereID(path, local, base, firstTry: firstTry)
+        var remoteItem = newID != nil ? nil : try remote.item(at: path)
+
+        // Renamed here: the local item is an item the remote has (or had) under another path.
+        if newID == nil, let l = local, let outcome = try renamedHere(path, l, base: &base, remoteItem: &remoteItem) { return outcome }
         // A folder here that is another item than the one the base knew (renamed away, and a
         // new one made under its name): what is in either is looked at on its own.
         if let l = local, l.kind == .folder, let b = base, b.kind == .folder, let id = localID(l), b.id != nil, b.id != id {
@@ -339,9 +435,18 @@ final class StoreSync: Sendable {
             nb.id = id
             try bases.put(root: key, nb)
         }
+        // Gone from the remote while changed here: it may have been moved on another device,
+        // after the last listing. It is looked for in a listing made after it was found gone
+        // (the change then follows the move below); re-made here before, it would be on the
+        // remote twice, under two names with one id.
+        if let l = local, l.kind != .folder, let b = base, b.id != nil, remoteItem == nil,
+           l.token != b.localToken || isBusyLocally(l), !listedSinceNoticed(path) {
+            return .busy
+        }
         // Renamed on another device: nothing here on the remote, but the item is elsewhere there.
         if remoteItem == nil, local != nil, let b = base, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
-           let r = try remote.item(at: to), r.meta.itemID == id, try localItem(to) == nil, tryLock([to]) {
+           let r = try remote.item(at: to), r.meta.itemID == id, try localItem(to) == nil {
+            guard tryLock([to]) else { return .busy }
             defer { unlock([to]) }
             try moveLocal(path, to: to)
             try bases.move(root: key, from: path, to: to)
@@ -351,14 +456,8 @@ final class StoreSync: Sendable {
             return .synced
         }
         // The same from the new name's side.
-        if local == nil, base == nil, let r = remoteItem, let id = r.meta.itemID, let old = try bases.base(root: key, id: id),
-           old.path != path, try remote.item(at: old.path) == nil, let l = try localItem(old.path), localID(l) == id, tryLock([old.path]) {
-            defer { unlock([old.path]) }
-            try moveLocal(old.path, to: path)
-            try bases.move(root: key, from: old.path, to: path)
-            logger.info("store \(name): \(old.path) was moved to \(path) on another device; moved here too")
-            local = try localItem(path)
-            base = try bases.base(root: key, path: path)
+        if local == nil, base == nil, let r = remoteItem, let outcome = try movedThere(path, r, local: &local, base: &base) {
+            return outcome
         }
 
         // Gone here because it was renamed: the new name's sync moves it on the remote (a
@@ -375,7 +474,7 @@ final class StoreSync: Sendable {
                             remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version) },
                             localBusy: isBusyLocally(local))
         let plan = SyncDecision.decide(item)
-        logger.debug("store \(name): \(path): local \(local?.token ?? "-") base \(base?.localToken ?? "-")/\(base?.remoteToken ?? "-") remote \(remoteItem?.version ?? "-"): \(plan)")
+        logger.debug("store \(name): \(path): local \(local?.token ?? "-") base \(base?.localToken ?? "-")/\(base?.remoteToken ?? "-") remote \(remoteItem?.version ?? "-"): \(plan) (ids \(local.flatMap { try? index.knownItemID(root: key, ino: Int64($0.st.st_ino)) } ?? "-") \(base?.id ?? "-") \(remoteItem?.meta.itemID ?? "-"))")
         switch plan.action {
         case .none:
             // One item, one id on every device: the remote's id is the item's.
@@ -435,10 +534,36 @@ final class StoreSync: Sendable {
         try bases.put(root: key, BaseRow(path: folder, id: r.meta.itemID ?? id, kind: .folder, localToken: "", remoteToken: r.version))
     }
 
-    /// `id`: the local item's id when the caller has it already.
+    /// Where the remote holds the item `id` at another path than `path` (where this device's
+    /// base or the last listing has it), if it does.
+    private func placeElsewhere(_ id: String, than path: StorePath) throws(DriveError) -> StorePath? {
+        var places = Set<StorePath>()
+        if let p = remoteIDs.withLock({ $0[id] }), p != path { places.insert(p) }
+        if let b = try bases.base(root: key, id: id), b.path != path { places.insert(b.path) }
+        for p in places where try remote.item(at: p)?.meta.itemID == id { return p }
+        return nil
+    }
+
+    /// The id a local item goes up with: its own, unless the remote holds that id at another
+    /// path (a file moved here, where it could not be moved on the remote: another device
+    /// changed it at its old path, or made an item under its new name). Then the item takes the
+    /// id of what it replaces here, or a new one (one id is never two items on the remote), and
+    /// its old path is decided again on its own (changed there: it stays; else it goes).
+    private func uploadID(_ l: LocalItem, replacing remoteThere: RemoteItem?) throws(DriveError) -> String? {
+        let id = localID(l)
+        guard let id, l.kind != .folder, let old = try placeElsewhere(id, than: l.path) else { return id }
+        let other = remoteThere?.meta.itemID.flatMap { $0 == id ? nil : $0 } ?? ItemIndex.newID()
+        logger.info("store \(name): \(l.path) goes up as another item than \(old) (which could not be moved there)")
+        takeID(other, for: l)
+        try? queue.enqueue(root: key, path: old, due: 0)
+        return other
+    }
+
+    /// `knownID`: the id of a file new here (`newHereID`), which no other path has.
     private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?, id knownID: String? = nil) throws(DriveError) {
         try ensureRemoteFolders(l.path.folder)
-        let id = knownID ?? localID(l)
+        let id: String?
+        if let knownID { id = knownID } else { id = try uploadID(l, replacing: remoteThere) }
         let expecting: RemoteExpectation = remoteThere.map { _ in .version(base?.remoteToken ?? "") } ?? .absent
         switch l.kind {
         case .folder:
@@ -460,6 +585,9 @@ final class StoreSync: Sendable {
             let r = try remote.makeSymlink(target, at: l.path, expecting: expecting, meta: meta(id: id))
             try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .symlink, localToken: l.token, remoteToken: r.version))
         case .file:
+            // A file open for writing may be half written (truncated, not yet filled): it goes up
+            // once closed (its close queues it), never as a version no process closed.
+            if isBusyLocally(l) { throw DriveError(.lockedForWriting, "\(l.path) is open for writing") }
             let cachefd = try openCache()
             defer { close(cachefd) }
             guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) else {
@@ -729,7 +857,7 @@ final class StoreSync: Sendable {
     private func syncLockedChild(_ path: StorePath) throws(DriveError) -> SyncOutcome {
         var attempt = 0
         while true {
-            do { return try syncLocked(path) } catch let e where e.code == .remoteChanged && attempt < 3 { attempt += 1 }
+            do { return try syncOnce(path) } catch let e where e.code == .remoteChanged && attempt < 3 { attempt += 1 }
         }
     }
 
@@ -856,7 +984,9 @@ final class StoreSync: Sendable {
         for b in all {
             known.insert(b.path)
             if let r = byPath[b.path] {
-                if r.version != b.remoteToken || r.kind != b.kind { changed.insert(b.path) }
+                // Another item id with the same version: another item with the same bytes (S3's
+                // version is the content's MD5), whose id this device must take.
+                if r.version != b.remoteToken || r.kind != b.kind || r.meta.itemID.map({ $0 != b.id }) ?? false { changed.insert(b.path) }
             } else {
                 changed.insert(b.path)
                 if let id = b.id, let to = byID[id] { changed.insert(to) }

@@ -577,6 +577,15 @@ public final class Uploader: Sendable {
         Dictionary(uniqueKeysWithValues: allStores().values.map { ($0.config.name, $0.sync.state.withLock { $0 }) })
     }
 
+    /// `docdrive sync`'s look at the remotes: every store polls now; answers once each poll is
+    /// done, or after `timeout` seconds (0.5 to 120).
+    public func pollAndWait(timeout: Double) -> [String: RemoteState] {
+        let marks = pollNow()
+        let deadline = Date().addingTimeInterval(min(120, max(0.5, timeout)))
+        while !polledSince(marks) && Date() < deadline { usleep(20_000) }
+        return remoteStates()
+    }
+
     /// Rewrites run/uploads.json when what it says changed (called every 250 ms), so that
     /// `docdrive status` can show progress; an idle daemon leaves it unchanged.
     func publishActivity() {

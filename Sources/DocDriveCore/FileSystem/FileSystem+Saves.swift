@@ -196,16 +196,8 @@ extension DriveFileSystem {
             newIno = try copyOver(from: pfd, name, into: tdir, targetName)
             _ = unlinkat(pfd, name, 0)
         }
-        folderPaths.invalidate()
-        // The saved file's node, which the kernel now shows under the reference's name, and the
-        // old target's nodes are no longer what the kernel thinks: both answer ESTALE, so the
-        // kernel looks the names up again and finds the reference and the new target.
-        table.replacedBehind(dev: UInt64(src.st_dev), ino: UInt64(src.st_ino))
-        table.replacedBehind(dev: UInt64(tst.st_dev), ino: UInt64(tst.st_ino))
-        identityChanges.add(1, ordering: .relaxed)
-        index.record(.removed(root: p.root!.key, ino: Int64(src.st_ino)))
-        index.record(.replaced(root: store.key, ino: newIno, oldIno: Int64(tst.st_ino), parentIno: Int64(folderStat.st_ino), name: targetName))
-        uploader?.noteChanged(root: store.key, path: target.path)
+        publish(.savedThroughReference(parent: p, src: src, store: store, path: target.path, name: targetName,
+                                       oldTarget: tst, newIno: newIno, folderIno: Int64(folderStat.st_ino)))
         invalidateLater(folder: tdir, name: targetName)
         invalidateLater(folder: npfd, name: String(cString: newName))
         logger.debug("save by rename onto reference \(refName) in \(np.root!.key): now \(store.key)/\(target.path)")

@@ -86,7 +86,7 @@ extension DriveFileSystem {
     /// Tells the uploader that an open file's content was saved (at close or fsync); `links`
     /// is the file's link count, which the caller has already stat'ed.
     func noteSaved(_ file: OpenFile, links: UInt64?) {
-        guard file.dirty.exchange(false, ordering: .relaxed), let uploader, let root = file.contentRoot else { return }
+        guard let uploader, let root = file.contentRoot else { return }
         switch storeLocation(fd: file.fd, root: root) {
         case .at(let path) where !path.isEmpty:
             uploader.noteChanged(root: root.key, path: path)

@@ -126,6 +126,10 @@ public struct FileSystemOptions: Sendable {
 ///    of a folder the kernel holds (control-socket commands and `invalidateLater` use other
 ///    threads).
 ///
+/// 8. The change feed (ChangeFeed) runs its subscribers on the operation's thread after the
+///    operation's system calls, with no lock of the core held; each subscriber takes leaves
+///    only (`InodeTable.state`, `ItemIndex.pending`, the uploader's `noted`).
+///
 /// Never on a FUSE request thread: a wait for an index transaction (the index answers from
 /// its unwritten events, see `ItemIndex`), for the network, or for an upload.
 public final class DriveFileSystem: Sendable {
@@ -164,9 +168,18 @@ public final class DriveFileSystem: Sendable {
     /// Bumped when an item's content moves to another file (an editor's save): references
     /// resolve their targets again.
     let identityChanges = Atomic<UInt64>(0)
+    /// What follows each change an operation makes (see ChangeFeed).
+    let changes: ChangeFeed
 
+    public convenience init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
+                            uploader: Uploader? = nil, logger: Logger) {
+        self.init(home: home, config: config, index: index, options: options, uploader: uploader, logger: logger, subscribers: [])
+    }
+
+    /// `subscribers`: follow every change after the drive's own (see ChangeFeed).
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
-                uploader: Uploader? = nil, logger: Logger) {
+         uploader: Uploader? = nil, logger: Logger, subscribers: [any ChangeSubscriber]) {
+        self.changes = ChangeFeed(adding: subscribers)
         self.uploader = uploader
         self.coordinator = uploader?.coordinator ?? Coordinator()
         self.home = home
@@ -394,9 +407,7 @@ public final class DriveFileSystem: Sendable {
         if let size = c.size {
             if n.isDirectory { throw .isDirectory }
             defer {
-                if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot, let p = storePath(fd: nfd, root: root), !p.isEmpty {
-                    uploader?.noteChanged(root: root.key, path: p)
-                }
+                if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot { publish(.truncated(fd: nfd, root: root)) }
             }
             if let fd { _ = try Sys.check { ftruncate(fd, off_t(size)) } } else { _ = try Sys.check { dd_truncate_path(nfd, off_t(size)) } }
         }
@@ -467,17 +478,7 @@ public final class DriveFileSystem: Sendable {
             _ = try Sys.check { dd_fchmod_path(efd, (e.attr.st_mode & 0o1777) | special) }
             e.attr = try Sys.stat(fd: efd)
         }
-        if let reclaiming {
-            index.record(.reclaimed(root: parent.root!.key, ino: Int64(e.attr.st_ino), fromIno: Int64(reclaiming),
-                                    parentIno: Int64(parent.ino), name: String(cString: name)))
-            identityChanges.add(1, ordering: .relaxed)
-        } else {
-            index.record(.created(root: parent.root!.key, ino: Int64(e.attr.st_ino), parentIno: Int64(parent.ino),
-                                  name: String(cString: name), kind: kind))
-        }
-        // A file is noted when it is saved (closed); a folder, a link or a fifo has no save: it
-        // is noted now, so that an empty folder and a link reach the remote (remote-safety hook).
-        if kind != .file { noteChanged(parent: parent, name: name, made: kind == .directory) }
+        publish(.created(parent: parent, name: name, ino: UInt64(e.attr.st_ino), kind: kind, reclaiming: reclaiming))
         return e
     }
 
@@ -539,7 +540,7 @@ public final class DriveFileSystem: Sendable {
         let pfd = try p.acquire()
         defer { p.release() }
         _ = try Sys.check { dd_linkat_path(nfd, pfd, newName) }
-        noteChanged(parent: p, name: newName)
+        publish(.linked(parent: p, name: newName))
         return try lookupBacking(parent: p, name: newName)
     }
 
@@ -608,11 +609,7 @@ public final class DriveFileSystem: Sendable {
             return
         }
         _ = try Sys.check { unlinkat(pfd, name, 0) }
-        noteChanged(parent: p, name: name, removal: true)
-        if st.st_nlink <= 1 {
-            table.removed(view: p.view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
-            index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
-        }
+        publish(.removed(parent: p, name: name, st: st))
     }
 
     public func rmdir(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
@@ -621,10 +618,7 @@ public final class DriveFileSystem: Sendable {
         defer { p.release() }
         let st = try Sys.stat(pfd, name)
         _ = try Sys.check { unlinkat(pfd, name, Sys.AT_REMOVEDIR) }
-        table.removed(view: p.view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
-        folderPaths.invalidate()
-        noteChanged(parent: p, name: name, removal: true)
-        index.record(.removed(root: p.root!.key, ino: Int64(st.st_ino)))
+        publish(.removed(parent: p, name: name, st: st))
     }
 
     public func rename(parent: UInt64, name: UnsafePointer<CChar>, newParent: UInt64, newName: UnsafePointer<CChar>, flags: UInt32) throws(Errno) {
@@ -668,28 +662,9 @@ public final class DriveFileSystem: Sendable {
             _ = try Sys.check { dd_renameat2(pfd, name, npfd, newName, flags) }
         }
         if let shadowed { _ = unlinkat(npfd, shadowed, 0) }
-        folderPaths.invalidate()
         vacated.forget(folder: np, name: newName)
         if !exchange { noteVacated(parent: p, name: name, src: src, to: np, newName) }
-        // Nodes not opened yet follow by name (an opened node's descriptor follows by itself).
-        table.seen(view: p.view, dev: UInt64(src.st_dev), ino: UInt64(src.st_ino), at: np, newName)
-        if exchange, let dst { table.seen(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino), at: p, name) }
-        if let dst, !exchange, dst.st_ino != src.st_ino, dst.st_nlink <= 1 { table.replaced(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino)) }
-        noteChanged(parent: p, name: name)
-        noteChanged(parent: np, name: newName)
-        let root = p.root!.key
-        index.record(.renamed(root: root, ino: Int64(src.st_ino), parentIno: Int64(np.ino), name: String(cString: newName)))
-        if let dst, dst.st_ino != src.st_ino {
-            if exchange {
-                index.record(.renamed(root: root, ino: Int64(dst.st_ino), parentIno: Int64(p.ino), name: String(cString: name)))
-            } else if dst.st_nlink <= 1, dst.st_mode & S_IFMT == S_IFREG, src.st_mode & S_IFMT == S_IFREG {
-                // Save-by-rename: the new file is the same document, with the same id.
-                index.record(.replaced(root: root, ino: Int64(src.st_ino), oldIno: Int64(dst.st_ino),
-                                       parentIno: Int64(np.ino), name: String(cString: newName)))
-            } else if dst.st_nlink <= 1 || (dst.st_mode & S_IFMT) == S_IFDIR {
-                index.record(.removed(root: root, ino: Int64(dst.st_ino)))
-            }
-        }
+        publish(.renamed(from: p, name: name, to: np, newName: newName, src: src, dst: dst, exchange: exchange))
     }
 
     // MARK: open files
@@ -759,7 +734,7 @@ public final class DriveFileSystem: Sendable {
         if (file.writable && file.writesBypass.load(ordering: .relaxed)) || file.dirty.load(ordering: .relaxed) {
             let st = try? Sys.stat(fd: file.fd)
             noticeBypassedWrites(file, st)
-            noteSaved(file, links: st.map { UInt64($0.st_nlink) })
+            saved(file, st)
         }
     }
 
@@ -778,7 +753,7 @@ public final class DriveFileSystem: Sendable {
         let st = try? Sys.stat(fd: file.fd)
         if let st { file.inode.cachedVersion.withLock { $0 = FileVersion(st) } }
         noticeBypassedWrites(file, st)
-        noteSaved(file, links: st.map { UInt64($0.st_nlink) })
+        saved(file, st)
         Sys.close(file.fd)
     }
 
@@ -786,7 +761,13 @@ public final class DriveFileSystem: Sendable {
         _ = try Sys.check { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
         let st = try? Sys.stat(fd: file.fd)
         noticeBypassedWrites(file, st)
-        noteSaved(file, links: st.map { UInt64($0.st_nlink) })
+        saved(file, st)
+    }
+
+    /// A written file's content is saved (close, flush, fsync): published once per change.
+    private func saved(_ file: OpenFile, _ st: stat?) {
+        guard file.dirty.exchange(false, ordering: .relaxed) else { return }
+        publish(.saved(file, links: st.map { UInt64($0.st_nlink) }))
     }
 
     /// Runs `body` with an O_PATH descriptor of the file `file` reads and writes, one that is

@@ -1,0 +1,582 @@
+// ControlProtocol: the messages of the control socket, shared by the daemon and the commands:
+// one request type with a case per command, a typed answer per command, one error answer, and
+// the protocol's version, carried in every request and every answer.
+import Foundation
+
+/// The wire format: one JSON object per line, a request's fields beside its command.
+///
+///     {"version":2,"command":"app-close","app":"org.example.notes"}
+///     {"version":2,"ok":true,"result":{"app":"org.example.notes","removed":2}}
+///     {"version":2,"ok":false,"code":"notFound","error":"There is no app \"x\" (see `docdrive app list`)."}
+///
+/// Version 1 was the dictionaries before these types; it had no "version" field, so a message
+/// without one is version 1. A daemon and a command of different versions do nothing but say so.
+public enum ControlProtocol {
+    public static let version = 2
+    /// The longest request line the daemon reads (a bookmark token is at most 8 KiB).
+    public static let maxRequest = 64 * 1024
+
+    /// The one sentence for two versions that cannot talk, from the command's side (the user
+    /// runs the command, whichever side noticed).
+    public static func mismatch(command: Int, daemon: Int) -> String {
+        "This docdrive speaks control protocol \(command) but the mounted daemon speaks \(daemon); "
+            + (command > daemon ? "remount the drive after upgrading." : "use the docdrive that mounted the drive, or remount it with this one.")
+    }
+}
+
+/// A request to the daemon. Each case's fields are a struct of the same name; those a command
+/// sends with `ControlClient.call` name their answer (`ControlCommand`).
+public enum ControlRequest: Equatable, Sendable {
+    case open(Open)
+    case importDocument(Import)
+    case move(Move)
+    case export(Export)
+    case bookmarkCreate(BookmarkCreate)
+    case bookmarkResolve(BookmarkResolve)
+    case grantsList(GrantsList)
+    case grantsRevoke(GrantsRevoke)
+    case appClose(AppClose)
+    case references(References)
+    case syncPoll(SyncPoll)
+    case indexError(IndexError)
+    case query(Query)
+    /// The current results, then a line per batch of changes (`QueryAnswer`), until the command goes.
+    case queryWatch(Query)
+
+    /// The command's name on the wire.
+    public var command: String {
+        switch self {
+        case .open: "open"
+        case .importDocument: "import"
+        case .move: "move"
+        case .export: "export"
+        case .bookmarkCreate: "bookmark-create"
+        case .bookmarkResolve: "bookmark-resolve"
+        case .grantsList: "grants-list"
+        case .grantsRevoke: "grants-revoke"
+        case .appClose: "app-close"
+        case .references: "references"
+        case .syncPoll: "sync-poll"
+        case .indexError: "index-error"
+        case .query: "query"
+        case .queryWatch: "query-watch"
+        }
+    }
+
+    var fields: any Encodable {
+        switch self {
+        case .open(let r): r
+        case .importDocument(let r): r
+        case .move(let r): r
+        case .export(let r): r
+        case .bookmarkCreate(let r): r
+        case .bookmarkResolve(let r): r
+        case .grantsList(let r): r
+        case .grantsRevoke(let r): r
+        case .appClose(let r): r
+        case .references(let r): r
+        case .syncPoll(let r): r
+        case .indexError(let r): r
+        case .query(let r), .queryWatch(let r): r
+        }
+    }
+}
+
+/// A request whose answer is one `Answer` (every one but query-watch).
+public protocol ControlCommand: Codable, Equatable, Sendable {
+    associatedtype Answer: Codable, Sendable
+    var request: ControlRequest { get }
+}
+
+extension ControlRequest {
+    /// Open mode: a reference to a store document in the app's Documents (or a folder there).
+    public struct Open: ControlCommand {
+        public typealias Answer = ReferenceAnswer
+        public var app: String
+        public var path: String
+        /// The name the reference shows under (the document's own when nil).
+        public var name: String?
+        public var into: String?
+        public var noRename: Bool
+        enum CodingKeys: String, CodingKey { case app, path, name = "as", into, noRename }
+        public init(app: String, path: String, name: String? = nil, into: String? = nil, noRename: Bool = false) {
+            (self.app, self.path, self.name, self.into, self.noRename) = (app, path, name, into, noRename)
+        }
+        public var request: ControlRequest { .open(self) }
+    }
+
+    /// Import mode: a copy in the app's Inbox.
+    public struct Import: ControlCommand {
+        public typealias Answer = CopyAnswer
+        public var app: String
+        public var path: String
+        public init(app: String, path: String) { (self.app, self.path) = (app, path) }
+        public var request: ControlRequest { .importDocument(self) }
+    }
+
+    /// MoveToService: an app's document into a store ("STORE" or "STORE/FOLDER"), a reference left behind.
+    public struct Move: ControlCommand {
+        public typealias Answer = ReferenceAnswer
+        public var app: String
+        public var path: String
+        public var to: String
+        public var noRename: Bool
+        public init(app: String, path: String, to: String, noRename: Bool = false) {
+            (self.app, self.path, self.to, self.noRename) = (app, path, to, noRename)
+        }
+        public var request: ControlRequest { .move(self) }
+    }
+
+    /// ExportToService: a copy of an app's document into a store.
+    public struct Export: ControlCommand {
+        public typealias Answer = CopyAnswer
+        public var app: String
+        public var path: String
+        public var to: String
+        public var noRename: Bool
+        public init(app: String, path: String, to: String, noRename: Bool = false) {
+            (self.app, self.path, self.to, self.noRename) = (app, path, to, noRename)
+        }
+        public var request: ControlRequest { .export(self) }
+    }
+
+    public struct BookmarkCreate: ControlCommand {
+        public typealias Answer = BookmarkAnswer
+        public var app: String
+        public var path: String
+        public init(app: String, path: String) { (self.app, self.path) = (app, path) }
+        public var request: ControlRequest { .bookmarkCreate(self) }
+    }
+
+    public struct BookmarkResolve: ControlCommand {
+        public typealias Answer = ResolvedBookmark
+        public var app: String
+        public var token: String
+        public init(app: String, token: String) { (self.app, self.token) = (app, token) }
+        public var request: ControlRequest { .bookmarkResolve(self) }
+    }
+
+    /// Every grant, or one app's.
+    public struct GrantsList: ControlCommand {
+        public typealias Answer = GrantsAnswer
+        public var app: String?
+        public init(app: String? = nil) { self.app = app }
+        public var request: ControlRequest { .grantsList(self) }
+    }
+
+    public struct GrantsRevoke: ControlCommand {
+        public typealias Answer = RevokeAnswer
+        public var app: String
+        public var path: String
+        public init(app: String, path: String) { (self.app, self.path) = (app, path) }
+        public var request: ControlRequest { .grantsRevoke(self) }
+    }
+
+    /// The app is done: its import copies go.
+    public struct AppClose: ControlCommand {
+        public typealias Answer = AppCloseAnswer
+        public var app: String
+        public init(app: String) { self.app = app }
+        public var request: ControlRequest { .appClose(self) }
+    }
+
+    /// Every reference entry and its state (for `docdrive status`).
+    public struct References: ControlCommand {
+        public typealias Answer = ReferencesAnswer
+        public init() {}
+        public var request: ControlRequest { .references(self) }
+    }
+
+    /// Look at every store's remote now; answered once that look is done (or after `timeout`
+    /// seconds, 0.5 to 120; 120 when nil).
+    public struct SyncPoll: ControlCommand {
+        public typealias Answer = SyncPollAnswer
+        public var timeout: Double?
+        public init(timeout: Double? = nil) { self.timeout = timeout }
+        public var request: ControlRequest { .syncPoll(self) }
+    }
+
+    /// The daemon's last failed write to the index (it cannot rewrite run/uploads.json on a full disk).
+    public struct IndexError: ControlCommand {
+        public typealias Answer = IndexErrorAnswer
+        public init() {}
+        public var request: ControlRequest { .indexError(self) }
+    }
+
+    /// `docdrive query`: the expression's words, the scopes as `QueryService.scope` reads them.
+    public struct Query: ControlCommand {
+        public typealias Answer = QueryAnswer
+        public var expr: [String]
+        public var scopes: [String]
+        public var sort: QuerySort?
+        /// nil: largest and newest first for size and modified, A to Z for name.
+        public var descending: Bool?
+        public var limit: Int?
+        /// Answer with the count only.
+        public var count: Bool
+        /// Answer with the paths only (plain output needs no more).
+        public var pathsOnly: Bool
+        /// Answer in the query fast path's form (see QueryService.answerRaw), not JSON.
+        public var raw: Bool
+        enum CodingKeys: String, CodingKey { case expr, scopes = "in", sort, descending, limit, count, pathsOnly, raw }
+        public init(expr: [String], scopes: [String] = [], sort: QuerySort? = nil, descending: Bool? = nil, limit: Int? = nil,
+                    count: Bool = false, pathsOnly: Bool = false, raw: Bool = false) {
+            (self.expr, self.scopes, self.sort, self.descending, self.limit) = (expr, scopes, sort, descending, limit)
+            (self.count, self.pathsOnly, self.raw) = (count, pathsOnly, raw)
+        }
+        public var request: ControlRequest { .query(self) }
+    }
+}
+
+extension QuerySort: Codable {}
+
+// MARK: the answers
+
+/// open and move: the reference entry and the store document it stands for.
+public struct ReferenceAnswer: Codable, Equatable, Sendable {
+    public var reference: String
+    public var target: String
+    public var item: String
+    public var app: String
+    public init(reference: String, target: String, item: String, app: String) {
+        (self.reference, self.target, self.item, self.app) = (reference, target, item, app)
+    }
+}
+
+/// import and export: the new copy and the document it was made from.
+public struct CopyAnswer: Codable, Equatable, Sendable {
+    public var copy: String
+    public var source: String
+    public var app: String
+    public init(copy: String, source: String, app: String) { (self.copy, self.source, self.app) = (copy, source, app) }
+}
+
+public struct BookmarkAnswer: Codable, Equatable, Sendable {
+    public var token: String
+    public var path: String
+    public var item: String
+    public var app: String
+    public init(token: String, path: String, item: String, app: String) {
+        (self.token, self.path, self.item, self.app) = (token, path, item, app)
+    }
+}
+
+/// Where a bookmark's document is now; stale when it moved since the bookmark was made.
+public struct ResolvedBookmark: Codable, Equatable, Sendable {
+    public var path: String
+    public var stale: Bool
+    public var item: String
+    public var app: String
+    public init(path: String, stale: Bool, item: String, app: String) {
+        (self.path, self.stale, self.item, self.app) = (path, stale, item, app)
+    }
+}
+
+public struct GrantsAnswer: Codable, Equatable, Sendable {
+    public var grants: [GrantRow]
+    public init(grants: [GrantRow]) { self.grants = grants }
+}
+
+/// A grant, where its document is now, and whether it is still there ("ok" or "missing").
+public struct GrantRow: Codable, Equatable, Sendable {
+    public var app: String
+    public var item: String
+    /// When it was granted (seconds since 1970).
+    public var granted: Double
+    public var path: String
+    public var status: String
+    public init(app: String, item: String, granted: Double, path: String, status: String) {
+        (self.app, self.item, self.granted, self.path, self.status) = (app, item, granted, path, status)
+    }
+}
+
+public struct RevokeAnswer: Codable, Equatable, Sendable {
+    public var app: String
+    /// The path as the command gave it.
+    public var revoked: String
+    public var item: String
+    public init(app: String, revoked: String, item: String) { (self.app, self.revoked, self.item) = (app, revoked, item) }
+}
+
+public struct AppCloseAnswer: Codable, Equatable, Sendable {
+    public var app: String
+    /// How many import copies were removed.
+    public var removed: Int
+    public init(app: String, removed: Int) { (self.app, self.removed) = (app, removed) }
+}
+
+public struct ReferencesAnswer: Codable, Equatable, Sendable {
+    public var references: [ReferenceRow]
+    public init(references: [ReferenceRow]) { self.references = references }
+}
+
+/// A reference entry: "ok", or what is wrong with it (`ReferenceProblem`); item and target are
+/// unknown for an invalid one.
+public struct ReferenceRow: Codable, Equatable, Sendable {
+    public var app: String
+    public var path: String
+    public var status: String
+    public var item: String?
+    public var target: String?
+    public init(app: String, path: String, status: String, item: String? = nil, target: String? = nil) {
+        (self.app, self.path, self.status, self.item, self.target) = (app, path, status, item, target)
+    }
+}
+
+/// Per store name: when its remote was last looked at, whether it is offline, who writes to it.
+public struct SyncPollAnswer: Codable, Equatable, Sendable {
+    public var stores: [String: RemoteState]
+    public init(stores: [String: RemoteState]) { self.stores = stores }
+}
+
+public struct IndexErrorAnswer: Codable, Equatable, Sendable {
+    public var error: String?
+    public init(error: String?) { self.error = error }
+}
+
+/// A query's answer: its items, only their paths (`pathsOnly`), or only their count (`count`).
+/// With query-watch, the first line holds the current items, each later one the items that
+/// changed, with their `event`.
+public struct QueryAnswer: Codable, Equatable, Sendable {
+    public var items: [QueryItem]?
+    public var paths: [String]?
+    public var count: Int?
+    public init(items: [QueryItem]? = nil, paths: [String]? = nil, count: Int? = nil) {
+        (self.items, self.paths, self.count) = (items, paths, count)
+    }
+}
+
+/// An item a query found; path is mount-relative. Of an item that left a live query, only the
+/// path and the event are known.
+public struct QueryItem: Codable, Equatable, Sendable {
+    public var path: String
+    public var name: String?
+    public var kind: String?
+    public var size: Int64?
+    public var modified: Double?
+    /// True for reference entries and their targets; absent otherwise.
+    public var external: Bool?
+    public var store: String?
+    public var app: String?
+    /// In a live query's changes: "+" entered, "-" left, "~" changed.
+    public var event: String?
+    public init(path: String, name: String? = nil, kind: String? = nil, size: Int64? = nil, modified: Double? = nil,
+                external: Bool? = nil, store: String? = nil, app: String? = nil, event: String? = nil) {
+        (self.path, self.name, self.kind, self.size, self.modified) = (path, name, kind, size, modified)
+        (self.external, self.store, self.app, self.event) = (external, store, app, event)
+    }
+}
+
+/// One answer line: the command's answer, or the one error every command may get.
+public enum ControlAnswer<Result: Codable & Sendable>: Sendable {
+    case ok(Result)
+    case failed(DriveError)
+
+    /// The answer, or its error thrown.
+    public func get() throws(DriveError) -> Result {
+        switch self {
+        case .ok(let r): return r
+        case .failed(let e): throw e
+        }
+    }
+}
+
+// MARK: the wire
+
+enum ControlKey: String, CodingKey {
+    case version, command, ok, result, code, error
+}
+
+/// The version a message carries: its "version" field, 1 without one.
+private func messageVersion(_ decoder: any Decoder) throws -> Int {
+    try decoder.container(keyedBy: ControlKey.self).decodeIfPresent(Int.self, forKey: .version) ?? 1
+}
+
+extension ControlRequest: Codable {
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: ControlKey.self)
+        try c.encode(ControlProtocol.version, forKey: .version)
+        try c.encode(command, forKey: .command)
+        try fields.encode(to: encoder)
+    }
+
+    /// Throws a DriveError for another version or an unknown command (before anything else is read).
+    public init(from decoder: any Decoder) throws {
+        let v = try messageVersion(decoder)
+        guard v == ControlProtocol.version else {
+            throw DriveError(.protocolMismatch, ControlProtocol.mismatch(command: v, daemon: ControlProtocol.version))
+        }
+        switch try decoder.container(keyedBy: ControlKey.self).decode(String.self, forKey: .command) {
+        case "open": self = .open(try Open(from: decoder))
+        case "import": self = .importDocument(try Import(from: decoder))
+        case "move": self = .move(try Move(from: decoder))
+        case "export": self = .export(try Export(from: decoder))
+        case "bookmark-create": self = .bookmarkCreate(try BookmarkCreate(from: decoder))
+        case "bookmark-resolve": self = .bookmarkResolve(try BookmarkResolve(from: decoder))
+        case "grants-list": self = .grantsList(try GrantsList(from: decoder))
+        case "grants-revoke": self = .grantsRevoke(try GrantsRevoke(from: decoder))
+        case "app-close": self = .appClose(try AppClose(from: decoder))
+        case "references": self = .references(try References(from: decoder))
+        case "sync-poll": self = .syncPoll(try SyncPoll(from: decoder))
+        case "index-error": self = .indexError(try IndexError(from: decoder))
+        case "query": self = .query(try Query(from: decoder))
+        case "query-watch": self = .queryWatch(try Query(from: decoder))
+        case let other: throw DriveError(.badRequest, "Unknown request \"\(other)\".")
+        }
+        // An empty text a command needs counts as missing, as it always did (`--app ""`).
+        if let key = neededText.first(where: { $0.value.isEmpty })?.key {
+            throw DriveError(.invalidName, "The request lacks \(key).")
+        }
+    }
+
+    /// The texts each command needs, by key.
+    var neededText: KeyValuePairs<String, String> {
+        switch self {
+        case .open(let r): ["app": r.app, "path": r.path]
+        case .importDocument(let r): ["app": r.app, "path": r.path]
+        case .move(let r): ["app": r.app, "path": r.path, "to": r.to]
+        case .export(let r): ["app": r.app, "path": r.path, "to": r.to]
+        case .bookmarkCreate(let r): ["app": r.app, "path": r.path]
+        case .bookmarkResolve(let r): ["app": r.app, "token": r.token]
+        case .grantsRevoke(let r): ["app": r.app, "path": r.path]
+        case .appClose(let r): ["app": r.app]
+        case .grantsList, .references, .syncPoll, .indexError, .query, .queryWatch: [:]
+        }
+    }
+
+    /// The request on a line the daemon read, or the one sentence it answers instead: for any
+    /// bytes at all (ControlProtocolTests feeds it garbage).
+    public static func decode(_ line: Data) throws(DriveError) -> ControlRequest {
+        guard line.count <= ControlProtocol.maxRequest else {
+            throw DriveError(.badRequest, "The request is longer than \(ControlProtocol.maxRequest / 1024) KiB.")
+        }
+        do {
+            return try JSONDecoder().decode(ControlRequest.self, from: line)
+        } catch let e as DriveError {
+            throw e
+        } catch DecodingError.keyNotFound(let key, _) {
+            throw DriveError(.badRequest, key.stringValue == "command" ? "The request names no command." : "The request lacks \(key.stringValue).")
+        } catch DecodingError.typeMismatch(_, let c) where !c.codingPath.isEmpty,
+                DecodingError.valueNotFound(_, let c) where !c.codingPath.isEmpty,
+                DecodingError.dataCorrupted(let c) where !c.codingPath.isEmpty {
+            throw DriveError(.badRequest, "The request's \(c.codingPath.map(\.stringValue).joined(separator: ".")) is not valid.")
+        } catch {
+            throw DriveError(.badRequest, "The request is not one JSON object on one line.")
+        }
+    }
+
+    /// The request's line, as the commands send it. Only a number that is not finite fails to
+    /// encode (a sync-poll timeout of inf): the line is then empty, and the daemon refuses it.
+    public func line() -> Data {
+        var data = (try? JSONEncoder.control.encode(self)) ?? Data()
+        data.append(0x0A)
+        return data
+    }
+}
+
+extension ControlAnswer: Codable {
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: ControlKey.self)
+        try c.encode(ControlProtocol.version, forKey: .version)
+        switch self {
+        case .ok(let result):
+            try c.encode(true, forKey: .ok)
+            try c.encode(result, forKey: .result)
+        case .failed(let e):
+            try c.encode(false, forKey: .ok)
+            try c.encode(e.code, forKey: .code)
+            try c.encode(e.message, forKey: .error)
+        }
+    }
+
+    /// Throws a DriveError for another version (before anything else is read).
+    public init(from decoder: any Decoder) throws {
+        let v = try messageVersion(decoder)
+        guard v == ControlProtocol.version else {
+            throw DriveError(.protocolMismatch, ControlProtocol.mismatch(command: ControlProtocol.version, daemon: v))
+        }
+        let c = try decoder.container(keyedBy: ControlKey.self)
+        if try c.decode(Bool.self, forKey: .ok) {
+            self = .ok(try c.decode(Result.self, forKey: .result))
+        } else {
+            self = .failed(DriveError(try c.decode(DriveError.Code.self, forKey: .code), try c.decode(String.self, forKey: .error)))
+        }
+    }
+
+    /// The answer on a line the command read.
+    public static func decode(_ line: Data) throws(DriveError) -> ControlAnswer {
+        do {
+            return try JSONDecoder().decode(ControlAnswer.self, from: line)
+        } catch let e as DriveError {
+            throw e
+        } catch {
+            throw DriveError(.io, "The daemon's answer could not be read (did it stop?).")
+        }
+    }
+
+    /// The answer's line, as the daemon sends it (its numbers are sizes, counts and times: finite).
+    public func line() -> Data {
+        var data = (try? JSONEncoder.control.encode(self)) ?? Data()
+        data.append(0x0A)
+        return data
+    }
+}
+
+extension JSONEncoder {
+    /// Paths are mostly slashes: unescaped, an answer of 100,000 of them is a fifth shorter.
+    static var control: JSONEncoder {
+        let e = JSONEncoder()
+        e.outputFormatting = .withoutEscapingSlashes
+        return e
+    }
+}
+
+extension DriveError.Code: Codable {
+    public init(from decoder: any Decoder) throws { self.init(named: try decoder.singleValueContainer().decode(String.self)) }
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
+// MARK: the query fast path's request
+
+extension ControlRequest.Query {
+    /// `.query(self)`'s request line, with the keys and version `line()` writes, made with plain
+    /// String operations: `docdrive query`'s fast path (QueryFastPath) must not start Foundation's
+    /// JSON, whose first use costs more than the query (process start is most of the command).
+    /// One protocol all the same: ControlProtocolTests decodes it and compares.
+    public func fastPathLine() -> String {
+        func list(_ a: [String]) -> String { "[" + a.map(ControlProtocol.jsonString).joined(separator: ",") + "]" }
+        var s = #"{"version":"# + String(ControlProtocol.version) + #","command":"query","expr":"# + list(expr) + #","in":"# + list(scopes)
+        if let sort { s += #","sort":"# + ControlProtocol.jsonString(sort.rawValue) }
+        if let descending { s += #","descending":"# + (descending ? "true" : "false") }
+        if let limit { s += #","limit":"# + String(limit) }
+        return s + #","count":"# + (count ? "true" : "false") + #","pathsOnly":"# + (pathsOnly ? "true" : "false")
+            + #","raw":"# + (raw ? "true" : "false") + "}\n"
+    }
+}
+
+extension ControlProtocol {
+    /// A JSON string, as JSONEncoder writes it (slashes unescaped).
+    public static func jsonString(_ s: String) -> String {
+        var out = "\""
+        for u in s.unicodeScalars {
+            switch u {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if u.value < 0x20 {
+                    let hex = String(u.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(u)
+                }
+            }
+        }
+        return out + "\""
+    }
+}

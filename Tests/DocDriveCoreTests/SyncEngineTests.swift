@@ -1,0 +1,281 @@
+// SyncEngineTests: two devices (drive homes with their own index and uploader, no mount) on one
+// remote, a folder and, when `Tests/s3/weed.py run` started one, an S3 bucket: what each does
+// to its local copy, how they agree, and that one item keeps one id on every device.
+import DocDriveCore
+import Foundation
+import Logging
+import Synchronization
+import XCTest
+
+final class PathSet: Sendable {
+    let paths = Mutex<Set<String>>([])
+}
+
+/// One device: a drive home with the store "shared" on `remote`, its index and its uploader
+/// (write-back 50 ms; it looks at the remote when asked, `settle`, not by itself).
+final class SyncDevice {
+    let home: DriveHome
+    let index: ItemIndex
+    let uploader: Uploader
+    let rootKey: String
+    /// Paths the test holds "open for writing" (the mount would say so).
+    let openForWriting = PathSet()
+
+    init(_ base: String, name: String, remote: RemoteConfig) throws {
+        home = DriveHome(path: base + "/" + name)
+        let store = StoreConfig(name: "shared", displayName: "Shared", remote: remote, writebackDelay: 0.05, poll: 3600)
+        rootKey = store.rootKey
+        let config = DriveConfig(stores: [store])
+        try home.initialize(with: config)
+        try home.saveDevice(DeviceIdentity.make(name: name))
+        try FileManager.default.createDirectory(atPath: home.cachePath("shared"), withIntermediateDirectories: true)
+        index = try ItemIndex(path: home.indexPath)
+        index.startWriter()
+        var logger = Logger(label: "sync-\(name)")
+        if ProcessInfo.processInfo.environment["DOCDRIVE_LOG_LEVEL"] == "debug" { logger.logLevel = .debug }
+        uploader = Uploader(home: home, config: config, index: index, logger: logger)
+        var hooks = SyncHooks()
+        let cache = home.cachePath("shared")
+        hooks.isOpenForWriting = { [openForWriting] dev, ino in
+            openForWriting.paths.withLock { paths in
+                paths.contains { p in
+                    var st = stat()
+                    return lstat(cache + "/" + p, &st) == 0 && UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
+                }
+            }
+        }
+        uploader.setSyncHooks(hooks)
+        uploader.start()
+    }
+
+    func stop() {
+        _ = uploader.stop(drainFor: 0)
+        index.stop()
+    }
+
+    var cache: String { home.cachePath("shared") }
+
+    /// Saves `text` as `path` in place (as a program writing through the mount does: the same
+    /// file, truncated and written; then the mount's note for the uploader).
+    func write(_ path: String, _ text: String) {
+        let full = cache + "/" + path
+        try? FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let fd = open(full, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        let bytes = Array(text.utf8)
+        XCTAssertEqual(Foundation.write(fd, bytes, bytes.count), bytes.count)
+        close(fd)
+        uploader.noteChanged(root: rootKey, path: path)
+    }
+
+    /// Renames `from` to `to` (as the mount does: the index follows the item; `noted`: the
+    /// paths the uploader hears of now).
+    func rename(_ from: String, _ to: String, noted: [String]? = nil) {
+        XCTAssertEqual(Foundation.rename(cache + "/" + from, cache + "/" + to), 0)
+        var st = stat(), pst = stat()
+        XCTAssertEqual(lstat(cache + "/" + to, &st), 0)
+        XCTAssertEqual(lstat(((cache + "/" + to) as NSString).deletingLastPathComponent, &pst), 0)
+        index.record(.renamed(root: rootKey, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: (to as NSString).lastPathComponent))
+        for p in noted ?? [from, to] { note(p) }
+    }
+
+    func note(_ path: String) {
+        uploader.noteChanged(root: rootKey, path: path)
+    }
+
+    /// Deletes `path` (as the mount does: its item is gone from the index).
+    func remove(_ path: String) {
+        var st = stat()
+        if lstat(cache + "/" + path, &st) == 0 { index.record(.removed(root: rootKey, ino: Int64(st.st_ino))) }
+        unlink(cache + "/" + path)
+        uploader.noteChanged(root: rootKey, path: path)
+    }
+
+    func read(_ path: String) -> String? {
+        FileManager.default.contents(atPath: cache + "/" + path).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// The item id of the local file `path`.
+    func id(_ path: String) throws -> String? {
+        var st = stat()
+        guard lstat(cache + "/" + path, &st) == 0 else { return nil }
+        return try index.knownItemID(root: rootKey, ino: Int64(st.st_ino))
+    }
+
+    /// Files of the local copy, with their content.
+    func tree() -> [String: String] {
+        var out = [String: String]()
+        let e = FileManager.default.enumerator(atPath: cache)
+        while let p = e?.nextObject() as? String {
+            var isDir: ObjCBool = false
+            if FileManager.default.fileExists(atPath: cache + "/" + p, isDirectory: &isDir), !isDir.boolValue { out[p] = read(p) }
+        }
+        return out
+    }
+
+    /// Looks at the remote now and waits until everything queued is done.
+    func settle(timeout: Double = 20) {
+        let marks = uploader.pollNow()
+        let deadline = Date().addingTimeInterval(timeout)
+        while !uploader.polledSince(marks) && Date() < deadline { usleep(20_000) }
+        drain(timeout: deadline.timeIntervalSinceNow)
+    }
+
+    /// Waits until everything queued is done (without a look at the remote of its own).
+    func drain(timeout: Double = 20) {
+        let deadline = Date().addingTimeInterval(timeout)
+        usleep(200_000)  // the notes of the last saves reach the queue
+        while uploader.wholeStoreStatus(root: rootKey) != "synced" && Date() < deadline { usleep(20_000) }
+    }
+}
+
+final class SyncEngineTests: XCTestCase {
+    static let env = ProcessInfo.processInfo.environment
+    var base = ""
+    var devices = [SyncDevice]()
+
+    override func setUpWithError() throws {
+        base = NSTemporaryDirectory() + "dd-sync-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        for d in devices { d.stop() }
+        devices = []
+        try? FileManager.default.removeItem(atPath: base)
+    }
+
+    /// The remotes to run a scenario on: a folder, and S3 where a server was started for the
+    /// tests (in CI a missing one fails, as in S3RemoteTests).
+    func remotes() throws -> [(String, RemoteConfig)] {
+        let folder = base + "/remote-\(UUID().uuidString.prefix(6))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try FolderRemote(root: folder).writeMarker(store: "shared")
+        var out: [(String, RemoteConfig)] = [("folder", .folder(path: folder))]
+        if let endpoint = Self.env["DOCDRIVE_S3_ENDPOINT"], !endpoint.isEmpty {
+            let settings = S3Settings(endpoint: endpoint, bucket: Self.env["DOCDRIVE_S3_BUCKET"] ?? "docdrive-test",
+                                      prefix: "sync-\(UUID().uuidString.prefix(8))", pathStyle: true)
+            try S3Remote(settings: settings, device: "test").writeMarker(store: "shared")
+            out.append(("s3", .s3(settings)))
+        } else if Self.env["CI"] == "true" {
+            XCTFail("DOCDRIVE_S3_ENDPOINT is not set: run the tests under `python3 Tests/s3/weed.py run --`")
+        }
+        return out
+    }
+
+    /// Two fresh devices on `remote`, both holding `files` (written on the first).
+    func two(_ remote: RemoteConfig, _ kind: String, files: [String: String]) throws -> (SyncDevice, SyncDevice) {
+        let a = try SyncDevice(base, name: "alpha-\(kind)", remote: remote)
+        let b = try SyncDevice(base, name: "beta-\(kind)", remote: remote)
+        devices += [a, b]
+        for (p, t) in files { a.write(p, t) }
+        a.settle()
+        b.settle()
+        for (p, t) in files { XCTAssertEqual(b.read(p), t, "\(kind): \(p) reached the second device") }
+        return (a, b)
+    }
+
+    func settleAll(_ devs: SyncDevice...) {
+        for _ in 0..<2 { for d in devs { d.settle() } }
+    }
+
+    func testAFileMovedHereWhileChangedAtItsOldPathThereBecomesTwoItems() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            XCTAssertNotNil(id)
+            // When one changes it and the other, not having looked since, moves it (and syncs
+            // the new name first)
+            a.write("f.txt", "v2 from alpha")
+            a.settle()
+            b.rename("f.txt", "g.txt", noted: ["g.txt"])
+            b.drain()
+            b.note("f.txt")
+            settleAll(b, a)
+            // Then the change stays where it was made, the moved version is a second item, and
+            // both devices agree on both ids
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v2 from alpha", "g.txt": "v1"], kind)
+                XCTAssertEqual(try d.id("f.txt"), id, kind)
+            }
+            XCTAssertNotNil(try a.id("g.txt"))
+            XCTAssertNotEqual(try a.id("g.txt"), id, kind)
+            XCTAssertEqual(try a.id("g.txt"), try b.id("g.txt"), kind)
+        }
+    }
+
+    func testAFileRenamedOnTwoDevicesTakesTheNameTheRemoteHasFirst() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When each renames it, the second without having looked at the remote since
+            a.rename("f.txt", "from-alpha.txt")
+            a.settle()
+            b.rename("f.txt", "from-beta.txt")
+            settleAll(b, a)
+            // Then it is one item under the name that reached the remote first, on both
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["from-alpha.txt": "v1"], kind)
+                XCTAssertEqual(try d.id("from-alpha.txt"), id, kind)
+            }
+        }
+    }
+
+    func testAChangeToAFileMovedOnAnotherDeviceFollowsTheMove() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When one moves it, and the other, not having looked since, changes it
+            a.rename("f.txt", "moved.txt")
+            a.settle()
+            b.write("f.txt", "v2 from beta")
+            settleAll(b, a)
+            // Then the change is the moved file's, one item with its id, on both
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["moved.txt": "v2 from beta"], kind)
+                XCTAssertEqual(try d.id("moved.txt"), id, kind)
+            }
+        }
+    }
+
+    func testAFileOpenForWritingGoesUpOnlyOnceClosed() throws {
+        for (kind, remote) in try remotes() {
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            // Given a file being written (truncated, half filled) that is queued meanwhile
+            a.openForWriting.paths.withLock { _ = $0.insert("f.txt") }
+            a.write("f.txt", "half")
+            a.settle(timeout: 2)
+            b.settle()
+            // Then the other device never sees the half-written version
+            XCTAssertEqual(b.read("f.txt"), "v1", kind)
+            // And once closed, it goes up
+            a.write("f.txt", "half and the rest")
+            a.openForWriting.paths.withLock { $0.removeAll() }
+            settleAll(a, b)
+            XCTAssertEqual(b.read("f.txt"), "half and the rest", kind)
+        }
+    }
+
+    func testAnS3ItemReplacedByAnotherWithTheSameBytesIsSeenWithItsID() throws {
+        guard let (kind, remote) = try remotes().first(where: { $0.0 == "s3" }) else { return }
+        // Given a file on two devices
+        let (a, b) = try two(remote, kind, files: ["f.txt": "same bytes"])
+        let id = try a.id("f.txt")
+        // When one deletes it and, a second later, makes a new file with the same bytes (S3
+        // gives it the same ETag: the MD5 of the content)
+        a.remove("f.txt")
+        a.settle()
+        Thread.sleep(forTimeInterval: 1.1)
+        a.write("f.txt", "same bytes")
+        a.settle()
+        let newID = try a.id("f.txt")
+        XCTAssertNotEqual(newID, id)
+        // Then the other device, which saw neither, takes the new item's id
+        b.settle()
+        XCTAssertEqual(b.read("f.txt"), "same bytes")
+        XCTAssertEqual(try b.id("f.txt"), newID)
+    }
+}

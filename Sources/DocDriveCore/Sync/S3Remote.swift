@@ -41,6 +41,9 @@ public final class S3Remote: Remote, Sendable {
     /// Whether this process probed the server (its first write does, once: `store add`
     /// probed it from another process, and the server may have changed since).
     let probed = Atomic<Bool>(false)
+    /// Set while one thread probes: the others wait for it rather than probe too (the workers
+    /// of a store all start writing at once).
+    let probing = Atomic<Bool>(false)
     /// The probe found a server that ignores conditional writes and the store accepts it
     /// (`conditional-writes: checked`): every write HEADs first (`precheck`).
     let ignoresConditions = Atomic<Bool>(false)
@@ -160,12 +163,19 @@ public final class S3Remote: Remote, Sendable {
         }
     }
 
-    /// Probes the server before this process's first write (two threads may both probe; each
-    /// probe uses a key of its own). Throws what the probe throws: a server that stopped
-    /// honouring conditional writes gets no write.
+    /// Probes the server before this process's first write: one thread probes, the others wait
+    /// for it (a probe that fails leaves the next one to probe again). Throws what the probe
+    /// throws: a server that stopped honouring conditional writes gets no write.
     func checkConditionalWrites() throws(DriveError) {
-        if probed.load(ordering: .acquiring) { return }
-        try probeConditionalWrites()
+        while !probed.load(ordering: .acquiring) {
+            if probing.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
+                defer { probing.store(false, ordering: .releasing) }
+                if probed.load(ordering: .acquiring) { return }
+                try probeConditionalWrites()
+                return
+            }
+            usleep(2_000)  // another thread probes; if its probe fails, this one probes itself
+        }
     }
 
     // MARK: Listing

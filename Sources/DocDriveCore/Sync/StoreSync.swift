@@ -73,9 +73,14 @@ final class StoreSync: Sendable {
     /// The last listing of the remote, by item id (for renames made on another device). Lock: leaf.
     private let remoteIDs = Mutex<[String: StorePath]>([:])
     /// The hashes of every path the last listing of the remote held (files, folders, links),
-    /// nil before the first one: a path that is not among them is new since (see `isNewHere`).
+    /// nil before the first one: a path that is not among them is new since (see `newHereID`).
     /// Two paths with one hash only cost the usual look at the remote. Lock: leaf.
     private let listed = Mutex<Set<Int>?>(nil)
+    /// Folders a worker is making on the remote now: a worker that needs one of them waits for
+    /// it instead of making it too. (Every worker of a `cp -r` starts in the same new folder;
+    /// SeaweedFS answers the second of two conditional writes of one key after a retry of its
+    /// own, a second later.) Lock: leaf.
+    private let makingFolders = Mutex<Set<StorePath>>([])
     /// Paths that wait for a listing of the remote made after they were looked at, with how
     /// many polls had started then (`listedSinceNoticed`). Lock: leaf.
     private let noticed = Mutex<[StorePath: Int]>([:])
@@ -530,6 +535,13 @@ final class StoreSync: Sendable {
     /// device has no base for them yet: a folder's id travels like a file's.
     private func ensureRemoteFolders(_ folder: StorePath) throws(DriveError) {
         guard !folder.isEmpty, try bases.base(root: key, path: folder) == nil else { return }
+        // One worker makes it; another that needs it waits, then finds its base. (A worker
+        // waits only for a folder at or above its own, so waits never go round in a circle.)
+        guard makingFolders.withLock({ $0.insert(folder).inserted }) else {
+            while makingFolders.withLock({ $0.contains(folder) }) { usleep(2_000) }
+            return try ensureRemoteFolders(folder)
+        }
+        defer { _ = makingFolders.withLock { $0.remove(folder) } }
         try ensureRemoteFolders(folder.folder)
         guard let l = try localItem(folder), l.kind == .folder else { return }
         let id = localID(l)

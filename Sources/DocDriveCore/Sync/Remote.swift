@@ -97,4 +97,12 @@ public protocol Remote: Sendable {
     /// Clears what an interrupted write of this device left (temporary files, unfinished
     /// multipart uploads); call when no write of this device runs. Returns how many.
     func removeStaleUploads() -> Int
+
+    /// Tries once more what this process could not clean up after a failed write (a multipart
+    /// upload the server did not let it abort); call when no write of this device runs.
+    func finishCleanup()
+}
+
+extension Remote {
+    public func finishCleanup() {}
 }

@@ -27,12 +27,10 @@ extension S3Remote {
             throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) holds another version (another device wrote it).")
         default: break
         }
+        retryPendingAborts()
         let token = Self.randomToken()
         let (uploadID, record) = try beginMultipart(key: key, meta: meta, token: token, what: what)
-        func abort() {
-            _ = try? client.send(.DELETE, key: key, query: [("uploadId", uploadID)])
-            _ = try? client.send(.DELETE, key: record)
-        }
+        func abort() { abortUpload(PendingAbort(key: key, uploadID: uploadID, record: record)) }
         // S3 takes at most 10,000 parts: a file too large for the configured size gets larger parts.
         let partSize = max(client.settings.partSize, (((size + 9_999) / 10_000 + (1 << 20) - 1) >> 20) << 20)
         let count = Int((size + partSize - 1) / partSize)
@@ -116,12 +114,48 @@ extension S3Remote {
         guard created.status == 200, let uploadID = S3XML(created.body).value("UploadId") else {
             throw client.failure(created, what)
         }
-        let r = try client.send(.PUT, key: record, body: .bytes(Array("\(key)\n\(uploadID)\n".utf8)))
+        let r: S3Response
+        do {
+            r = try client.send(.PUT, key: record, body: .bytes(Array("\(key)\n\(uploadID)\n".utf8)))
+        } catch {
+            abortUpload(PendingAbort(key: key, uploadID: uploadID, record: nil))
+            throw error
+        }
         guard r.status == 200 else {
-            _ = try? client.send(.DELETE, key: key, query: [("uploadId", uploadID)])
+            abortUpload(PendingAbort(key: key, uploadID: uploadID, record: nil))
             throw client.failure(r, what)
         }
         return (uploadID, record)
+    }
+
+    /// Aborts a multipart upload, then deletes its record; an upload the server did not
+    /// confirm aborted (it is down, or answered an error) keeps its record and is remembered
+    /// in `pendingAborts` to be tried again. A record is deleted only once its upload is gone.
+    @discardableResult
+    func abortUpload(_ u: PendingAbort) -> Bool {
+        guard Self.aborted(try? client.send(.DELETE, key: u.key, query: [("uploadId", u.uploadID)])) else {
+            pendingAborts.withLock { $0.append(u) }
+            return false
+        }
+        if let record = u.record { _ = try? client.send(.DELETE, key: record) }
+        return true
+    }
+
+    /// Whether an AbortMultipartUpload answer means the upload is gone (404: it already was).
+    static func aborted(_ r: S3Response?) -> Bool {
+        guard let r else { return false }
+        return r.status == 204 || r.status == 200 || r.status == 404
+    }
+
+    public func finishCleanup() {
+        if pendingAborts.withLock({ !$0.isEmpty }) { removeStaleUploads() }
+    }
+
+    /// Tries again the aborts that failed before; returns how many now succeeded.
+    @discardableResult
+    func retryPendingAborts() -> Int {
+        let pending = pendingAborts.withLock { p in defer { p = [] }; return p }
+        return pending.filter { abortUpload($0) }.count
     }
 
     /// Starts a multipart upload of `path` and leaves it unfinished, as a crash would (for
@@ -182,15 +216,20 @@ extension S3Remote {
     /// Returns how many were aborted.
     @discardableResult
     public func removeStaleUploads() -> Int {
-        guard let records = try? listObjects(keyPrefix: uploadRecords) else { return 0 }
-        var aborted = 0
+        var aborted = retryPendingAborts()
+        guard let records = try? listObjects(keyPrefix: uploadRecords) else { return aborted }
         for record in records {
             guard let r = try? client.send(.GET, key: record.key), r.status == 200 else { continue }
             let lines = String(decoding: r.body, as: UTF8.self).split(separator: "\n").map(String.init)
-            if lines.count >= 2, let a = try? client.send(.DELETE, key: lines[0], query: [("uploadId", lines[1])]),
-               a.status == 204 || a.status == 200 || a.status == 404 {
-                aborted += a.status == 404 ? 0 : 1
+            guard lines.count >= 2 else {
+                // Not a record this code wrote: nothing to abort.
+                _ = try? client.send(.DELETE, key: record.key)
+                continue
             }
+            // The record goes only with its upload: a failed abort is tried at the next start.
+            let a = try? client.send(.DELETE, key: lines[0], query: [("uploadId", lines[1])])
+            guard Self.aborted(a) else { continue }
+            aborted += a?.status == 404 ? 0 : 1
             _ = try? client.send(.DELETE, key: record.key)
         }
         return aborted

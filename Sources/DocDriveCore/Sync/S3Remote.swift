@@ -47,6 +47,16 @@ public final class S3Remote: Remote, Sendable {
     /// The probe found a server that ignores conditional writes and the store accepts it
     /// (`conditional-writes: checked`): every write HEADs first (`precheck`).
     let ignoresConditions = Atomic<Bool>(false)
+    /// Multipart uploads this process started and could not abort (the server was down):
+    /// tried again before the next multipart upload and by `removeStaleUploads`. Lock: leaf.
+    let pendingAborts = Mutex<[PendingAbort]>([])
+
+    struct PendingAbort: Sendable {
+        var key: String
+        var uploadID: String
+        /// The upload's record, nil when writing it failed.
+        var record: String?
+    }
 
     struct Head: Sendable {
         var etag: String

@@ -387,6 +387,7 @@ public final class Uploader: Sendable {
         stopping.store(true, ordering: .relaxed)
         queue.work.signal()
         while running.load(ordering: .relaxed) > 0 { usleep(10_000) }
+        for store in allStores().values { store.remote.finishCleanup() }
         commitNoted()
         try? queue.recoverInterrupted()
         home.removeActivity()

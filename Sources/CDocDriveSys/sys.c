@@ -106,6 +106,9 @@ int dd_truncate_path(int pathfd, off_t size) {
     return truncate(p, size);
 }
 
+ssize_t dd_fgetxattr(int fd, const char *name, void *value, size_t size) {
+    return fgetxattr(fd, name, value, size);
+}
 ssize_t dd_getxattr_path(int pathfd, const char *name, void *value, size_t size) {
     char p[64];
     proc_name(pathfd, p, sizeof p);

@@ -124,6 +124,16 @@ public struct StoreConfig: Equatable, Sendable {
     public var bandwidth: Int64?
     /// Seconds between two looks at the remote for other devices' changes.
     public var poll: Double
+    /// Whether a remote item's content comes down when it is listed (`allLocal`) or when it is
+    /// first opened (`onDemand`: until then it is a placeholder, see Sync/Placeholder.swift).
+    public var content: ContentMode = .allLocal
+    /// The most bytes of downloaded content this device keeps (on-demand stores); nil is no limit.
+    public var cacheLimit: Int64? = nil
+
+    public enum ContentMode: String, Sendable, Equatable, Codable {
+        case allLocal = "all-local"
+        case onDemand = "on-demand"
+    }
 
     public static let defaultWritebackDelay = 2.0
     public static let defaultPoll = 10.0
@@ -265,7 +275,8 @@ extension DriveConfig {
         }
         if let stores = top["stores"] {
             for node in try reader.sequence(stores, "stores") {
-                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback", "workers", "bandwidth", "poll"])
+                let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback", "workers", "bandwidth", "poll",
+                                                                          "content", "cache-limit"])
                 let name = try reader.string(m, "name", in: node, what: "a store")
                 guard let remoteNode = m["remote"] else {
                     throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
@@ -331,9 +342,22 @@ extension DriveConfig {
                 guard StoreConfig.pollRange.contains(poll) else {
                     throw reader.error(m["poll"]!, "the poll interval of store \(name) must be between 0.2 and 86400 seconds, not \(poll)")
                 }
-                config.stores.append(StoreConfig(
+                var store = StoreConfig(
                     name: name, displayName: try reader.optionalString(m, "display") ?? name, remote: remote, writebackDelay: delay,
-                    workers: workers, bandwidth: bandwidth, poll: poll))
+                    workers: workers, bandwidth: bandwidth, poll: poll)
+                if let node = m["content"] {
+                    guard case .scalar(let sc) = node, let mode = StoreConfig.ContentMode(rawValue: sc.string) else {
+                        throw reader.error(node, "the content of store \(name) must be \"on-demand\" (downloaded when opened) or \"all-local\" (downloaded when listed)")
+                    }
+                    store.content = mode
+                }
+                if let node = m["cache-limit"] {
+                    guard case .scalar(let sc) = node, let b = StoreConfig.parseBandwidth(sc.string), b == 0 || b >= 1 << 20 else {
+                        throw reader.error(node, "the cache-limit of store \(name) must be a size of at least 1M, like 20G, or 0 for no limit")
+                    }
+                    store.cacheLimit = b == 0 ? nil : b
+                }
+                config.stores.append(store)
             }
         }
         try config.validate(file: file)
@@ -431,7 +455,10 @@ extension DriveConfig {
         #          checked for a server that ignores If-Match, see the README);
         #          `writeback` is the seconds between a save and its upload,
         #          `workers` how many files upload at once (1-64, default 4),
-        #          `bandwidth` an optional limit in bytes per second (500K, 10M).
+        #          `bandwidth` an optional limit in bytes per second (500K, 10M),
+        #          `content` on-demand (placeholders, downloaded when opened) or
+        #          all-local (the default), `cache-limit` the most bytes an
+        #          on-demand store keeps downloaded (20G; 0 or absent: no limit).
 
         """
         out += "apps:\n"
@@ -447,6 +474,8 @@ extension DriveConfig {
             out += "    workers: \(store.workers)\n"
             if let b = store.bandwidth { out += "    bandwidth: \(b)\n" }
             if store.poll != StoreConfig.defaultPoll { out += "    poll: \(store.poll)\n" }
+            if store.content != .allLocal { out += "    content: \(store.content.rawValue)\n" }
+            if let l = store.cacheLimit { out += "    cache-limit: \(l)\n" }
             switch store.remote {
             case .folder(let path):
                 out += "    remote:\n      type: folder\n      path: \(Self.quote(path))\n"

@@ -37,8 +37,10 @@ extension DriveHome {
     /// its symlinks resolved (uploads never follow one), and it is checked against the drive
     /// home and the other stores (RemoteChecks) before anything is created or written in it.
     /// Returns the store as it was added.
+    /// `content`: the store's content mode; nil chooses: on demand when the remote already holds
+    /// documents (a store joined from another device, a bucket with content), else all local.
     @discardableResult
-    public func addStore(_ store: StoreConfig) throws(DriveError) -> StoreConfig {
+    public func addStore(_ store: StoreConfig, content: StoreConfig.ContentMode? = .allLocal) throws(DriveError) -> StoreConfig {
         if let p = Names.problem(withStoreName: store.name) {
             throw DriveError(.invalidName, "The store name \"\(store.name)\" is not valid: \(p).")
         }
@@ -75,6 +77,18 @@ extension DriveHome {
             try remote.checkBucket()
             try remote.probeConditionalWrites()
             s3 = remote
+        }
+        if let content {
+            store.content = content
+        } else {
+            var holds = false
+            switch store.remote {
+            case .folder(let path):
+                holds = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).contains { !$0.hasPrefix(".docdrive") }
+            case .s3:
+                holds = (try? s3?.holdsDocuments()) ?? false
+            }
+            store.content = holds ? .onDemand : .allLocal
         }
         let added = store
         try updateConfig { (c: inout DriveConfig) throws(DriveError) in

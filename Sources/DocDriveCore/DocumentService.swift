@@ -50,6 +50,15 @@ public final class DocumentService: Sendable {
         return Place(root: root, rel: parts.dropFirst().joined(separator: "/"))
     }
 
+    /// A path from the mount root that is in a store: the store's key and the path in it.
+    public func storeItem(_ userPath: String) throws(DriveError) -> (root: String, path: StorePath) {
+        let p = try place(userPath)
+        guard p.root.key.hasPrefix("store:") else {
+            throw DriveError(.unsupported, "\(userPath) is not in a store: only a store's files have content elsewhere.")
+        }
+        return (p.root.key, StorePath(p.rel))
+    }
+
     /// A store by name or display name, with an optional folder after a "/".
     func storePlace(_ to: String) throws(DriveError) -> Place {
         let parts = to.split(separator: "/", maxSplits: 1).map(String.init)

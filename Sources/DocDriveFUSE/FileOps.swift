@@ -44,15 +44,45 @@ private func closeOpenFile(_ ctx: FuseContext, _ f: OpenFile) {
 func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
     let ctx = context(req)
     let fs = ctx.fs
+    let who = caller(req)
     do throws(Errno) {
-        let f = try fs.open(ino, flags: fi!.pointee.flags, caller: caller(req))
-        fillOpen(fi!, f)
-        if f.writable { ctx.activity?.writerOpened() }
-        if !replyOpened(ctx, f, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
-            closeOpenFile(ctx, f)
+        switch try fs.openOrFill(ino, flags: fi!.pointee.flags, caller: who) {
+        case .opened(let f):
+            replyOpen(ctx, req, fi!, f)
+        case .placeholder(let root, let path):
+            // The content first, downloaded on another thread: this request thread goes back to
+            // libfuse, and the reply is sent from there once the file is whole (the kernel
+            // keeps the request; `fi` does not outlive this call, so a copy travels).
+            let pending = PendingOpen(req: req, info: fi!.pointee)
+            fs.fill(root: root, path: path) { failure in
+                if let failure { return replyError(pending.req, failure) }
+                ctx.invalidateAttributes(ino)  // its blocks, and its size if a newer version came
+                var info = pending.info
+                do throws(Errno) {
+                    let f = try fs.open(ino, flags: info.flags, caller: who)
+                    replyOpen(ctx, pending.req, &info, f)
+                } catch {
+                    replyError(pending.req, error)
+                }
+            }
         }
     } catch {
         replyError(req, error)
+    }
+}
+
+/// An OPEN request waiting for a placeholder's content (its reply comes from another thread,
+/// which libfuse allows: a request is answered once, from anywhere).
+private struct PendingOpen: @unchecked Sendable {
+    let req: fuse_req_t?
+    let info: fuse_file_info
+}
+
+private func replyOpen(_ ctx: FuseContext, _ req: fuse_req_t?, _ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile) {
+    fillOpen(fi, f)
+    if f.writable { ctx.activity?.writerOpened() }
+    if !replyOpened(ctx, f, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
+        closeOpenFile(ctx, f)
     }
 }
 

@@ -140,6 +140,26 @@ struct Daemon {
             queries.answer(q, on: connection)
         case .queryWatch(let q):
             queries.watch(q, on: connection)
+        case .pin(let r):
+            connection.answer { () throws(DriveError) in
+                let (root, path) = try documents.storeItem(r.path)
+                let files = try uploader.pin(root: root, path: path, on: r.on)
+                let prefix = r.path.split(separator: "/").first.map(String.init) ?? ""
+                return PinAnswer(files: files.count, toFill: files.filter(\.placeholder).map {
+                    FileSize(path: prefix + "/" + $0.path.description, size: $0.size)
+                })
+            }
+        case .fill(let r):
+            connection.answer { () throws(DriveError) in
+                let (root, path) = try documents.storeItem(r.path)
+                return FillAnswer(path: r.path, size: try uploader.fillAndWait(root: root, path: path))
+            }
+        case .evict(let r):
+            connection.answer { () throws(DriveError) in
+                let (root, path) = try documents.storeItem(r.path)
+                let report = try uploader.evict(root: root, path: path)
+                return EvictAnswer(files: report.files, evicted: report.evicted, freed: report.freed, refused: report.refused)
+            }
         }
     }
 

@@ -143,6 +143,8 @@ struct Status: ParsableCommand {
                     "inFlight": st.inFlight.map(inFlight),
                 ]
                 if let b = st.config.bandwidth { r["bandwidth"] = b }
+                r["content"] = st.config.content.rawValue
+                if let l = st.config.cacheLimit { r["cacheLimit"] = l }
                 if let w = st.runningWorkers { r["runningWorkers"] = w }
                 r["held"] = st.held
                 if let rs = st.remote {
@@ -150,6 +152,8 @@ struct Status: ParsableCommand {
                     if let t = rs.lastPoll { o["lastPoll"] = t }
                     if let t = rs.offlineSince { o["offlineSince"] = t }
                     if let why = rs.offlineReason { o["offlineReason"] = why }
+                    if let why = rs.downloadProblem { o["downloadProblem"] = why }
+                    if let b = rs.cacheBytes { o["cacheBytes"] = b }
                     r["sync"] = o
                 }
                 r["conflicts"] = st.conflicts.map { ["path": $0.path, "copy": $0.copy, "device": $0.device, "time": $0.time] as [String: Any] }
@@ -188,7 +192,7 @@ struct Status: ParsableCommand {
         line("Stores:  \(s.config.stores.isEmpty ? "none" : "")")
         for st in s.stores {
             let c = st.config
-            let limit = c.bandwidth.map { ", at most \(bytes($0))/s" } ?? ""
+            let limit = (c.bandwidth.map { ", at most \(bytes($0))/s" } ?? "") + (c.content == .onDemand ? ", on demand" : "")
             line("  \(c.name)  \"\(c.displayName)\"  \(c.remote.summary)  (\(c.workers) worker\(c.workers == 1 ? "" : "s")\(limit))")
             line("    \(UploadState.allCases.map { "\(st.counts[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", ")); \(bytes(st.bytesLeft)) left")
             if homeDiskIsFull(s), (st.counts[.pending] ?? 0) + (st.counts[.uploading] ?? 0) > 0 {
@@ -202,6 +206,8 @@ struct Status: ParsableCommand {
                 } else if let last = rs.lastPoll {
                     line("    remote looked at \(clock(last))\(rs.devices.isEmpty ? "" : "; devices writing to it: " + rs.devices.joined(separator: ", "))")
                 }
+                if let why = rs.downloadProblem { line("    download failed: \(why)") }
+                if let b = rs.cacheBytes, let l = c.cacheLimit { line("    on this device: \(bytes(b)) of its cache limit of \(bytes(l))") }
             }
             for c in st.conflicts { line("    conflict: \(c.path): the version from \(c.device) is kept as \(c.copy)") }
             for f in st.failed { line("    failed: \(f.path): \(f.error)") }

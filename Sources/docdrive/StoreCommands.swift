@@ -34,6 +34,7 @@ struct Store: ParsableCommand {
                 throw ValidationError("Give the remote with either --folder PATH or --s3 URL --bucket BUCKET.")
             }
             if s3 != nil && bucket == nil { throw ValidationError("--s3 needs --bucket BUCKET.") }
+            if allLocal && onDemand { throw ValidationError("Give --all-local or --on-demand, not both.") }
             if s3 == nil && (bucket != nil || !prefix.isEmpty || pathStyle || credentialsFile != nil || partSize != nil || acceptUnconditionalWrites) {
                 throw ValidationError("--bucket, --prefix, --path-style, --credentials-file, --part-size and --accept-unconditional-writes go with --s3.")
             }
@@ -70,6 +71,12 @@ struct Store: ParsableCommand {
         var bandwidth: String?
         @Option(help: ArgumentHelp("Seconds between two looks at the remote for other devices' changes (default 10).", valueName: "seconds"))
         var poll: Double = StoreConfig.defaultPoll
+        @Flag(help: "Download every file of the store as soon as it is listed (default: on demand, when opened, if the remote already holds documents; all local for a new, empty one).")
+        var allLocal = false
+        @Flag(help: "Show the remote's files as placeholders, downloaded when opened (the default when the remote already holds documents).")
+        var onDemand = false
+        @Option(help: ArgumentHelp("On demand: keep at most this much content on this device (20G, 500M); the least recently used files are evicted first.", valueName: "size"))
+        var cacheLimit: String?
 
         func run() throws {
             try guarded {
@@ -85,12 +92,24 @@ struct Store: ParsableCommand {
                 guard StoreConfig.pollRange.contains(poll) else {
                     throw DriveError(.invalidConfig, "--poll \(poll) must be between 0.2 and 86400 seconds.")
                 }
+                var cache: Int64?
+                if let cacheLimit {
+                    guard let b = StoreConfig.parseBandwidth(cacheLimit), b == 0 || b >= 1 << 20 else {
+                        throw DriveError(.invalidConfig, "--cache-limit \(cacheLimit) is not a size of at least 1M (like 20G or 500M; 0 for no limit).")
+                    }
+                    cache = b == 0 ? nil : b
+                }
                 let joining = folder.map { FileManager.default.fileExists(atPath: $0 + "/" + FolderRemote.markerName) } ?? false
-                let added = try home.addStore(StoreConfig(name: name, displayName: display ?? name, remote: remote, writebackDelay: writeback,
-                                                          workers: workers, bandwidth: limit, poll: poll))
+                var config = StoreConfig(name: name, displayName: display ?? name, remote: remote, writebackDelay: writeback,
+                                         workers: workers, bandwidth: limit, poll: poll)
+                config.cacheLimit = cache
+                let added = try home.addStore(config,
+                                           content: allLocal ? .allLocal : onDemand ? .onDemand : nil)
                 switch added.remote {
                 case .folder(let path) where joining:
-                    print("Joined store \(name), shown as \"\(display ?? name)\": the folder remote \(path) is already a store (another device's); what it holds is downloaded at the next mount.")
+                    print("Joined store \(name), shown as \"\(display ?? name)\": the folder remote \(path) is already a store (another device's); "
+                          + (added.content == .onDemand ? "what it holds shows at the next mount, each file downloaded when first opened (`docdrive pin` keeps files here)."
+                                                        : "what it holds is downloaded at the next mount."))
                 case .folder(let path):
                     print("Added store \(name), shown as \"\(display ?? name)\", with the folder remote \(path).")
                 case .s3(let s):

@@ -36,6 +36,7 @@ int dd_fchmod_path(int pathfd, mode_t mode);
 int dd_truncate_path(int pathfd, off_t size);
 /* access(2) of the descriptor's file (O_PATH is fine) for the effective ids. */
 int dd_access_fd(int pathfd, int mode);
+ssize_t dd_fgetxattr(int fd, const char *name, void *value, size_t size);
 ssize_t dd_getxattr_path(int pathfd, const char *name, void *value, size_t size);
 int dd_setxattr_path(int pathfd, const char *name, const void *value, size_t size, int flags);
 ssize_t dd_listxattr_path(int pathfd, char *list, size_t size);

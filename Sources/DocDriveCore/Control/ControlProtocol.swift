@@ -42,6 +42,9 @@ public enum ControlRequest: Equatable, Sendable {
     case query(Query)
     /// The current results, then a line per batch of changes (`QueryAnswer`), until the command goes.
     case queryWatch(Query)
+    case pin(Pin)
+    case fill(Fill)
+    case evict(Evict)
 
     /// The command's name on the wire.
     public var command: String {
@@ -60,6 +63,9 @@ public enum ControlRequest: Equatable, Sendable {
         case .indexError: "index-error"
         case .query: "query"
         case .queryWatch: "query-watch"
+        case .pin: "pin"
+        case .fill: "fill"
+        case .evict: "evict"
         }
     }
 
@@ -78,6 +84,9 @@ public enum ControlRequest: Equatable, Sendable {
         case .syncPoll(let r): r
         case .indexError(let r): r
         case .query(let r), .queryWatch(let r): r
+        case .pin(let r): r
+        case .fill(let r): r
+        case .evict(let r): r
         }
     }
 }
@@ -185,6 +194,32 @@ extension ControlRequest {
         public typealias Answer = ReferencesAnswer
         public init() {}
         public var request: ControlRequest { .references(self) }
+    }
+
+    /// Pins (keeps on this device, also what is added later) or unpins a store file or folder
+    /// (`path` from the mount root). The answer lists the placeholders to fill (`fill`).
+    public struct Pin: ControlCommand {
+        public typealias Answer = PinAnswer
+        public var path: String
+        public var on: Bool
+        public init(path: String, on: Bool) { (self.path, self.on) = (path, on) }
+        public var request: ControlRequest { .pin(self) }
+    }
+
+    /// Downloads a placeholder's content now (answered once it is here).
+    public struct Fill: ControlCommand {
+        public typealias Answer = FillAnswer
+        public var path: String
+        public init(path: String) { self.path = path }
+        public var request: ControlRequest { .fill(self) }
+    }
+
+    /// Frees the space of the clean, closed, unpinned files at or under `path`.
+    public struct Evict: ControlCommand {
+        public typealias Answer = EvictAnswer
+        public var path: String
+        public init(path: String) { self.path = path }
+        public var request: ControlRequest { .evict(self) }
     }
 
     /// Look at every store's remote now; answered once that look is done (or after `timeout`
@@ -323,6 +358,36 @@ public struct ReferenceRow: Codable, Equatable, Sendable {
     }
 }
 
+public struct PinAnswer: Codable, Equatable, Sendable {
+    /// The files at or under the path (pinning: those still to download, mount paths, sizes).
+    public var files: Int
+    public var toFill: [FileSize]
+    public init(files: Int, toFill: [FileSize]) { (self.files, self.toFill) = (files, toFill) }
+}
+
+public struct FileSize: Codable, Equatable, Sendable {
+    public var path: String
+    public var size: Int64
+    public init(path: String, size: Int64) { (self.path, self.size) = (path, size) }
+}
+
+public struct FillAnswer: Codable, Equatable, Sendable {
+    public var path: String
+    public var size: Int64
+    public init(path: String, size: Int64) { (self.path, self.size) = (path, size) }
+}
+
+public struct EvictAnswer: Codable, Equatable, Sendable {
+    public var files: Int
+    public var evicted: Int
+    public var freed: Int64
+    /// One sentence per file that stays (changed, open, pinned).
+    public var refused: [String]
+    public init(files: Int, evicted: Int, freed: Int64, refused: [String]) {
+        (self.files, self.evicted, self.freed, self.refused) = (files, evicted, freed, refused)
+    }
+}
+
 /// Per store name: when its remote was last looked at, whether it is offline, who writes to it.
 public struct SyncPollAnswer: Codable, Equatable, Sendable {
     public var stores: [String: RemoteState]
@@ -421,6 +486,9 @@ extension ControlRequest: Codable {
         case "index-error": self = .indexError(try IndexError(from: decoder))
         case "query": self = .query(try Query(from: decoder))
         case "query-watch": self = .queryWatch(try Query(from: decoder))
+        case "pin": self = .pin(try Pin(from: decoder))
+        case "fill": self = .fill(try Fill(from: decoder))
+        case "evict": self = .evict(try Evict(from: decoder))
         case let other: throw DriveError(.badRequest, "Unknown request \"\(other)\".")
         }
         // An empty text a command needs counts as missing, as it always did (`--app ""`).
@@ -440,6 +508,9 @@ extension ControlRequest: Codable {
         case .bookmarkResolve(let r): ["app": r.app, "token": r.token]
         case .grantsRevoke(let r): ["app": r.app, "path": r.path]
         case .appClose(let r): ["app": r.app]
+        case .pin(let r): ["path": r.path]
+        case .fill(let r): ["path": r.path]
+        case .evict(let r): ["path": r.path]
         case .grantsList, .references, .syncPoll, .indexError, .query, .queryWatch: [:]
         }
     }

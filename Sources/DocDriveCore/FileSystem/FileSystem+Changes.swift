@@ -107,7 +107,13 @@ extension DriveFileSystem {
         }
         guard let uploader, let root = n.root, uploader.uploads(root.key) else { return nil }
         switch storeLocation(n) {
-        case .at(let path) where !path.isEmpty: return uploader.status(root: root.key, path: path)
+        case .at(let path) where !path.isEmpty:
+            let status = uploader.status(root: root.key, path: path)
+            if status == UploadState.synced.rawValue, n.fileType == S_IFREG, let fd = try? n.acquire() {
+                defer { n.release() }
+                if Placeholder.version(fd: fd) != nil { return "placeholder" }
+            }
+            return status
         // Not "synced" of what cannot be looked up: the comparison it is part of says more.
         case .tooLong: return uploader.wholeStoreStatus(root: root.key)
         default: return nil

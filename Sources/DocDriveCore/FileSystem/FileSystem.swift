@@ -79,12 +79,14 @@ public final class OpenFile: Sendable {
         self.writable = flags & O_ACCMODE != O_RDONLY
         self.readable = flags & O_ACCMODE != O_WRONLY
         inode.noteOpened()
+        inode.anyOpens.add(1, ordering: .relaxed)
         if writable { inode.writableOpens.add(1, ordering: .relaxed) }
         self.seenVersion = Mutex(version)
     }
 
     deinit {
         if writable { inode.writableOpens.subtract(1, ordering: .relaxed) }
+        inode.anyOpens.subtract(1, ordering: .relaxed)
         inode.noteClosed()
     }
 }
@@ -198,6 +200,7 @@ public final class DriveFileSystem: Sendable {
         if let uploader {
             var hooks = SyncHooks()
             hooks.isOpenForWriting = { [table] dev, ino in table.isOpenForWriting(dev: dev, ino: ino) }
+            hooks.isOpen = { [table] dev, ino in table.isOpen(dev: dev, ino: ino) }
             hooks.hasUnsyncedWrites = { [table] st in table.hasUnsyncedWrites(st) }
             hooks.changedBehindMount = { [weak self] folder, name in
                 guard let self else { return }
@@ -407,6 +410,13 @@ public final class DriveFileSystem: Sendable {
         }
         if let size = c.size {
             if n.isDirectory { throw .isDirectory }
+            // A placeholder (Sync/Placeholder.swift) truncated to nothing is an empty file of the
+            // user's; cut to another size it would need its content first, which a setattr does
+            // not wait for: EIO (an open and ftruncate works).
+            if file == nil, n.fileType == S_IFREG, Placeholder.version(fd: nfd) != nil {
+                guard size == 0 else { throw .ioError }
+                _ = dd_removexattr_path(nfd, Placeholder.attribute)
+            }
             defer {
                 if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot { publish(.truncated(fd: nfd, root: root)) }
             }
@@ -686,12 +696,38 @@ public final class DriveFileSystem: Sendable {
     /// `caller`: who opens (a truncating open by anyone but root drops setuid/setgid, as the
     /// kernel does for a native open(O_TRUNC); with atomic O_TRUNC it leaves that to us).
     public func open(_ id: UInt64, flags: Int32, caller: Caller? = nil) throws(Errno) -> OpenFile {
+        switch try openOrFill(id, flags: flags, caller: caller) {
+        case .opened(let f): return f
+        case .placeholder: throw .ioError
+        }
+    }
+
+    /// What an open found: the open file, or a placeholder whose content must come first
+    /// (`fill`, then open again).
+    public enum OpenOutcome {
+        case opened(OpenFile)
+        case placeholder(root: String, path: StorePath)
+    }
+
+    /// Opens the file, unless it is a placeholder (Sync/Placeholder.swift) that the open needs
+    /// the content of: an open with O_TRUNC for writing makes it an empty file of the user's.
+    public func openOrFill(_ id: UInt64, flags: Int32, caller: Caller? = nil) throws(Errno) -> OpenOutcome {
         let n = try backing(id)
         if n.isDirectory { throw .isDirectory }
         let (f, direct) = backingOpenFlags(flags)
         let (nfd, contentRoot) = try acquireContent(n)
         defer { n.release() }
         let fd = try Sys.check { dd_reopen(nfd, f) }
+        if n.fileType == S_IFREG, Placeholder.isPlaceholder(openFD: fd) {
+            if flags & O_TRUNC != 0, flags & O_ACCMODE != O_RDONLY {
+                Placeholder.clear(fd: fd)
+            } else {
+                Sys.close(fd)
+                guard let uploader, let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty,
+                      uploader.uploads(root.key) else { throw .ioError }
+                return .placeholder(root: root.key, path: path)
+            }
+        }
         var keep = false
         var version: FileVersion?
         if let st = try? Sys.stat(fd: fd) {
@@ -713,7 +749,19 @@ public final class DriveFileSystem: Sendable {
         let file = OpenFile(fd: fd, inode: n, flags: flags, version: version, directIO: direct, keepCache: keep,
                             contentRoot: contentRoot)
         if flags & O_TRUNC != 0 { file.dirty.store(true, ordering: .relaxed) }
-        return file
+        return .opened(file)
+    }
+
+    /// Downloads the content of the placeholder `path` of store `root` on another thread and
+    /// calls `done` there: nil when it is here (open it again), else the errno for the open
+    /// (ENOENT: deleted on the remote meanwhile; EIO: offline or failed, said in the log and
+    /// in `docdrive status`).
+    public func fill(root: String, path: StorePath, done: @escaping @Sendable (Errno?) -> Void) {
+        guard let uploader else { return done(.ioError) }
+        uploader.fill(root: root, path: path) { e in
+            guard let e else { return done(nil) }
+            done(e.code == .notFound ? .noSuchFileOrDirectory : .ioError)
+        }
     }
 
     public func write(_ file: OpenFile, _ buf: UnsafeRawPointer, count: Int, offset: Int64) throws(Errno) -> Int {

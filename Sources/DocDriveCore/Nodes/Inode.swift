@@ -107,6 +107,8 @@ public final class Inode: Sendable {
     let mappableOpens = Atomic<Int>(0)
     /// Open files of this node that may write it (the sync engine never replaces such a file).
     let writableOpens = Atomic<Int>(0)
+    /// Open files of this node, for any access (an open file is never evicted).
+    let anyOpens = Atomic<Int>(0)
     /// The content version of the last fsync through the mount (see `hasUnsyncedWrites`).
     let fsyncedVersion = Mutex<FileVersion?>(nil)
 
@@ -858,6 +860,13 @@ final class InodeTable: Sendable {
                 e.inode.dev == UInt64(st.st_dev) && e.inode.ino == UInt64(st.st_ino) && e.inode.writableOpens.load(ordering: .relaxed) > 0
                     && e.inode.fsyncedVersion.withLock { $0 } != version
             }
+        }
+    }
+
+    /// Whether a process has the backing file (dev, ino) open through the mount at all.
+    func isOpen(dev: UInt64, ino: UInt64) -> Bool {
+        state.withLock { s in
+            s.byID.values.contains { e in e.inode.dev == dev && e.inode.ino == ino && e.inode.anyOpens.load(ordering: .relaxed) > 0 }
         }
     }
 

@@ -19,7 +19,8 @@ extension S3Remote {
         var total: Int64 = -1
         var responseHead: HTTPResponseHead?
         var attempt = 0
-        guard ftruncate(out, 0) == 0 else { throw S3Client.describe(.write(errno)) }
+        // Not truncated first: a placeholder is filled in place and keeps its size meanwhile
+        // (Placeholder.swift); the end truncates to what came.
         while true {
             var headers = [(String, String)]()
             if let pinned { headers.append(("If-Match", "\"\(pinned)\"")) }

@@ -88,6 +88,14 @@ public final class S3Remote: Remote, Sendable {
     // MARK: Store set-up
 
     /// Throws a sentence unless the bucket answers to these credentials.
+    /// Whether the store's prefix holds anything but DocDrive's own keys (a look at a few keys).
+    public func holdsDocuments() throws(DriveError) -> Bool {
+        let own = [keys.ownKey(S3Keys.markerName), keys.ownKey(S3Keys.ownFolder + "/")]
+        return try listObjects(keyPrefix: keys.keyPrefix, limit: 5).contains { item in
+            !own.contains { item.key == $0 || ($0.hasSuffix("/") && item.key.hasPrefix($0)) }
+        }
+    }
+
     public func checkBucket() throws(DriveError) {
         let r = try client.send(.GET, key: nil, query: [("list-type", "2"), ("max-keys", "1"), ("prefix", keys.keyPrefix)])
         guard r.status == 200 else { throw client.failure(r, "list \(displayName)") }

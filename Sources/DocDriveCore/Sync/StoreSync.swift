@@ -14,6 +14,8 @@ import Glibc
 public struct SyncHooks: Sendable {
     /// Whether a process has the backing file (dev, ino) open for writing through the mount.
     public var isOpenForWriting: @Sendable (UInt64, UInt64) -> Bool = { _, _ in false }
+    /// Whether a process has the backing file (dev, ino) open through the mount at all.
+    public var isOpen: @Sendable (UInt64, UInt64) -> Bool = { _, _ in false }
     /// Whether a process has the backing file open for writing through the mount and wrote it
     /// since its last fsync (`stat`: the file as the upload sees it): such a file may be half
     /// written. A file fsynced at this version is a version its writer chose to keep.
@@ -29,8 +31,12 @@ struct LocalItem {
     var path: StorePath
     var kind: SyncEntry.Kind
     var st: stat
+    /// A placeholder (Placeholder.swift): no content here, never uploaded.
+    var placeholder = false
+    /// The version the sync sees (a placeholder's is its base's: it never changes here).
+    var tokenOverride: String? = nil
     /// Same form as the folder remote's version: size, mtime, inode ("" for a folder).
-    var token: String { FolderRemote.version(st) }
+    var token: String { tokenOverride ?? FolderRemote.version(st) }
     var entry: SyncEntry { SyncEntry(path: path.description, kind: kind, token: token) }
 }
 
@@ -48,6 +54,10 @@ public struct RemoteState: Equatable, Sendable, Codable {
     public var offlineReason: String?
     /// Names of the devices that wrote what the remote holds.
     public var devices: [String] = []
+    /// Why the last download of a placeholder failed (cleared by the next that succeeds).
+    public var downloadProblem: String? = nil
+    /// Bytes of content kept on this device, as last counted (stores with a cache limit).
+    public var cacheBytes: Int64? = nil
 
     public init(lastPoll: Double? = nil, offlineSince: Double? = nil, offlineReason: String? = nil, devices: [String] = []) {
         (self.lastPoll, self.offlineSince, self.offlineReason, self.devices) = (lastPoll, offlineSince, offlineReason, devices)
@@ -67,6 +77,12 @@ final class StoreSync: Sendable {
     let logger: Logger
     let hooks: @Sendable () -> SyncHooks
     let limit: BandwidthLimit?
+    /// Whether listed files come down as placeholders (on-demand) or with their content.
+    let content: StoreConfig.ContentMode
+    /// The most bytes of content an on-demand store keeps here (nil: no limit), and what it
+    /// keeps now as last counted (nil before the first count). Lock: leaf.
+    let cacheLimit: Int64?
+    let cacheUse = Mutex<Int64?>(nil)
     /// Paths a worker is syncing now; a path conflicts with itself, its folders and what is in
     /// it. Lock: leaf.
     private let busyPaths = Mutex<[StorePath]>([])
@@ -95,6 +111,7 @@ final class StoreSync: Sendable {
 
     init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
          index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
+         content: StoreConfig.ContentMode = .allLocal, cacheLimit: Int64? = nil,
          hooks: @escaping @Sendable () -> SyncHooks,
          progress: @escaping @Sendable (StorePath, Int64, Int64) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void) {
         self.key = key
@@ -108,6 +125,8 @@ final class StoreSync: Sendable {
         self.coordinator = coordinator
         self.logger = logger
         self.limit = limit
+        self.content = content
+        self.cacheLimit = cacheLimit
         self.hooks = hooks
         self.progress = progress
         self.progressDone = progressDone
@@ -124,7 +143,7 @@ final class StoreSync: Sendable {
         return under(a, b) || under(b, a)
     }
 
-    private func tryLock(_ paths: [StorePath]) -> Bool {
+    func tryLock(_ paths: [StorePath]) -> Bool {
         busyPaths.withLock { held in
             for p in paths where held.contains(where: { Self.overlaps($0, p) }) { return false }
             held.append(contentsOf: paths)
@@ -132,7 +151,7 @@ final class StoreSync: Sendable {
         }
     }
 
-    private func unlock(_ paths: [StorePath]) {
+    func unlock(_ paths: [StorePath]) {
         busyPaths.withLock { held in
             for p in paths { if let i = held.firstIndex(of: p) { held.remove(at: i) } }
         }
@@ -140,7 +159,7 @@ final class StoreSync: Sendable {
 
     // MARK: the local side
 
-    private func openCache() throws(DriveError) -> Int32 {
+    func openCache() throws(DriveError) -> Int32 {
         let fd = open(cache, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw DriveError.io("cannot open the local copy \(cache)", .init(rawValue: errno)) }
         return fd
@@ -159,7 +178,8 @@ final class StoreSync: Sendable {
         guard let kind = FolderRemote.kind(st) else {
             throw DriveError(.unsupported, "\(path) is \(Uploader.kindPhrase(st.st_mode)); a remote holds files, folders and symbolic links, so it is not carried there.")
         }
-        return LocalItem(path: path, kind: kind, st: st)
+        return LocalItem(path: path, kind: kind, st: st,
+                         placeholder: kind == .file && Placeholder.isPlaceholder(dir, path.lastName))
     }
 
     /// The item id of the local item (assigned now if it never had one).
@@ -180,7 +200,7 @@ final class StoreSync: Sendable {
         return lstat(cache, &st) == 0 ? Int64(st.st_ino) : nil
     }
 
-    private func isBusyLocally(_ item: LocalItem?) -> Bool {
+    func isBusyLocally(_ item: LocalItem?) -> Bool {
         guard let item, item.kind == .file else { return false }
         return hooks().isOpenForWriting(UInt64(item.st.st_dev), UInt64(item.st.st_ino))
     }
@@ -189,7 +209,7 @@ final class StoreSync: Sendable {
         path.folder.isEmpty ? cache : cache + "/" + String(decoding: path.folder.bytes, as: UTF8.self)
     }
 
-    private func told(_ path: StorePath) {
+    func told(_ path: StorePath) {
         hooks().changedBehindMount(folderPath(path), String(decoding: path.lastName, as: UTF8.self))
     }
 
@@ -228,7 +248,7 @@ final class StoreSync: Sendable {
     }
 
     /// A file for a download, on the same file system as the cache (renamed into place after).
-    private func makeTemporary() throws(DriveError) -> (fd: Int32, path: String) {
+    func makeTemporary() throws(DriveError) -> (fd: Int32, path: String) {
         _ = mkdir(downloads, 0o700)
         let path = downloads + "/" + ItemIndex.newID()
         let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | dd_O_NOFOLLOW, 0o600)
@@ -260,6 +280,18 @@ final class StoreSync: Sendable {
         }
     }
 
+    /// A placeholder of the remote file `r` in a temporary file (placed like a download).
+    private func placeholderFile(_ r: RemoteItem) throws(DriveError) -> (fd: Int32, path: String, item: RemoteItem) {
+        let tmp = try makeTemporary()
+        guard Placeholder.fill(fd: tmp.fd, as: r) else {
+            let e = errno
+            close(tmp.fd)
+            unlink(tmp.path)
+            throw DriveError.io("cannot make the placeholder of \(r.path) in \(downloads)", .init(rawValue: e))
+        }
+        return (tmp.fd, tmp.path, r)
+    }
+
     /// Whether the two open files hold the same bytes.
     private static func sameContent(_ a: Int32, _ b: Int32) -> Bool {
         guard let x = try? FolderRemote.sha256(of: a, named: ""), let y = try? FolderRemote.sha256(of: b, named: "") else { return false }
@@ -267,7 +299,7 @@ final class StoreSync: Sendable {
     }
 
     /// Opens (making them) the local folders of `path`.
-    private func openLocalFolder(_ cachefd: Int32, _ folder: StorePath) throws(DriveError) -> Int32 {
+    func openLocalFolder(_ cachefd: Int32, _ folder: StorePath) throws(DriveError) -> Int32 {
         switch Beneath.openFolder(cachefd, folder.names, create: true) {
         case .success(let fd): return fd
         case .failure:
@@ -305,7 +337,7 @@ final class StoreSync: Sendable {
     /// look leaves the same race between it and the write, and it loses nothing (both stay,
     /// and this device's sync of the path fails naming what is in the way).
     private func newHereID(_ path: StorePath, _ local: LocalItem?, _ base: BaseRow?, firstTry: Bool) throws(DriveError) -> String? {
-        guard firstTry, base == nil, let l = local, l.kind == .file,
+        guard firstTry, base == nil, let l = local, l.kind == .file, !l.placeholder,
               listed.withLock({ $0.map { !$0.contains(path.hashValue) } }) == true,
               let id = localID(l), try bases.base(root: key, id: id) == nil,
               remoteIDs.withLock({ $0[id] }) == nil else { return nil }
@@ -445,6 +477,11 @@ final class StoreSync: Sendable {
 
         // Renamed here: the local item is an item the remote has (or had) under another path.
         if newID == nil, let l = local, let outcome = try renamedHere(path, l, base: &base, remoteItem: &remoteItem) { return outcome }
+        // A placeholder holds nothing of the user's: unchanged here when the base knows it, and
+        // not there at all when it does not (a download's leftover, replaced by the next one).
+        if let l = local, l.placeholder {
+            if let b = base, b.kind == .file { local?.tokenOverride = b.localToken } else { local = nil }
+        }
         // A folder here that is another item than the one the base knew (renamed away, and a
         // new one made under its name): what is in either is looked at on its own.
         if let l = local, l.kind == .folder, let b = base, b.kind == .folder, let id = localID(l), b.id != nil, b.id != id {
@@ -587,6 +624,9 @@ final class StoreSync: Sendable {
 
     /// `knownID`: the id of a file new here (`newHereID`), which no other path has.
     private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?, id knownID: String? = nil) throws(DriveError) {
+        if l.placeholder {
+            throw DriveError(.busy, "\(l.path) is a placeholder here (its content was never downloaded); it is not uploaded.")
+        }
         try ensureRemoteFolders(l.path.folder)
         let id: String?
         if let knownID { id = knownID } else { id = try uploadID(l, base: base, replacing: remoteThere) }
@@ -710,7 +750,11 @@ final class StoreSync: Sendable {
         case .symlink, .file:
             break
         }
-        let tmp = try fetch(r)
+        // On demand, a file comes down as a placeholder unless its content is here already (a
+        // file filled before: kept filled), it is pinned, or there is nothing to fetch.
+        let asPlaceholder = content == .onDemand && r.kind == .file && r.size > 0
+            && (local == nil || local?.placeholder == true) && !isPinned(r.path)
+        let tmp = asPlaceholder ? try placeholderFile(r) : try fetch(r)
         var placed = false
         defer {
             close(tmp.fd)
@@ -727,6 +771,8 @@ final class StoreSync: Sendable {
             let now = Beneath.stat(dir, name)
             let unchanged: Bool = {
                 guard let now else { return local == nil }
+                // A placeholder is replaced whatever its time says (a fill cut short changed it).
+                if now.st_mode & S_IFMT == S_IFREG, Placeholder.isPlaceholder(dir, name) { return true }
                 guard let l = local, let b = base else { return false }
                 return FolderRemote.version(now) == b.localToken && FolderRemote.version(now) == l.token
             }()

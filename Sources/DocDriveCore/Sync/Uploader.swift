@@ -71,6 +71,9 @@ public final class Uploader: Sendable {
     private let compareScheduled = Mutex<Set<String>>([])
     /// Files being copied, by upload number, with their progress. Lock: leaf.
     private let inFlight = Mutex<[String: InFlightUpload]>([:])
+    /// Placeholders being filled now (store key, NUL, path) with who waits for each: one
+    /// download per file, however many opens wait for it. Lock: leaf.
+    let filling = Mutex<[String: [@Sendable (DriveError?) -> Void]]>([:])
     /// What the file system tells the sync engine (set once the file system exists). Lock: leaf.
     private let hooks = Mutex(SyncHooks())
     private let index: ItemIndex
@@ -114,7 +117,7 @@ public final class Uploader: Sendable {
         let storeName = config.name
         let sync = StoreSync(key: config.rootKey, name: config.name, cache: home.cachePath(config.name),
                              downloads: home.storePath(config.name) + "/downloads", remote: remote, device: device,
-                             index: index, coordinator: coordinator, logger: logger, limit: limit,
+                             index: index, coordinator: coordinator, logger: logger, limit: limit, content: config.content, cacheLimit: config.cacheLimit,
                              hooks: { [unowned self] in hooks.withLock { $0 } },
                              progress: { [unowned self] path, done, total in
                                  inFlight.withLock { $0[storeName + "/" + path.description] = InFlightUpload(store: storeName, path: path.description, done: done, total: total) }
@@ -126,9 +129,9 @@ public final class Uploader: Sendable {
     /// Set by the file system: how the sync engine asks about open files and tells the kernel.
     public func setSyncHooks(_ h: SyncHooks) { hooks.withLock { $0 = h } }
 
-    private func store(_ rootKey: String) -> Store? { stores.withLock { $0[rootKey] } }
+    func store(_ rootKey: String) -> Store? { stores.withLock { $0[rootKey] } }
 
-    private func allStores() -> [String: Store] { stores.withLock { $0 } }
+    func allStores() -> [String: Store] { stores.withLock { $0 } }
 
     /// Whether files under this root key are uploaded (stores are; app containers are not).
     public func uploads(_ rootKey: String) -> Bool { store(rootKey) != nil }
@@ -621,6 +624,7 @@ public final class Uploader: Sendable {
 
     /// The user.docdrive.status of a store file.
     public func status(root: String, path: StorePath) -> String {
+        if filling.withLock({ $0[root + "\0" + path.description] != nil }) { return "downloading" }
         if index.bases.inConflict(root: root, path: path.description) { return "conflict" }
         if isNoted(root: root, path: path) { return UploadState.pending.rawValue }
         guard let s = try? queue.state(root: root, path: path) else { return UploadState.synced.rawValue }

@@ -1,0 +1,81 @@
+// Placeholder: a remote file whose content is not on this device yet (on-demand stores).
+//
+// A placeholder is the local file itself, made sparse: the real size, mode and modification
+// time, no blocks, and the attribute `user.docdrive.placeholder` holding the remote version it
+// stands for. `ls`, `stat`, `find` and `du --apparent-size` see the real file; `du` counts no
+// blocks. Its first open fills it in place (same inode, so the kernel's node and the item id do
+// not change), and only then is the attribute removed: a file with the attribute is never
+// user data (a download cut short leaves a placeholder, never a partial file), so the sync
+// engine never uploads it and may always replace it. An open with O_TRUNC makes it an empty
+// file of the user's at once. The attribute is under the drive's own prefix, which the mount
+// hides from listings and refuses to set.
+import CDocDriveSys
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum Placeholder {
+    public static let attribute = "user.docdrive.placeholder"
+    /// Marks a pinned file or folder (kept on this device; a folder's files, also later ones).
+    public static let pinAttribute = "user.docdrive.pinned"
+
+    /// The remote version a placeholder stands for, from any descriptor of it (O_PATH too);
+    /// nil when the file is not a placeholder.
+    public static func version(fd: Int32) -> String? {
+        var buf = [UInt8](repeating: 0, count: 512)
+        let n = buf.withUnsafeMutableBytes { dd_getxattr_path(fd, attribute, $0.baseAddress, $0.count) }
+        guard n >= 0 else { return nil }
+        return String(decoding: buf[0..<n], as: UTF8.self)
+    }
+
+    /// Whether the open file `fd` (not O_PATH) is a placeholder: one fgetxattr, on every open of
+    /// a file of the mount.
+    public static func isPlaceholder(openFD fd: Int32) -> Bool {
+        dd_fgetxattr(fd, attribute, nil, 0) >= 0
+    }
+
+    /// Whether the file `name` in the folder `dir` is a placeholder (never following a link).
+    static func isPlaceholder(_ dir: Int32, _ name: ArraySlice<UInt8>) -> Bool {
+        let fd = Beneath.withCName(name) { openat(dir, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return version(fd: fd) != nil
+    }
+
+    static func mark(fd: Int32, version: String) -> Bool {
+        Array(version.utf8).withUnsafeBytes { dd_setxattr_path(fd, attribute, $0.baseAddress, $0.count, 0) } == 0
+    }
+
+    /// The file is the user's now (filled, or truncated by an open).
+    @discardableResult
+    public static func clear(fd: Int32) -> Bool {
+        dd_removexattr_path(fd, attribute) == 0 || errno == ENODATA
+    }
+
+    /// Whether `fd` (a file or folder, any descriptor) carries the pin mark.
+    static func isPinned(fd: Int32) -> Bool {
+        var b: UInt8 = 0
+        return dd_getxattr_path(fd, pinAttribute, &b, 1) >= 0
+    }
+
+    static func setPinned(fd: Int32, _ on: Bool) -> Bool {
+        if on { return dd_setxattr_path(fd, pinAttribute, "1", 1, 0) == 0 }
+        return dd_removexattr_path(fd, pinAttribute) == 0 || errno == ENODATA
+    }
+
+    /// Makes `fd` (a new, empty file) the placeholder of `r`: its size, mode and time, no blocks.
+    static func fill(fd: Int32, as r: RemoteItem) -> Bool {
+        guard ftruncate(fd, off_t(r.size)) == 0, mark(fd: fd, version: r.version) else { return false }
+        if let m = r.meta.mode { _ = fchmod(fd, mode_t(m & 0o7777)) }
+        setTimes(fd, r.meta.mtimeNanoseconds)
+        return true
+    }
+
+    static func setTimes(_ fd: Int32, _ ns: Int64?) {
+        guard let ns else { return }
+        var times = [timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT)),
+                     timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))]
+        _ = futimens(fd, &times)
+    }
+}

@@ -1,0 +1,269 @@
+// StoreSync+Placeholders: content on demand (Placeholder.swift). Filling a placeholder when it
+// is opened, freeing a file's space (evict), and the pin marks that keep files here.
+import CDocDriveSys
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension StoreSync {
+    /// A fill ended: a failure is the store's download problem in `status` (and offline, when
+    /// the remote could not be reached); a success clears it.
+    func noteFill(_ path: StorePath, _ failure: DriveError?) {
+        guard let failure else {
+            state.withLock { $0.downloadProblem = nil }
+            return
+        }
+        logger.error("store \(name): \(path) could not be downloaded: \(failure.message)")
+        state.withLock { s in
+            s.downloadProblem = "\(path): \(failure.message)"
+            if failure.code == .unreachable, s.offlineSince == nil {
+                s.offlineSince = Date().timeIntervalSince1970
+                s.offlineReason = failure.message
+            }
+        }
+    }
+
+    /// Whether `path` or a folder above it carries the pin mark.
+    func isPinned(_ path: StorePath) -> Bool {
+        guard let cachefd = try? openCache() else { return false }
+        defer { close(cachefd) }
+        let names = path.names
+        for depth in 0...names.count {
+            let fd: Int32
+            if depth == 0 {
+                fd = dup(cachefd)
+            } else if case .success(let dir) = Beneath.openFolder(cachefd, Array(names[0..<depth - 1])) {
+                fd = Beneath.withCName(names[depth - 1]) { openat(dir, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+                close(dir)
+            } else {
+                return false
+            }
+            guard fd >= 0 else { return false }
+            defer { close(fd) }
+            if Placeholder.isPinned(fd: fd) { return true }
+        }
+        return false
+    }
+
+    /// Waits (at most `seconds`) until no worker syncs `path`, then holds it.
+    private func lockWaiting(_ path: StorePath, seconds: Double) throws(DriveError) {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !tryLock([path]) {
+            guard Date() < deadline else { throw DriveError(.busy, "\(path) is being synced; try again in a moment.") }
+            usleep(5_000)
+        }
+    }
+
+    /// Opens the local file at `path` for reading and writing (never following a link).
+    private func openLocalFile(_ path: StorePath) throws(DriveError) -> Int32 {
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, path.folder.names) else {
+            throw DriveError(.notFound, "\(path) is no longer in the local copy.")
+        }
+        defer { close(dir) }
+        let fd = Beneath.withCName(path.lastName) { openat(dir, $0, O_RDWR | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+        guard fd >= 0 else {
+            if errno == ENOENT { throw DriveError(.notFound, "\(path) is no longer in the local copy.") }
+            throw DriveError.io("cannot open \(path) in the local copy", .init(rawValue: errno))
+        }
+        return fd
+    }
+
+    /// Fills the placeholder at `path` with the remote's content, in place: the same inode, so
+    /// the kernel's node and the item id stay. Nothing when it is no placeholder (any more).
+    /// The attribute goes last: a fill cut short leaves a placeholder. The version the
+    /// placeholder stands for is asked for; when the remote has another one now, that one is
+    /// the content. `.notFound`: the remote no longer has it (the next sync removes it here).
+    func hydrate(_ path: StorePath) throws(DriveError) {
+        try lockWaiting(path, seconds: 120)
+        defer { unlock([path]) }
+        let fd = try openLocalFile(path)
+        defer { close(fd) }
+        guard let version = Placeholder.version(fd: fd) else { return }
+        var before = stat()
+        _ = fstat(fd, &before)
+        let base = try bases.base(root: key, path: path)
+        let report: (Int64, Int64) -> Void = { [progress] done, total in progress(path, done, total) }
+        defer { progressDone(path) }
+        var got: RemoteItem
+        do {
+            do {
+                got = try remote.download(path, version: version, to: fd, progress: report)
+            } catch let e where e.code == .remoteChanged {
+                logger.info("store \(name): \(path) changed on the remote since it was listed; its current version is downloaded")
+                got = try remote.download(path, version: nil, to: fd, progress: report)
+            }
+        } catch let e where e.code == .notFound {
+            try? queue.enqueue(root: key, path: path, due: 0)
+            throw e
+        }
+        guard got.kind == .file else {
+            try? queue.enqueue(root: key, path: path, due: 0)
+            throw DriveError(.notFound, "\(path) is no longer a file on the remote.")
+        }
+        guard ftruncate(fd, off_t(got.size)) == 0, fsync(fd) == 0 else {
+            throw DriveError.io("cannot write the download of \(path)", .init(rawValue: errno))
+        }
+        if let m = got.meta.mode { _ = fchmod(fd, mode_t(m & 0o7777)) }
+        if got.version == version || got.meta.mtimeNanoseconds == nil {
+            Placeholder.setTimes(fd, Int64(before.st_mtim.tv_sec) * 1_000_000_000 + Int64(before.st_mtim.tv_nsec))
+        } else {
+            Placeholder.setTimes(fd, got.meta.mtimeNanoseconds)
+        }
+        // Its access time is now: the cache limit evicts the least recently used first.
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var times = [now, timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT))]
+        _ = futimens(fd, &times)
+        var after = stat()
+        _ = fstat(fd, &after)
+        // The base first: a crash before the attribute goes leaves a placeholder at this base.
+        try bases.put(root: key, BaseRow(path: path, id: got.meta.itemID ?? base?.id, kind: .file,
+                                         localToken: FolderRemote.version(after), remoteToken: got.version))
+        guard Placeholder.clear(fd: fd) else {
+            throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
+        }
+        if after.st_size != before.st_size { told(path) }
+        logger.info("store \(name): downloaded \(path) (\(got.size) bytes) on demand")
+        if let use = cacheUse.withLock({ u -> Int64? in
+            if u != nil { u! += Int64(after.st_blocks) * 512 }
+            return u
+        }) {
+            state.withLock { $0.cacheBytes = use }
+        }
+    }
+
+    /// Under the store's `cache-limit`: when the content kept here (the blocks of the files
+    /// that are not placeholders) is over it, the least recently used clean, closed, unpinned
+    /// files are evicted (by access time: a download sets it; reads do as the backing file
+    /// system's atime option says), never `keeping` (the file just downloaded).
+    func keepUnderCacheLimit(keeping: StorePath) {
+        guard let limit = cacheLimit else { return }
+        if let use = cacheUse.withLock({ $0 }), use <= limit { return }
+        guard let cachefd = try? openCache() else { return }
+        defer { close(cachefd) }
+        var kept = [(path: StorePath, bytes: Int64, used: Int)]()
+        var total: Int64 = 0
+        func walk(_ dfd: Int32, _ p: StorePath) {
+            guard let entries = Beneath.names(dfd) else { return }
+            for e in entries {
+                let child = p.appending(e.name)
+                if e.type == UInt8(DT_DIR) {
+                    let sub = Beneath.withCName(e.name) { openat(dfd, $0, O_RDONLY | O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+                    guard sub >= 0 else { continue }
+                    walk(sub, child)
+                    close(sub)
+                } else if e.type == UInt8(DT_REG), let st = Beneath.stat(dfd, e.name[...]), st.st_blocks > 0,
+                          !Placeholder.isPlaceholder(dfd, e.name[...]) {
+                    let bytes = Int64(st.st_blocks) * 512
+                    total += bytes
+                    kept.append((child, bytes, st.st_atim.tv_sec))
+                }
+            }
+        }
+        walk(cachefd, .store)
+        var evicted = 0
+        for f in kept.sorted(by: { $0.used < $1.used }) where total > limit && f.path != keeping {
+            if let freed = try? evict(f.path), freed > 0 {
+                total -= freed
+                evicted += 1
+            }
+        }
+        cacheUse.withLock { $0 = total }
+        state.withLock { $0.cacheBytes = total }
+        if evicted > 0 { logger.info("store \(name): evicted \(evicted) file\(evicted == 1 ? "" : "s") to stay under its cache limit (\(total) of \(limit) bytes kept)") }
+        if total > limit { logger.warning("store \(name): \(total) bytes kept, over its cache limit of \(limit): what is left is changed, open or pinned") }
+    }
+
+    /// Frees the space of the file at `path`: it becomes a placeholder of the version the remote
+    /// has (same size, time and inode). Refused, with a sentence, for a file with changes not
+    /// uploaded yet, one open through the mount, and a pinned one. Returns the bytes freed.
+    func evict(_ path: StorePath) throws(DriveError) -> Int64 {
+        try lockWaiting(path, seconds: 10)
+        defer { unlock([path]) }
+        guard let l = try localItem(path) else { throw DriveError(.notFound, "\(path) is not in store \(name).") }
+        guard l.kind == .file else { throw DriveError(.unsupported, "\(path) is not a file; only files are evicted (a folder's files one by one).") }
+        if l.placeholder { return 0 }
+        guard let b = try bases.base(root: key, path: path), b.kind == .file, b.localToken == l.token else {
+            throw DriveError(.busy, "\(path) has changes that are not uploaded yet; it stays on this device.")
+        }
+        guard !isPinned(path) else { throw DriveError(.busy, "\(path) is pinned (kept on this device); unpin it first.") }
+        guard !hooks().isOpen(UInt64(l.st.st_dev), UInt64(l.st.st_ino)) else {
+            throw DriveError(.busy, "\(path) is open; it stays on this device until it is closed.")
+        }
+        let fd = try openLocalFile(path)
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, FolderRemote.version(st) == b.localToken else {
+            throw DriveError(.busy, "\(path) has changes that are not uploaded yet; it stays on this device.")
+        }
+        let freed = Int64(st.st_blocks) * 512
+        // Whole blocks: a hole punched to the size would leave the last partial block allocated.
+        let block = off_t(max(512, Int(st.st_blksize)))
+        let span = (st.st_size + block - 1) / block * block
+        // The mark first: a file cut short here is a placeholder (filled again when opened).
+        guard Placeholder.mark(fd: fd, version: b.remoteToken) else {
+            throw DriveError.io("cannot mark \(path) as a placeholder", .init(rawValue: errno))
+        }
+        guard dd_fallocate(fd, 0x02 | 0x01 /* FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE */, 0, span) == 0 else {
+            let e = errno
+            Placeholder.clear(fd: fd)
+            throw DriveError.io("cannot free the space of \(path)", .init(rawValue: e))
+        }
+        var times = [st.st_atim, st.st_mtim]
+        _ = futimens(fd, &times)
+        _ = fsync(fd)
+        return freed
+    }
+
+    /// Sets or clears the pin mark of the file or folder at `path`.
+    func setPinned(_ path: StorePath, _ on: Bool) throws(DriveError) {
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        let fd: Int32
+        if path.isEmpty {
+            fd = dup(cachefd)
+        } else {
+            guard case .success(let dir) = Beneath.openFolder(cachefd, path.folder.names) else {
+                throw DriveError(.notFound, "\(path) is not in store \(name).")
+            }
+            fd = Beneath.withCName(path.lastName) { openat(dir, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+            close(dir)
+        }
+        guard fd >= 0 else { throw DriveError(.notFound, "\(path) is not in store \(name).") }
+        defer { close(fd) }
+        guard Placeholder.setPinned(fd: fd, on) else {
+            throw DriveError.io("cannot \(on ? "pin" : "unpin") \(path)", .init(rawValue: errno))
+        }
+    }
+
+    /// The files at and under `path`, each with whether it is a placeholder and its size.
+    func files(under path: StorePath) throws(DriveError) -> [(path: StorePath, placeholder: Bool, size: Int64)] {
+        guard let top = try localItem(path) else { throw DriveError(.notFound, "\(path) is not in store \(name).") }
+        if top.kind == .file { return [(path, top.placeholder, Int64(top.st.st_size))] }
+        guard top.kind == .folder else { return [] }
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        var out = [(path: StorePath, placeholder: Bool, size: Int64)]()
+        func walk(_ dfd: Int32, _ p: StorePath) {
+            guard let entries = Beneath.names(dfd) else { return }
+            for e in entries {
+                let child = p.appending(e.name)
+                if e.type == UInt8(DT_DIR) {
+                    let sub = Beneath.withCName(e.name) { openat(dfd, $0, O_RDONLY | O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+                    guard sub >= 0 else { continue }
+                    walk(sub, child)
+                    close(sub)
+                } else if e.type == UInt8(DT_REG), let st = Beneath.stat(dfd, e.name[...]) {
+                    out.append((child, Placeholder.isPlaceholder(dfd, e.name[...]), Int64(st.st_size)))
+                }
+            }
+        }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, path.names) else { return [] }
+        walk(dir, path)
+        close(dir)
+        return out
+    }
+}

@@ -1,0 +1,236 @@
+"""Placeholders: a store joined on a second device shows every file at once, content on demand.
+
+Two devices (separate drive homes and mounts) on one remote, a folder or a SeaweedFS bucket.
+Device A fills the store; device B joins it afterwards, so `store add` makes it an on-demand
+store. What is checked: B lists, stats and reads the attributes of everything with nothing
+downloaded (no file of B's local copy has a block, and B's log has no download); the first
+open of a file downloads that file only, in place (same inode and item id in the mount);
+two readers of one placeholder cause one download; an open with O_TRUNC downloads nothing;
+`docdrive pin` downloads a folder and what is added to it later; `docdrive evict` frees a
+file's space and refuses a pinned or open one; a placeholder deleted on the remote fails to
+open with ENOENT, and one whose remote cannot be reached fails with EIO and a sentence in
+`docdrive status`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from ddtest import wait_until
+from test_many_devices import Device, SharedRemote, shared, shared_folder, weed_server, write  # noqa: F401 (fixtures)
+
+
+def downloads(dev: Device) -> list[str]:
+    """The files B's daemon downloaded on demand (its log says each)."""
+    text = dev.d.log_path.read_text(errors="replace") if dev.d.log_path.exists() else ""
+    return [line.split("downloaded ", 1)[1].split(" (", 1)[0] for line in text.splitlines() if "on demand" in line and "downloaded " in line]
+
+
+def blocks(root: Path) -> dict[str, int]:
+    """st_blocks of every file under `root` (B's local copy: what is on the device)."""
+    out = {}
+    for dirpath, _, filenames in os.walk(root):
+        for n in filenames:
+            p = os.path.join(dirpath, n)
+            if not os.path.islink(p):
+                out[os.path.relpath(p, root)] = os.lstat(p).st_blocks
+    return out
+
+
+def filled_store(new_drive, shared):
+    a = Device(new_drive(), shared, "alpha").mount()
+    files = {}
+    for i in range(30):
+        rel = f"Reports/r{i:02}.txt" if i % 3 else f"Photos/2026/p{i:02}.bin"
+        files[rel] = (f"content of {rel} " * (40 + i * 7)).encode()
+        write(a.dir / rel, files[rel])
+    (a.dir / "Empty").mkdir()
+    write(a.dir / "zero.txt", b"")
+    files["zero.txt"] = b""
+    a.sync()
+    b = Device(new_drive(), shared, "beta")
+    config = (b.d.home / "config.yaml").read_text()
+    assert "content: on-demand" in config, config
+    b.mount()
+    b.sync()
+    return a, b, files
+
+
+@pytest.mark.timeout(240)
+def test_joined_store_lists_everything_and_downloads_only_what_is_opened(new_drive, shared):
+    a, b, files = filled_store(new_drive, shared)
+    # Listing, stat, find and the drive's attributes show every file with its real size...
+    seen = {}
+    for dirpath, _, filenames in os.walk(b.dir):
+        for n in filenames:
+            p = os.path.join(dirpath, n)
+            st = os.stat(p)
+            seen[os.path.relpath(p, b.dir)] = st.st_size
+            os.getxattr(p, "user.docdrive.id")
+    assert seen == {k: len(v) for k, v in files.items()}
+    assert {rel: os.stat(a.dir / rel).st_mtime_ns for rel in files} == {rel: os.stat(b.dir / rel).st_mtime_ns for rel in files}
+    # ...and nothing came down: no file on B has a block, B's log has no download.
+    assert all(v == 0 for v in blocks(b.cache).values()), blocks(b.cache)
+    assert downloads(b) == []
+    rel = "Reports/r05.txt"
+    assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"placeholder"
+    before = os.stat(b.dir / rel)
+    the_id = os.getxattr(b.dir / rel, "user.docdrive.id")
+    # The first open downloads that file, and only that one, in place.
+    assert (b.dir / rel).read_bytes() == files[rel]
+    assert downloads(b) == [rel]
+    after = os.stat(b.dir / rel)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert os.getxattr(b.dir / rel, "user.docdrive.id") == the_id
+    assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"synced"
+    on_device = {k for k, v in blocks(b.cache).items() if v > 0}
+    assert on_device == {rel}, on_device
+    # A filled file is an ordinary file: B's edit reaches A.
+    with open(b.dir / rel, "ab") as f:
+        f.write(b" + beta")
+    b.sync()
+    a.sync()
+    files[rel] += b" + beta"
+    assert (a.dir / rel).read_bytes() == files[rel]
+    # Every file reads back whole.
+    for k, v in files.items():
+        assert (b.dir / k).read_bytes() == v, k
+    assert sorted(downloads(b)) == sorted(k for k, v in files.items() if v)
+
+
+@pytest.mark.timeout(240)
+def test_two_readers_cause_one_download_and_truncate_downloads_nothing(new_drive, shared):
+    a = Device(new_drive(), shared, "alpha").mount()
+    big = os.urandom(24 << 20)
+    write(a.dir / "big.bin", big)
+    write(a.dir / "replace.txt", b"old content that is never downloaded")
+    a.sync()
+    b = Device(new_drive(), shared, "beta").mount()
+    b.sync()
+    got = [None] * 4
+    errors = []
+
+    def reader(i):
+        try:
+            got[i] = (b.dir / "big.bin").read_bytes()
+        except OSError as e:
+            errors.append(e)
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and all(g == big for g in got), errors
+    assert downloads(b) == ["big.bin"]
+    # O_TRUNC: the placeholder becomes an empty file of the user's, nothing downloaded.
+    fd = os.open(b.dir / "replace.txt", os.O_WRONLY | os.O_TRUNC)
+    os.write(fd, b"new")
+    os.close(fd)
+    assert downloads(b) == ["big.bin"]
+    b.sync()
+    a.sync()
+    assert (a.dir / "replace.txt").read_bytes() == b"new"
+
+
+@pytest.mark.timeout(240)
+def test_pin_downloads_a_folder_and_later_additions_evict_frees_space(new_drive, shared):
+    a, b, files = filled_store(new_drive, shared)
+    p = b.d.cli("pin", "--json", str(b.dir / "Photos"))
+    report = json.loads(p.stdout)
+    photos = sorted(k for k in files if k.startswith("Photos/"))
+    assert report[0]["downloaded"] == len(photos), report
+    assert sorted(downloads(b)) == photos
+    assert {k for k, v in blocks(b.cache).items() if v > 0} == set(photos)
+    # A file added to the pinned folder on A comes down with its content.
+    write(a.dir / "Photos" / "2026" / "new.bin", b"added later")
+    a.sync()
+    b.sync()
+    assert wait_until(lambda: "Photos/2026/new.bin" in downloads(b) or blocks(b.cache).get("Photos/2026/new.bin", 0) > 0, 20, 0.2)
+    assert os.getxattr(b.dir / "Photos/2026/new.bin", "user.docdrive.status") == b"synced"
+    # Evict refuses a pinned file, and after unpin frees it: a placeholder again, read again on open.
+    one = photos[0]
+    p = b.d.cli("evict", "--json", str(b.dir / one), check=False)
+    assert p.returncode != 0 and "pinned" in p.stderr + p.stdout, (p.returncode, p.stdout, p.stderr)
+    b.d.cli("unpin", str(b.dir / "Photos"))
+    # An open file stays.
+    with open(b.dir / one, "rb") as held:
+        p = b.d.cli("evict", str(b.dir / one), check=False)
+        assert p.returncode != 0 and "open" in p.stderr, (p.returncode, p.stdout, p.stderr)
+        assert held.read() == files[one]
+    p = b.d.cli("evict", "--json", str(b.dir / one))
+    assert json.loads(p.stdout)[0]["evicted"] == 1
+    assert blocks(b.cache)[one] == 0
+    assert os.getxattr(b.dir / one, "user.docdrive.status") == b"placeholder"
+    assert os.stat(b.dir / one).st_size == len(files[one])
+    # Evicted is not changed: nothing goes up, A still has the file.
+    b.sync()
+    a.sync()
+    assert (a.dir / one).read_bytes() == files[one]
+    assert (b.dir / one).read_bytes() == files[one]
+    assert downloads(b).count(one) == 2
+
+
+@pytest.mark.timeout(240)
+def test_a_placeholder_gone_or_unreachable_fails_its_open(new_drive, shared_folder):
+    a, b, files = filled_store(new_drive, shared_folder)
+    # Deleted on the remote (by A) before B opens it: ENOENT, and it goes from B.
+    gone = "Reports/r01.txt"
+    os.unlink(a.dir / gone)
+    a.sync()
+    with pytest.raises(FileNotFoundError):
+        (b.dir / gone).read_bytes()
+    b.sync()
+    assert not (b.dir / gone).exists()
+    # The remote unreachable: EIO, a sentence in `docdrive status`, and the file stays a placeholder.
+    moved = shared_folder.folder.with_name("remote-away")
+    shutil.move(shared_folder.folder, moved)
+    try:
+        with pytest.raises(OSError) as e:
+            (b.dir / "Reports/r02.txt").read_bytes()
+        assert e.value.errno == 5, e.value
+        def problem():
+            store = next(s for s in b.status()["stores"] if s["name"] == "shared")
+            return store["sync"].get("downloadProblem", "")
+        assert wait_until(lambda: "Reports/r02.txt" in problem(), 5, 0.1), problem()
+        assert os.getxattr(b.dir / "Reports/r02.txt", "user.docdrive.status") == b"placeholder"
+    finally:
+        shutil.move(moved, shared_folder.folder)
+    assert (b.dir / "Reports/r02.txt").read_bytes() == files["Reports/r02.txt"]
+
+
+@pytest.mark.timeout(240)
+def test_the_cache_limit_holds_while_reading_more_than_it(new_drive, shared_folder):
+    a = Device(new_drive(), shared_folder, "alpha").mount()
+    files = {f"f{i:02}.bin": os.urandom(200 << 10) for i in range(24)}  # 4.7 MiB, the limit 1 MiB
+    for name, data in files.items():
+        write(a.dir / name, data)
+    a.sync()
+    b = Device(new_drive(), shared_folder, "beta")
+    config = b.d.home / "config.yaml"
+    text = config.read_text()
+    assert "    content: on-demand\n" in text, text
+    config.write_text(text.replace("    content: on-demand\n", "    content: on-demand\n    cache-limit: 1M\n"))
+    b.mount()
+    b.sync()
+    kept_max = 0
+    for round_ in range(3):  # 3 x 4.7 MiB read through a 1 MiB cache
+        for name, data in files.items():
+            assert (b.dir / name).read_bytes() == data, (round_, name)
+            kept = sum(blocks(b.cache).values()) * 512
+            kept_max = max(kept_max, kept)
+    print(f"most content kept on B while reading {3 * len(files)} files: {kept_max} bytes (limit {1 << 20})")
+    assert kept_max <= 1 << 20, kept_max
+    assert len(downloads(b)) >= 2 * len(files), len(downloads(b))  # at most 5 files fit: most come again
+    def store():
+        return next(s for s in b.status()["stores"] if s["name"] == "shared")
+    assert wait_until(lambda: "cacheBytes" in store()["sync"], 5, 0.1), store()
+    assert store()["cacheLimit"] == 1 << 20 and 0 < store()["sync"]["cacheBytes"] <= 1 << 20, store()
+    # Nothing evicted went up again: A's files are as they were.
+    b.sync()
+    a.sync()
+    assert {n: (a.dir / n).read_bytes() for n in files} == files

@@ -79,14 +79,14 @@ public final class OpenFile: Sendable {
         self.writable = flags & O_ACCMODE != O_RDONLY
         self.readable = flags & O_ACCMODE != O_WRONLY
         inode.noteOpened()
-        inode.anyOpens.add(1, ordering: .relaxed)
         if writable { inode.writableOpens.add(1, ordering: .relaxed) }
+        OpenFiles.shared.opened(inode, writable: writable)
         self.seenVersion = Mutex(version)
     }
 
     deinit {
         if writable { inode.writableOpens.subtract(1, ordering: .relaxed) }
-        inode.anyOpens.subtract(1, ordering: .relaxed)
+        OpenFiles.shared.closed(inode, writable: writable)
         inode.noteClosed()
     }
 }
@@ -199,9 +199,9 @@ public final class DriveFileSystem: Sendable {
         loadGrants()
         if let uploader {
             var hooks = SyncHooks()
-            hooks.isOpenForWriting = { [table] dev, ino in table.isOpenForWriting(dev: dev, ino: ino) }
-            hooks.isOpen = { [table] dev, ino in table.isOpen(dev: dev, ino: ino) }
-            hooks.hasUnsyncedWrites = { [table] st in table.hasUnsyncedWrites(st) }
+            hooks.isOpenForWriting = { dev, ino in OpenFiles.shared.isOpenForWriting(dev: dev, ino: ino) }
+            hooks.isOpen = { dev, ino in OpenFiles.shared.isOpen(dev: dev, ino: ino) }
+            hooks.hasUnsyncedWrites = { st in OpenFiles.shared.hasUnsyncedWrites(st) }
             hooks.changedBehindMount = { [weak self] folder, name in
                 guard let self else { return }
                 let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)

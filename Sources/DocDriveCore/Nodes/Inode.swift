@@ -107,8 +107,6 @@ public final class Inode: Sendable {
     let mappableOpens = Atomic<Int>(0)
     /// Open files of this node that may write it (the sync engine never replaces such a file).
     let writableOpens = Atomic<Int>(0)
-    /// Open files of this node, for any access (an open file is never evicted).
-    let anyOpens = Atomic<Int>(0)
     /// The content version of the last fsync through the mount (see `hasUnsyncedWrites`).
     let fsyncedVersion = Mutex<FileVersion?>(nil)
 
@@ -851,30 +849,6 @@ final class InodeTable: Sendable {
 
     var count: Int { state.withLock { $0.byID.count } }
 
-    /// Whether a process has the backing file (dev, ino) open for writing through the mount.
-    /// Open for writing through the mount and changed since its last fsync (`st`: as it is now).
-    func hasUnsyncedWrites(_ st: stat) -> Bool {
-        let version = FileVersion(st)
-        return state.withLock { s in
-            s.byID.values.contains { e in
-                e.inode.dev == UInt64(st.st_dev) && e.inode.ino == UInt64(st.st_ino) && e.inode.writableOpens.load(ordering: .relaxed) > 0
-                    && e.inode.fsyncedVersion.withLock { $0 } != version
-            }
-        }
-    }
-
-    /// Whether a process has the backing file (dev, ino) open through the mount at all.
-    func isOpen(dev: UInt64, ino: UInt64) -> Bool {
-        state.withLock { s in
-            s.byID.values.contains { e in e.inode.dev == dev && e.inode.ino == ino && e.inode.anyOpens.load(ordering: .relaxed) > 0 }
-        }
-    }
-
-    func isOpenForWriting(dev: UInt64, ino: UInt64) -> Bool {
-        state.withLock { s in
-            s.byID.values.contains { e in e.inode.dev == dev && e.inode.ino == ino && e.inode.writableOpens.load(ordering: .relaxed) > 0 }
-        }
-    }
 
     /// The node ids the kernel knows for a backing folder (one per view), for invalidations.
     func nodeIDs(dev: UInt64, ino: UInt64) -> [UInt64] {
@@ -898,3 +872,61 @@ final class InodeTable: Sendable {
     }
 }
 
+
+/// The files open through the mount, by backing file (dev, ino): what the sync engine asks
+/// (is it open, open for writing, written since its last fsync) is one dictionary lookup, not a
+/// scan of every node the kernel knows (with 100,000 nodes, two scans per upload made a fresh
+/// mount's first listing 3.6 times slower). One per process: the key is the backing file's.
+/// Lock: leaf (an inode's `fsyncedVersion` is read after it is dropped).
+final class OpenFiles: Sendable {
+    static let shared = OpenFiles()
+
+    private struct FileKey: Hashable {
+        let dev: UInt64
+        let ino: UInt64
+    }
+
+    private struct Opens {
+        var all = 0
+        var writers = [Inode]()
+    }
+
+    private let state = Mutex<[FileKey: Opens]>([:])
+
+    func opened(_ inode: Inode, writable: Bool) {
+        state.withLock { s in
+            var o = s[FileKey(dev: inode.dev, ino: inode.ino), default: Opens()]
+            o.all += 1
+            if writable { o.writers.append(inode) }
+            s[FileKey(dev: inode.dev, ino: inode.ino)] = o
+        }
+    }
+
+    func closed(_ inode: Inode, writable: Bool) {
+        state.withLock { s in
+            let k = FileKey(dev: inode.dev, ino: inode.ino)
+            guard var o = s[k] else { return }
+            o.all -= 1
+            if writable, let i = o.writers.firstIndex(where: { $0 === inode }) { o.writers.remove(at: i) }
+            s[k] = o.all > 0 ? o : nil
+        }
+    }
+
+    /// Whether a process has the backing file open through the mount at all.
+    func isOpen(dev: UInt64, ino: UInt64) -> Bool {
+        state.withLock { $0[FileKey(dev: dev, ino: ino)] != nil }
+    }
+
+    /// Whether a process has the backing file (dev, ino) open for writing through the mount.
+    func isOpenForWriting(dev: UInt64, ino: UInt64) -> Bool {
+        state.withLock { $0[FileKey(dev: dev, ino: ino)]?.writers.isEmpty == false }
+    }
+
+    /// Open for writing through the mount and changed since its last fsync (`st`: as it is now).
+    func hasUnsyncedWrites(_ st: stat) -> Bool {
+        let writers = state.withLock { $0[FileKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))]?.writers ?? [] }
+        guard !writers.isEmpty else { return false }
+        let version = FileVersion(st)
+        return writers.contains { $0.fsyncedVersion.withLock { $0 } != version }
+    }
+}

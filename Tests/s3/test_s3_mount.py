@@ -25,7 +25,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "mount"))
-from ddtest import wait_until  # noqa: E402
+from ddtest import pid_alive, wait_until  # noqa: E402
 from weed import ACCESS_KEY, REGION, SECRET_KEY, FaultProxy, UnconditionalProxy, Weed, WeedUnavailable, weed_binary  # noqa: E402
 
 STORE = "s3"
@@ -690,4 +690,61 @@ def test_a_server_ignoring_conditional_writes_is_refused_unless_the_weaker_mode_
         assert sorted(bucket_tree(c, weed.bucket, prefix).values()) == [b"version A\n", b"version B\n"]
         assert a.tree() == b.tree()
     finally:
+        proxy.stop()
+
+
+# --------------------------------------------------------------------------- placeholders
+
+@pytest.mark.timeout(240)
+def test_a_kill_during_a_download_on_demand_leaves_a_placeholder(weed, new_drive, boto):
+    """A bucket with content is joined on demand; the daemon is killed (SIGKILL) while the
+    first open of a file downloads it, halfway; after a remount the file is still a
+    placeholder (never a partial file), and its next open downloads it whole."""
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    data = os.urandom(6 * MiB)
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/big.bin", Body=data)  # another tool's object
+    proxy = FaultProxy(weed.port)
+    proxy.failing = False
+    try:
+        dev = S3Device(new_drive(), weed, proxy.endpoint, prefix)
+        assert "content: on-demand" in (dev.d.home / "config.yaml").read_text()
+        dev.mount()
+        dev.sync()
+        backing = dev.d.home / "stores" / STORE / "cache" / "big.bin"
+        assert os.stat(dev.path(b"big.bin")).st_size == len(data)
+        assert os.getxattr(dev.path(b"big.bin"), "user.docdrive.status") == b"placeholder"
+        proxy.stall = "big.bin"
+        failed = []
+
+        def reader():
+            try:
+                with open(dev.path(b"big.bin"), "rb") as f:
+                    failed.append(("read", len(f.read())))
+            except OSError as e:
+                failed.append(e.errno)
+        t = threading.Thread(target=reader)
+        t.start()
+        assert wait_until(lambda: proxy.stalled > 0, 30, 0.05), dev.d.log_tail()
+        time.sleep(0.3)  # half the body is in the local file now
+        assert os.lstat(backing).st_blocks > 0
+        pid = dev.d.pid
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: not pid_alive(pid), 10)
+        t.join(30)
+        assert failed and failed[0] != ("read", len(data)), failed
+        # The local file is still a placeholder (its mark is removed last), of the full size.
+        assert os.getxattr(backing, "user.docdrive.placeholder")
+        assert os.lstat(backing).st_size == len(data)
+        proxy.stall = None
+        proxy.release.set()
+        dev.d.mount()
+        assert os.getxattr(dev.path(b"big.bin"), "user.docdrive.status") == b"placeholder"
+        assert sha(read(dev.path(b"big.bin"))) == sha(data)
+        assert os.getxattr(dev.path(b"big.bin"), "user.docdrive.status") == b"synced"
+        # Nothing went up: the object is the one boto3 put.
+        dev.sync()
+        assert sha(c.get_object(Bucket=weed.bucket, Key=f"{prefix}/big.bin")["Body"].read()) == sha(data)
+    finally:
+        proxy.release.set()
         proxy.stop()

@@ -192,6 +192,11 @@ class FaultProxy(_LoopbackFront):
         self.failing = True
         self.cuts = 0
         self.lock = threading.Lock()
+        # A text: a GET whose path has it sends half its body, then waits for `release` (the
+        # download hangs in the middle) and closes; `stalled` counts them.
+        self.stall = None
+        self.stalled = 0
+        self.release = threading.Event()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -241,6 +246,19 @@ class FaultProxy(_LoopbackFront):
                     with proxy.lock:
                         proxy.faults += 1
                     return self._answer(500, b"<Error><Code>InternalError</Code><Message>injected after the write</Message></Error>")
+                if proxy.stall and self.command == "GET" and proxy.stall in self.path and r.status in (200, 206):
+                    self.send_response(r.status)
+                    for k2, v in r.getheaders():
+                        if k2.lower() not in ("transfer-encoding", "connection", "keep-alive"):
+                            self.send_header(k2, v)
+                    self.end_headers()
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    with proxy.lock:
+                        proxy.stalled += 1
+                    proxy.release.wait(120)
+                    self.close_connection = True
+                    return
                 if k == 2 and self.command == "GET" and r.status in (200, 206) and len(data) > (1 << 20):
                     # A download cut in the middle: the head promises everything, half comes.
                     with proxy.lock:

@@ -27,6 +27,9 @@ public final class Uploader: Sendable {
         /// When a path of the store last changed (a save, a removal, a rename), in milliseconds
         /// since the epoch: a burst of changes holds the uploads back (see `holdUntil`).
         let lastChange = Atomic<Int64>(0)
+        /// Changes in the burst that `lastChange` ends (each within a write-back delay of the
+        /// one before): a bulk burst (`bulkBurst` or more) that ended goes up at once.
+        let burstSize = Atomic<Int>(0)
 
         init(config: StoreConfig, cache: String, remote: any Remote, sync: StoreSync, limit: BandwidthLimit?) {
             self.config = config
@@ -148,7 +151,12 @@ public final class Uploader: Sendable {
             return
         }
         let now = Date().timeIntervalSince1970
-        store.lastChange.store(Int64(now * 1000), ordering: .relaxed)
+        let before = store.lastChange.exchange(Int64(now * 1000), ordering: .relaxed)
+        if Double(before) / 1000 + store.config.writebackDelay < now {
+            store.burstSize.store(1, ordering: .relaxed)
+        } else {
+            store.burstSize.add(1, ordering: .relaxed)
+        }
         noted.withLock { $0.append((rootKey, path, now + store.config.writebackDelay)) }
     }
 
@@ -414,8 +422,12 @@ public final class Uploader: Sendable {
             let jobs: [UploadJob]
             do {
                 // During a burst only entries held back for as long as they may be are taken.
-                jobs = try queue.claim(root: key, limit: Self.batchSize, sharedBy: store.config.workers,
-                                       dueBy: hold == nil ? now : now - Self.longestHold(store), now: now)
+                // A bulk burst that ended (a `cp -r` of many files, the drive idle since) goes
+                // at once: each of its files is one the burst wrote, not a document an editor
+                // saves again and again, which keeps its write-back delay.
+                let due = hold != nil ? now - Self.longestHold(store)
+                    : endedBulkBurst(store, now: now) ? now + store.config.writebackDelay : now
+                jobs = try queue.claim(root: key, limit: Self.batchSize, sharedBy: store.config.workers, dueBy: due, now: now)
             } catch {
                 logger.error("\(error.message)")
                 jobs = []
@@ -473,6 +485,16 @@ public final class Uploader: Sendable {
         guard let idle = activity.idleSince else { return quietAt }
         let idleAt = max(idle, changed) + store.config.writebackDelay / 4
         return now < idleAt ? min(idleAt, quietAt) : nil
+    }
+
+    /// Changes that make a burst a bulk one (see `endedBulkBurst`).
+    static let bulkBurst = 64
+
+    /// Whether the store's last burst had `bulkBurst` changes or more and ended because the
+    /// drive went idle (its write-back delay since its last change has not passed yet).
+    private func endedBulkBurst(_ store: Store, now: Double) -> Bool {
+        let changed = Double(store.lastChange.load(ordering: .relaxed)) / 1000
+        return now < changed + store.config.writebackDelay && store.burstSize.load(ordering: .relaxed) >= Self.bulkBurst
     }
 
     /// How long past its due time a burst may hold an entry back: ten write-back delays (20 s

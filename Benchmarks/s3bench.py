@@ -15,6 +15,13 @@ DocDrive is measured two ways:
     upload workers run, without the mount, the queue or the sync decisions).
 rclone and aws are timed as whole commands (wall time), memory their peak RSS (GNU time).
 
+With `--direction down` (issue 16) it measures downloads instead: the same data is put into the
+bucket once (aws s3 cp), and then, each round, "docdrive on demand" joins it in a fresh drive
+home (`store add` on a bucket with content: an on-demand store, every file a placeholder) and,
+once mounted and listed, reads every file through the mount, one after another (the first open
+of each downloads it): the time of those reads; against `rclone copy` and `aws s3 cp
+--recursive` from the bucket into a fresh local folder (whole commands).
+
 Workloads: 2,000 files of 4 KiB, and one file of 1 GiB (sizes can be made smaller for a quick
 look). Every tool gets the same parallelism: `--workers N` files at once (the store's workers,
 rclone --transfers N, aws cli max_concurrent_requests N), parts of 16 MiB, 4 parts at once for
@@ -224,6 +231,67 @@ def through_mount(bin: str, base: Path, w: Weed, env: dict, src: Path, prefix: s
         d.close()
 
 
+def on_demand(bin: str, base: Path, w: Weed, env: dict, prefix: str, files: dict[str, int], workers: int,
+              timeout: float = 900) -> dict:
+    """Joins `prefix` (already in the bucket) on demand in a fresh drive home, mounts it, waits
+    until every file is listed, then reads every file through the mount one after another:
+    the seconds of those reads (each first open downloads its file) and the daemon's peak RSS."""
+    home, mnt = base / "home", base / "mnt"
+    base.mkdir()
+    mnt.mkdir()
+    denv = dict(env, DOCDRIVE_HOME=str(home))
+
+    def cli(*args):
+        p = subprocess.run([bin, *args], env=denv, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise SystemExit(f"docdrive {' '.join(args)} failed ({p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
+        return p.stdout
+    pid = 0
+    try:
+        cli("init")
+        cli("store", "add", STORE, "--name", SHOWN, "--s3", w.endpoint, "--bucket", w.bucket, "--prefix", prefix,
+            "--path-style", "--workers", str(workers), "--part-size", "16M", "--parallel-parts", "4")
+        if "content: on-demand" not in (home / "config.yaml").read_text():
+            raise SystemExit("store add did not make the joined bucket an on-demand store")
+        t0 = time.monotonic()
+        cli("mount", str(mnt))
+        pid = json.loads((home / "run" / "mount.json").read_text())["pid"]
+        root = mnt / SHOWN
+        deadline = time.monotonic() + timeout
+        while sum(1 for p in root.rglob("*") if p.is_file()) < len(files):
+            if time.monotonic() > deadline:
+                raise SystemExit("the joined store never listed every file")
+            time.sleep(0.2)
+        listed = time.monotonic() - t0
+        for rel, size in files.items():  # listed with their real sizes, nothing downloaded
+            st = (root / rel).stat()
+            if st.st_size != size or st.st_blocks != 0:
+                raise SystemExit(f"{rel}: {st.st_size} bytes, {st.st_blocks} blocks before any open")
+        t1 = time.monotonic()
+        read = 0
+        for rel in files:
+            with open(root / rel, "rb") as f:
+                while True:
+                    b = f.read(1 << 20)
+                    if not b:
+                        break
+                    read += len(b)
+        t2 = time.monotonic()
+        if read != sum(files.values()):
+            raise SystemExit(f"read {read} bytes of {sum(files.values())}")
+        return {"seconds": t2 - t1, "rss": proc_kb(pid, "VmHWM") << 10, "listed": listed}
+    finally:
+        if pid and is_mounted(mnt):
+            subprocess.run([bin, "unmount", str(mnt)], env=denv, capture_output=True, timeout=120)
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, timeout=30)
+        if not is_mounted(mnt):
+            shutil.rmtree(base, ignore_errors=True)
+
+
+DOWN_TOOLS = ["docdrive on demand", "rclone", "aws s3 cp"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
@@ -231,9 +299,14 @@ def main() -> int:
     ap.add_argument("--big-mib", type=int, default=1024)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--bin", default=str(REPO / ".build" / "release" / "docdrive"))
-    ap.add_argument("--tools", default=",".join(TOOLS), help="a comma-separated subset of: " + ", ".join(TOOLS))
+    ap.add_argument("--tools", default=None, help="a comma-separated subset of: " + ", ".join(TOOLS)
+                    + " (uploads), " + ", ".join(DOWN_TOOLS) + " (downloads)")
+    ap.add_argument("--direction", choices=["up", "down"], default="up")
     args = ap.parse_args()
-    tools_wanted = [t.strip() for t in args.tools.split(",") if t.strip()]
+    down = args.direction == "down"
+    tools_wanted = [t.strip() for t in (args.tools or ",".join(DOWN_TOOLS if down else TOOLS)).split(",") if t.strip()]
+    if "docdrive on demand" in tools_wanted and os.geteuid() != 0:
+        raise SystemExit("the mounted variant needs root (passthrough, as the users' mounts)")
     if "docdrive mount" in tools_wanted and os.geteuid() != 0:
         raise SystemExit("the mounted variant needs root (passthrough, as the users' mounts)")
     base = Path(tempfile.mkdtemp(prefix="docdrive-s3bench-"))
@@ -265,9 +338,49 @@ def main() -> int:
                                   "--only-show-errors"],
                 }[tool]
 
+            def download(tool: str, prefix: str, dest: Path):
+                return {
+                    "rclone": ["rclone", "copy", f":s3:{w.bucket}/{prefix}", str(dest), "--s3-provider", "Other",
+                               "--s3-endpoint", w.endpoint, "--s3-force-path-style", "--s3-region", "us-east-1",
+                               "--transfers", str(args.workers), "--multi-thread-streams", "4", "--exclude", ".docdrive*/**",
+                               "--exclude", ".docdrive*", "-q"],
+                    "aws s3 cp": ["aws", "--endpoint-url", w.endpoint, "s3", "cp", f"s3://{w.bucket}/{prefix}", str(dest),
+                                  "--recursive", "--exclude", ".docdrive*", "--only-show-errors"],
+                }[tool]
+
             # A first request wakes the server up (its first answers are slow) before any is measured.
             run(command("aws s3 cp", small, "warm-up"), env)
-            for r in range(args.rounds):
+            if down:
+                sources = {}
+                for name, src in (("small", small), ("big", big)):
+                    prefix = f"down-{name}"
+                    _, _, out = run(command("aws s3 cp", src, prefix), env)
+                    sources[name] = (prefix, {p.relative_to(src).as_posix(): p.stat().st_size for p in src.rglob("*") if p.is_file()})
+                for r in range(args.rounds):
+                    for name in ("small", "big"):
+                        prefix, files = sources[name]
+                        k = r % len(tools_wanted)
+                        for tool in tools_wanted[k:] + tools_wanted[:k]:
+                            n += 1
+                            if tool == "docdrive on demand":
+                                m = on_demand(args.bin, base / f"drive-{n}", w, env, prefix, files, args.workers)
+                            else:
+                                dest = base / f"dest-{n}"
+                                seconds, rss, _ = run(download(tool, prefix, dest), rclone_env if tool == "rclone" else env)
+                                # (DocDrive's own objects, the store's marker, are not documents.)
+                                got = sum(p.stat().st_size for p in dest.rglob("*")
+                                          if p.is_file() and not p.relative_to(dest).parts[0].startswith(".docdrive"))
+                                if got != sum(files.values()):
+                                    raise SystemExit(f"{tool} downloaded {got} bytes of {sum(files.values())}")
+                                shutil.rmtree(dest, ignore_errors=True)
+                                m = {"seconds": seconds, "rss": rss}
+                            results.setdefault((name, tool), []).append(m)
+                            extra = f"  (listed {m['listed']:.2f} s after the mount began)" if "listed" in m else ""
+                            print(f"round {r + 1} {name:5} {tool:18} {m['seconds']:7.2f} s  peak RSS {m['rss'] >> 20} MiB{extra}",
+                                  file=sys.stderr, flush=True)
+                            subprocess.run(["sync"])
+                            Path("/proc/sys/vm/drop_caches").write_text("3")
+            for r in range(0 if down else args.rounds):
                 for name, src in (("small", small), ("big", big)):
                     k = r % len(tools_wanted)
                     for tool in tools_wanted[k:] + tools_wanted[:k]:  # each round starts with another tool
@@ -288,7 +401,7 @@ def main() -> int:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     sizes = {"small": f"{args.small} files of 4 KiB", "big": f"1 file of {args.big_mib} MiB"}
-    print(f"\n{started}, {args.rounds} rounds, {args.workers} workers, {os.cpu_count()} CPUs; medians\n")
+    print(f"\n{started}, {'downloads' if down else 'uploads'}, {args.rounds} rounds, {args.workers} workers, {os.cpu_count()} CPUs; medians\n")
     print("| workload | tool | seconds | MB/s | peak RSS | vs. rclone (rclone s ÷ this s) |")
     print("|---|---|---:|---:|---:|---:|")
     for name in ("small", "big"):
@@ -298,7 +411,8 @@ def main() -> int:
             ms = results[(name, tool)]
             secs = statistics.median(m["seconds"] for m in ms)
             rss = max(m["rss"] for m in ms)
-            label = tool + (" (last close → on server)" if tool == "docdrive mount" else "")
+            label = tool + (" (last close → on server)" if tool == "docdrive mount" else
+                            " (every file read through the mount, one after another)" if tool == "docdrive on demand" else "")
             ratio = f"{rclone / secs:.2f}×" if rclone else "-"
             print(f"| {sizes[name]} | {label} | {secs:.2f} | {total / secs / 1e6:.1f} | {rss / 1e6:.0f} MB | {ratio} |")
             if tool == "docdrive mount":

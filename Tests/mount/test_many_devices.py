@@ -441,6 +441,15 @@ def test_devices_leave_each_others_upload_temps_alone(new_drive, shared_folder):
 
 @pytest.mark.timeout(900)
 def test_random_operations_on_three_devices(new_drive, shared, request):
+    if shared.kind == "s3":
+        # Known to fail on S3 in about half the runs (2026-11-23: 3 of 6 with seed 747277646 on
+        # main, 2 of 4 on the build before that day's changes; the folder variant passed all 5):
+        # amid many concurrent conflict copies, a version one device closed ends up neither a
+        # file's content nor a copy, or a conflict copy of a conflict copy differs between the
+        # devices and the remote (tree or item id). Not strict: a pass shows as XPASS.
+        request.applymarker(pytest.mark.xfail(
+            reason="S3: amid concurrent conflict copies a closed version can be lost, or copies diverge (seed 747277646)",
+            strict=False))
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
     nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))
     print(f"seed {seed} ({nops} operations); replay with DOCDRIVE_SYNC_SEED={seed}")

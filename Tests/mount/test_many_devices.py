@@ -464,6 +464,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     folders = ["", "A", "B", "A/deep"]
     names = [f"f{i}.txt" for i in range(12)]
     closed: list[tuple[str, bytes]] = []  # (device, content) of every version a device closed
+    where: dict[bytes, str] = {}  # the path each closed version was written at (for the failure message)
     superseded: set[bytes] = set()  # versions a device replaced or deleted after seeing them
 
     def seen(p: Path):
@@ -497,18 +498,21 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
                 seen(p)
                 write(p, data)
                 closed.append((dev.name, data))
+                where[data] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "edit":
                 p = rng.choice(existing)
                 data = content(dev)
                 seen(p)
                 write(p, data)
                 closed.append((dev.name, data))
+                where[data] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "append":
                 p = rng.choice(existing)
                 seen(p)
                 with open(p, "ab") as f:
                     f.write(content(dev))
                 closed.append((dev.name, p.read_bytes()))
+                where[closed[-1][1]] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "rename":
                 p = rng.choice(existing)
                 q = p.parent / rng.choice(names)
@@ -533,6 +537,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
                         seen(other.dir / rel)
                         write(other.dir / rel, data)
                         closed.append((other.name, data))
+                        where[data] = f"{op} {i} at {rel}"
         except FileNotFoundError:
             op += " (raced)"
         counts[op] = counts.get(op, 0) + 1
@@ -604,7 +609,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     copies = {k: v for k, v in final.items() if "(conflict from " in k}
     # Every version a device closed survives (as its file's content or as a conflict copy)
     # unless a device that had it replaced or deleted it knowingly.
-    lost = [(dev_name, data[:40]) for dev_name, data in closed if data not in contents and data not in superseded]
+    lost = [(dev_name, where.get(data), data[:40]) for dev_name, data in closed if data not in contents and data not in superseded]
     assert not lost, f"seed {seed}: {len(lost)} closed versions are lost: {lost[:10]}"
     winners = {v for k, v in final.items() if "(conflict from " not in k}
     dup = [k for k, v in copies.items() if v in winners]

@@ -28,6 +28,10 @@ final class ControlProtocolTests: XCTestCase {
                      descending: false, limit: 10, count: true, pathsOnly: true, raw: true)),
         .query(.init(expr: [])),
         .queryWatch(.init(expr: ["zebra"], scopes: ["Work"], sort: .name, descending: true)),
+        .pin(.init(path: "Work/Reports", on: true)),
+        .pin(.init(path: "Work/Reports", on: false)),
+        .fill(.init(path: "Work/Reports/q3.odt")),
+        .evict(.init(path: "Work")),
     ]
 
     /// The keys each command has always sent (the version is new): what old scripts and the
@@ -47,6 +51,9 @@ final class ControlProtocolTests: XCTestCase {
         "index-error": [],
         "query": ["expr", "in", "sort", "descending", "limit", "count", "pathsOnly", "raw"],
         "query-watch": ["expr", "in", "sort", "descending", "limit", "count", "pathsOnly", "raw"],
+        "pin": ["path", "on"],
+        "fill": ["path"],
+        "evict": ["path"],
     ]
 
     static func object(_ data: Data) throws -> [String: Any] {
@@ -106,6 +113,9 @@ final class ControlProtocolTests: XCTestCase {
         try roundTrip(ReferenceAnswer(reference: "Notes/a.odt", target: "Work/a.odt", item: "i1", app: "x"),
                       keys: ["reference", "target", "item", "app"])
         try roundTrip(CopyAnswer(copy: "Notes/Inbox/a.odt", source: "Work/a.odt", app: "x"), keys: ["copy", "source", "app"])
+        try roundTrip(PinAnswer(files: 3, toFill: [FileSize(path: "Work/a.odt", size: 12)]), keys: ["files", "toFill"])
+        try roundTrip(FillAnswer(path: "Work/a.odt", size: 12), keys: ["path", "size"])
+        try roundTrip(EvictAnswer(files: 2, evicted: 1, freed: 4096, refused: ["x is open"]), keys: ["files", "evicted", "freed", "refused"])
         try roundTrip(BookmarkAnswer(token: "t.s", path: "Work/a.odt", item: "i1", app: "x"), keys: ["token", "path", "item", "app"])
         try roundTrip(ResolvedBookmark(path: "Work/b.odt", stale: true, item: "i1", app: "x"), keys: ["path", "stale", "item", "app"])
         try roundTrip(GrantsAnswer(grants: [GrantRow(app: "x", item: "i1", granted: 1_763_000_000.25, path: "Work/a.odt", status: "ok")]),

@@ -213,6 +213,18 @@ class FaultProxy(_LoopbackFront):
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
+            def _half(self, r, data):
+                """Sends the head of `r` (which promises all of `data`) and half the body; the
+                connection closes after."""
+                self.send_response(r.status)
+                for k2, v in r.getheaders():
+                    if k2.lower() not in ("transfer-encoding", "connection", "keep-alive"):
+                        self.send_header(k2, v)
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+
             def _any(self):
                 import http.client
                 n = int(self.headers.get("Content-Length") or 0)
@@ -247,31 +259,17 @@ class FaultProxy(_LoopbackFront):
                         proxy.faults += 1
                     return self._answer(500, b"<Error><Code>InternalError</Code><Message>injected after the write</Message></Error>")
                 if proxy.stall and self.command == "GET" and proxy.stall in self.path and r.status in (200, 206):
-                    self.send_response(r.status)
-                    for k2, v in r.getheaders():
-                        if k2.lower() not in ("transfer-encoding", "connection", "keep-alive"):
-                            self.send_header(k2, v)
-                    self.end_headers()
-                    self.wfile.write(data[: len(data) // 2])
-                    self.wfile.flush()
+                    self._half(r, data)
                     with proxy.lock:
                         proxy.stalled += 1
                     proxy.release.wait(120)
-                    self.close_connection = True
                     return
                 if k == 2 and self.command == "GET" and r.status in (200, 206) and len(data) > (1 << 20):
                     # A download cut in the middle: the head promises everything, half comes.
                     with proxy.lock:
                         proxy.faults += 1
                         proxy.cuts += 1
-                    self.send_response(r.status)
-                    for k2, v in r.getheaders():
-                        if k2.lower() not in ("transfer-encoding", "connection", "keep-alive"):
-                            self.send_header(k2, v)
-                    self.end_headers()
-                    self.wfile.write(data[: len(data) // 2])
-                    self.wfile.flush()
-                    self.close_connection = True
+                    self._half(r, data)
                     return
                 hop = {"content-length", "transfer-encoding", "connection", "keep-alive"}
                 length = r.getheader("Content-Length") if self.command == "HEAD" else None

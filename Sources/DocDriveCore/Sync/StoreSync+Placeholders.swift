@@ -146,24 +146,12 @@ extension StoreSync {
         defer { close(cachefd) }
         var kept = [(path: StorePath, bytes: Int64, used: Int)]()
         var total: Int64 = 0
-        func walk(_ dfd: Int32, _ p: StorePath) {
-            guard let entries = Beneath.names(dfd) else { return }
-            for e in entries {
-                let child = p.appending(e.name)
-                if e.type == UInt8(DT_DIR) {
-                    let sub = Beneath.withCName(e.name) { openat(dfd, $0, O_RDONLY | O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
-                    guard sub >= 0 else { continue }
-                    walk(sub, child)
-                    close(sub)
-                } else if e.type == UInt8(DT_REG), let st = Beneath.stat(dfd, e.name[...]), st.st_blocks > 0,
-                          !Placeholder.isPlaceholder(dfd, e.name[...]) {
-                    let bytes = Int64(st.st_blocks) * 512
-                    total += bytes
-                    kept.append((child, bytes, st.st_atim.tv_sec))
-                }
-            }
+        Self.forEachFile(cachefd, .store) { dfd, name, child, st in
+            guard st.st_blocks > 0, !Placeholder.isPlaceholder(dfd, name[...]) else { return }
+            let bytes = Int64(st.st_blocks) * 512
+            total += bytes
+            kept.append((child, bytes, st.st_atim.tv_sec))
         }
-        walk(cachefd, .store)
         var evicted = 0
         for f in kept.sorted(by: { $0.used < $1.used }) where total > limit && f.path != keeping {
             if let freed = try? evict(f.path), freed > 0 {
@@ -247,23 +235,28 @@ extension StoreSync {
         let cachefd = try openCache()
         defer { close(cachefd) }
         var out = [(path: StorePath, placeholder: Bool, size: Int64)]()
-        func walk(_ dfd: Int32, _ p: StorePath) {
-            guard let entries = Beneath.names(dfd) else { return }
-            for e in entries {
-                let child = p.appending(e.name)
-                if e.type == UInt8(DT_DIR) {
-                    let sub = Beneath.withCName(e.name) { openat(dfd, $0, O_RDONLY | O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
-                    guard sub >= 0 else { continue }
-                    walk(sub, child)
-                    close(sub)
-                } else if e.type == UInt8(DT_REG), let st = Beneath.stat(dfd, e.name[...]) {
-                    out.append((child, Placeholder.isPlaceholder(dfd, e.name[...]), Int64(st.st_size)))
-                }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, path.names) else { return [] }
+        defer { close(dir) }
+        Self.forEachFile(dir, path) { dfd, name, child, st in
+            out.append((child, Placeholder.isPlaceholder(dfd, name[...]), Int64(st.st_size)))
+        }
+        return out
+    }
+
+    /// Calls `body` for every regular file at or below the open folder `dfd` (which is `path`),
+    /// with its folder, its name, its path and its stat; never following a link.
+    static func forEachFile(_ dfd: Int32, _ path: StorePath, _ body: (Int32, [UInt8], StorePath, stat) -> Void) {
+        guard let entries = Beneath.names(dfd) else { return }
+        for e in entries {
+            let child = path.appending(e.name)
+            if e.type == UInt8(DT_DIR) {
+                let sub = Beneath.withCName(e.name) { openat(dfd, $0, O_RDONLY | O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+                guard sub >= 0 else { continue }
+                forEachFile(sub, child, body)
+                close(sub)
+            } else if e.type == UInt8(DT_REG), let st = Beneath.stat(dfd, e.name[...]) {
+                body(dfd, e.name, child, st)
             }
         }
-        guard case .success(let dir) = Beneath.openFolder(cachefd, path.names) else { return [] }
-        walk(dir, path)
-        close(dir)
-        return out
     }
 }

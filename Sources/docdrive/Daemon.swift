@@ -157,8 +157,7 @@ struct Daemon {
         case .evict(let r):
             connection.answer { () throws(DriveError) in
                 let (root, path) = try documents.storeItem(r.path)
-                let report = try uploader.evict(root: root, path: path)
-                return EvictAnswer(files: report.files, evicted: report.evicted, freed: report.freed, refused: report.refused)
+                return try uploader.evict(root: root, path: path)
             }
         }
     }

@@ -79,13 +79,11 @@ public final class OpenFile: Sendable {
         self.writable = flags & O_ACCMODE != O_RDONLY
         self.readable = flags & O_ACCMODE != O_WRONLY
         inode.noteOpened()
-        if writable { inode.writableOpens.add(1, ordering: .relaxed) }
         OpenFiles.shared.opened(inode, writable: writable)
         self.seenVersion = Mutex(version)
     }
 
     deinit {
-        if writable { inode.writableOpens.subtract(1, ordering: .relaxed) }
         OpenFiles.shared.closed(inode, writable: writable)
         inode.noteClosed()
     }
@@ -718,7 +716,8 @@ public final class DriveFileSystem: Sendable {
         let (nfd, contentRoot) = try acquireContent(n)
         defer { n.release() }
         let fd = try Sys.check { dd_reopen(nfd, f) }
-        if n.fileType == S_IFREG, Placeholder.isPlaceholder(openFD: fd) {
+        // Only a store's file can be a placeholder: an app's files cost no extra system call.
+        if n.fileType == S_IFREG, (contentRoot ?? n.root)?.key.hasPrefix("store:") == true, Placeholder.isPlaceholder(openFD: fd) {
             if flags & O_TRUNC != 0, flags & O_ACCMODE != O_RDONLY {
                 Placeholder.clear(fd: fd)
             } else {

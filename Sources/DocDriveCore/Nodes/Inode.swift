@@ -105,8 +105,6 @@ public final class Inode: Sendable {
     /// Open files of this node whose I/O the kernel passes through and that a shared writable
     /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
     let mappableOpens = Atomic<Int>(0)
-    /// Open files of this node that may write it (the sync engine never replaces such a file).
-    let writableOpens = Atomic<Int>(0)
     /// The content version of the last fsync through the mount (see `hasUnsyncedWrites`).
     let fsyncedVersion = Mutex<FileVersion?>(nil)
 

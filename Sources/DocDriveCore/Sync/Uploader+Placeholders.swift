@@ -53,14 +53,6 @@ extension Uploader {
         return try storeOf(root).sync.files(under: path).first?.size ?? 0
     }
 
-    /// What `docdrive evict` did.
-    public struct EvictReport: Sendable {
-        public var files = 0
-        public var evicted = 0
-        public var freed: Int64 = 0
-        public var refused: [String] = []
-    }
-
     private func storeOf(_ root: String) throws(DriveError) -> Store {
         guard let s = store(root) else { throw DriveError(.notFound, "That store is not in the config (or its remote cannot be used).") }
         return s
@@ -75,9 +67,9 @@ extension Uploader {
     }
 
     /// Frees the space of every clean, closed, unpinned file at or under `path`.
-    public func evict(root: String, path: StorePath) throws(DriveError) -> EvictReport {
+    public func evict(root: String, path: StorePath) throws(DriveError) -> EvictAnswer {
         let store = try storeOf(root)
-        var report = EvictReport()
+        var report = EvictAnswer(files: 0, evicted: 0, freed: 0, refused: [])
         for f in try store.sync.files(under: path) {
             report.files += 1
             if f.placeholder { continue }

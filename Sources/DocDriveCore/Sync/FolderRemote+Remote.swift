@@ -221,6 +221,11 @@ extension FolderRemote: Remote {
                 close(sub)
             }
             _ = fsync(dfd)
+        } else if meta.itemID != nil, let st = Beneath.stat(dfd, name), Self.readMeta(dfd, name, st).itemID == nil,
+                  case .success(let sub) = Beneath.openFolder(dfd, [name]) {
+            // Made on the way to an item moved or uploaded into it: it takes the id it is given.
+            Self.writeMeta(fd: sub, meta)
+            close(sub)
         }
         guard let st = Beneath.stat(dfd, name), let item = Self.item(path, dfd, name, st) else {
             throw DriveError(.remoteChanged, "\(path) was removed from the remote meanwhile.")

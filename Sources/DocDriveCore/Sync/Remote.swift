@@ -80,7 +80,9 @@ public protocol Remote: Sendable {
     func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                 limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem
 
-    /// Makes `path` a folder (nothing happens when it is one already).
+    /// Makes `path` a folder. One already there keeps its metadata, except that a folder with no
+    /// item id (made on the way to an item moved or uploaded into it) takes `meta`'s where the
+    /// remote can hold it.
     func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem
 
     /// Makes `path` a symbolic link holding `target`, if the remote holds what `expecting` says.

@@ -539,7 +539,15 @@ final class StoreSync: Sendable {
             }
             return .synced
         case .adopt:
-            let l = local!, r = remoteItem!
+            let l = local!
+            var r = remoteItem!
+            // A folder the remote made on the way to a file moved or uploaded into it has no id:
+            // it is given this device's, so that a rename of it elsewhere arrives as a rename.
+            if l.kind == .folder, r.meta.itemID == nil, let id = localID(l) {
+                var m = meta(id: id)
+                m.mode = UInt32(l.st.st_mode & 0o7777)
+                r = try remote.makeFolder(path, meta: m)
+            }
             if let rid = r.meta.itemID, rid != localID(l) { takeID(rid, for: l) }
             try bases.put(root: key, BaseRow(path: path, id: r.meta.itemID ?? localID(l), kind: l.kind, localToken: l.token, remoteToken: r.version))
             return .synced
@@ -945,11 +953,16 @@ final class StoreSync: Sendable {
             if case .success(let sub) = Beneath.openFolder(dir, [name]) {
                 let children = (Beneath.names(sub) ?? []).map { l.path.appending($0.name) }
                 close(sub)
-                for child in children { _ = try syncLockedChild(child) }
+                // A child another worker holds (it is being moved out by the sync of its new
+                // path) is not a new file: the folder waits for it rather than coming back.
+                var waiting = false
+                for child in children where try syncLockedChild(child) == .busy { waiting = true }
+                if waiting { return .busy }
             }
             if Beneath.withCName(name, { unlinkat(dir, $0, dd_AT_REMOVEDIR) }) != 0 {
                 if errno == ENOTEMPTY || errno == EEXIST {
                     // A file made here inside it: the folder stays, and goes back to the remote.
+                    logger.info("store \(name): \(l.path) was deleted on the remote, but something new is in it here; it stays, and goes back to the remote")
                     var m = meta(id: base.id)
                     m.mode = UInt32(l.st.st_mode & 0o7777)
                     let r = try remote.makeFolder(l.path, meta: m)

@@ -130,6 +130,14 @@ public struct StoreConfig: Equatable, Sendable {
     /// The most bytes of downloaded content this device keeps (on-demand stores); nil is no limit.
     public var cacheLimit: Int64? = nil
 
+    /// Whether desktop indexers and thumbnailers may download placeholders (`download`) or are
+    /// refused their content (`skip`, the default; see Sync/BackgroundReaders.swift).
+    public var indexers: IndexerPolicy = .skip
+
+    public enum IndexerPolicy: String, Sendable, Equatable, Codable {
+        case skip, download
+    }
+
     public enum ContentMode: String, Sendable, Equatable, Codable {
         case allLocal = "all-local"
         case onDemand = "on-demand"
@@ -276,7 +284,7 @@ extension DriveConfig {
         if let stores = top["stores"] {
             for node in try reader.sequence(stores, "stores") {
                 let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback", "workers", "bandwidth", "poll",
-                                                                          "content", "cache-limit"])
+                                                                          "content", "cache-limit", "indexers"])
                 let name = try reader.string(m, "name", in: node, what: "a store")
                 guard let remoteNode = m["remote"] else {
                     throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
@@ -356,6 +364,12 @@ extension DriveConfig {
                         throw reader.error(node, "the cache-limit of store \(name) must be a size of at least 1M, like 20G, or 0 for no limit")
                     }
                     store.cacheLimit = b == 0 ? nil : b
+                }
+                if let node = m["indexers"] {
+                    guard case .scalar(let sc) = node, let policy = StoreConfig.IndexerPolicy(rawValue: sc.string) else {
+                        throw reader.error(node, "the indexers of store \(name) must be \"skip\" (desktop indexers and thumbnailers do not download placeholders) or \"download\"")
+                    }
+                    store.indexers = policy
                 }
                 config.stores.append(store)
             }
@@ -458,7 +472,9 @@ extension DriveConfig {
         #          `bandwidth` an optional limit in bytes per second (500K, 10M),
         #          `content` on-demand (placeholders, downloaded when opened) or
         #          all-local (the default), `cache-limit` the most bytes an
-        #          on-demand store keeps downloaded (20G; 0 or absent: no limit).
+        #          on-demand store keeps downloaded (20G; 0 or absent: no limit),
+        #          `indexers` skip (the default: desktop indexers and thumbnailers
+        #          are refused a placeholder's content) or download.
 
         """
         out += "apps:\n"
@@ -476,6 +492,7 @@ extension DriveConfig {
             if store.poll != StoreConfig.defaultPoll { out += "    poll: \(store.poll)\n" }
             if store.content != .allLocal { out += "    content: \(store.content.rawValue)\n" }
             if let l = store.cacheLimit { out += "    cache-limit: \(l)\n" }
+            if store.indexers != .skip { out += "    indexers: \(store.indexers.rawValue)\n" }
             switch store.remote {
             case .folder(let path):
                 out += "    remote:\n      type: folder\n      path: \(Self.quote(path))\n"

@@ -77,6 +77,8 @@ struct Store: ParsableCommand {
         var onDemand = false
         @Option(help: ArgumentHelp("On demand: keep at most this much content on this device (20G, 500M); the least recently used files are evicted first.", valueName: "size"))
         var cacheLimit: String?
+        @Flag(help: "On demand: let desktop indexers and thumbnailers (LocalSearch/Tracker, Baloo) download placeholders they open; by default they are refused.")
+        var letIndexersDownload = false
 
         func run() throws {
             try guarded {
@@ -103,6 +105,7 @@ struct Store: ParsableCommand {
                 var config = StoreConfig(name: name, displayName: display ?? name, remote: remote, writebackDelay: writeback,
                                          workers: workers, bandwidth: limit, poll: poll)
                 config.cacheLimit = cache
+                if letIndexersDownload { config.indexers = .download }
                 let added = try home.addStore(config,
                                            content: allLocal ? .allLocal : onDemand ? .onDemand : nil)
                 switch added.remote {

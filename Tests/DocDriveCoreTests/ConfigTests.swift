@@ -144,6 +144,39 @@ final class ConfigTests: XCTestCase {
         }
     }
 
+    func testContentSettingsAreReadAndWrittenBack() throws {
+        let text = """
+        stores:
+          - name: a
+            remote: {type: folder, path: /a}
+          - name: b
+            content: on-demand
+            cache-limit: 20G
+            indexers: download
+            remote: {type: folder, path: /b}
+        """
+        let c = try DriveConfig.parse(text, file: "c.yaml")
+        XCTAssertEqual(c.stores.map(\.content), [.allLocal, .onDemand])
+        XCTAssertEqual(c.stores.map(\.cacheLimit), [nil, 20 << 30])
+        XCTAssertEqual(c.stores.map(\.indexers), [.skip, .download])
+        XCTAssertEqual(try DriveConfig.parse(c.yaml(), file: "c"), c)
+        for (line, what) in [("indexers: never", "\"skip\""), ("content: lazy", "on-demand"), ("cache-limit: 10K", "at least 1M")] {
+            let bad = "stores:\n  - name: a\n    \(line)\n    remote: {type: folder, path: /a}\n"
+            XCTAssertThrowsError(try DriveConfig.parse(bad, file: "c.yaml"), line) { e in
+                let msg = (e as! DriveError).message
+                XCTAssertTrue(msg.hasPrefix("c.yaml: line 3: ") && msg.contains(what), msg)
+            }
+        }
+    }
+
+    func testBackgroundReadersAreKnownByProgramName() {
+        // This test's own process is no indexer; pid 0 and a pid that does not exist are none.
+        XCTAssertNil(BackgroundReaders.indexer(pid: getpid()))
+        XCTAssertNil(BackgroundReaders.indexer(pid: 0))
+        XCTAssertNil(BackgroundReaders.indexer(pid: Int32.max))
+        XCTAssertTrue(BackgroundReaders.programs.isSuperset(of: ["tracker-extract-3", "localsearch-extractor-3", "baloo_file_extractor"]))
+    }
+
     func testBandwidthRates() {
         XCTAssertEqual(StoreConfig.parseBandwidth("500K"), 500 * 1024)
         XCTAssertEqual(StoreConfig.parseBandwidth("10M"), 10 << 20)

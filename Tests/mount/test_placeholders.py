@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 
@@ -234,3 +235,33 @@ def test_the_cache_limit_holds_while_reading_more_than_it(new_drive, shared_fold
     b.sync()
     a.sync()
     assert {n: (a.dir / n).read_bytes() for n in files} == files
+
+
+@pytest.mark.timeout(240)
+def test_desktop_indexers_are_refused_placeholders_unless_allowed(new_drive, shared_folder, tmp_path):
+    a, b, files = filled_store(new_drive, shared_folder)
+    # An indexer is known by its program name: `cat` under the name of GNOME's extractor.
+    indexer = tmp_path / "tracker-extract-3"
+    shutil.copy("/bin/cat", indexer)
+    rel = "Reports/r04.txt"
+    p = subprocess.run([str(indexer), str(b.dir / rel)], capture_output=True)
+    assert p.returncode != 0 and b"Permission denied" in p.stderr, p
+    assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"placeholder"
+    assert downloads(b) == []
+    # Its listing and stat cost nothing and go on as usual.
+    p = subprocess.run([str(indexer), "/dev/null"], capture_output=True)
+    assert p.returncode == 0, p
+    assert os.stat(b.dir / rel).st_size == len(files[rel])
+    # A file already here is an ordinary file to it; any other program downloads as before.
+    assert subprocess.run(["cat", str(b.dir / rel)], capture_output=True).stdout == files[rel]
+    assert subprocess.run([str(indexer), str(b.dir / rel)], capture_output=True).stdout == files[rel]
+    # `indexers: download` lets it: the mount picks the change up without a remount.
+    config = b.d.home / "config.yaml"
+    text = config.read_text()
+    config.write_text(text.replace("    content: on-demand\n", "    content: on-demand\n    indexers: download\n"))
+    other = "Reports/r05.txt"
+
+    def read_by_indexer():
+        return subprocess.run([str(indexer), str(b.dir / other)], capture_output=True).stdout == files[other]
+    assert wait_until(read_by_indexer, 10, 0.2), b.d.log_tail(20)
+    assert downloads(b) == [rel, other]

@@ -724,6 +724,10 @@ public final class DriveFileSystem: Sendable {
                 Sys.close(fd)
                 guard let uploader, let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty,
                       uploader.uploads(root.key) else { throw .ioError }
+                if let pid = caller?.pid, let program = uploader.refusedIndexer(root.key, pid: pid) {
+                    logger.debug("\(program) (pid \(pid)) is refused the content of placeholder \(path) (the store's indexers: skip)")
+                    throw .permissionDenied
+                }
                 return .placeholder(root: root.key, path: path)
             }
         }

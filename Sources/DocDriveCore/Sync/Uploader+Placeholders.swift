@@ -5,6 +5,13 @@ import Foundation
 import Synchronization
 
 extension Uploader {
+    /// The indexer or thumbnailer `pid` runs when the store `root` refuses it placeholders'
+    /// content (`indexers: skip`), else nil.
+    public func refusedIndexer(_ root: String, pid: Int32) -> String? {
+        guard let store = store(root), store.config.indexers == .skip else { return nil }
+        return BackgroundReaders.indexer(pid: pid)
+    }
+
     /// Fills the placeholder at `path` of the store `root` on a thread of its own, then calls
     /// `done` there (nil: filled, or it was no placeholder). A call for a path being filled
     /// waits for the same download.

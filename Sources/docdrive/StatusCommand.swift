@@ -128,7 +128,8 @@ struct Status: ParsableCommand {
 
     static func json(_ home: DriveHome, _ s: Snapshot) -> [String: Any] {
         let counts = { (c: [UploadState: Int]) in Dictionary(uniqueKeysWithValues: UploadState.allCases.map { ($0.rawValue, c[$0] ?? 0) }) }
-        let inFlight = { (u: InFlightUpload) -> [String: Any] in ["store": u.store, "path": u.path, "done": u.done, "total": u.total] }
+        let inFlight = { (u: InFlightUpload) -> [String: Any] in ["store": u.store, "path": u.path, "done": u.done, "total": u.total,
+                                                                         "direction": u.isDownload ? "down" : "up"] }
         var out: [String: Any] = [
             "home": home.path, "config": home.configPath, "mounted": s.record != nil, "items": s.items,
             "uploads": counts(s.totals),
@@ -212,7 +213,8 @@ struct Status: ParsableCommand {
             for c in st.conflicts { line("    conflict: \(c.path): the version from \(c.device) is kept as \(c.copy)") }
             for f in st.failed { line("    failed: \(f.path): \(f.error)") }
             for u in st.inFlight {
-                line(bars ? "    " + progressBar(u) : "    uploading \(u.path): \(bytes(u.done)) of \(bytes(u.total))")
+                let verb = u.isDownload ? "downloading" : "uploading"
+                line(bars ? "    \(verb) " + progressBar(u) : "    \(verb) \(u.path): \(bytes(u.done)) of \(bytes(u.total))")
             }
         }
         line("Items:   \(s.items) with a stable id in the index")

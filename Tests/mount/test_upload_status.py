@@ -106,7 +106,7 @@ def test_upload_in_flight_shows_progress_and_a_bar_on_a_terminal(new_drive):
 
     first = wait_until(moving, 15, 0.1)
     assert first, f"no progress entry for movie.bin: {store_status(d, 'big')}\n{d.log_tail()}"
-    assert first["total"] == len(data) and first["store"] == "big", first
+    assert first["total"] == len(data) and first["store"] == "big" and first["direction"] == "up", first
     top = status(d)
     assert any(u["path"] == "movie.bin" for u in top["inFlight"]), top
     later = wait_until(lambda: (lambda u: u if u and u["done"] > first["done"] else None)(moving()), 10, 0.1)

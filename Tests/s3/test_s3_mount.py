@@ -728,6 +728,13 @@ def test_a_kill_during_a_download_on_demand_leaves_a_placeholder(weed, new_drive
         assert wait_until(lambda: proxy.stalled > 0, 30, 0.05), dev.d.log_tail()
         time.sleep(0.3)  # half the body is in the local file now
         assert os.lstat(backing).st_blocks > 0
+        # `docdrive status` shows the download going on, with its bytes.
+        def downloading():
+            return [u for u in dev.store_status()["inFlight"] if u["path"] == "big.bin" and u["direction"] == "down"]
+        assert wait_until(downloading, 10, 0.1), dev.store_status()
+        assert 0 < downloading()[0]["done"] < len(data) == downloading()[0]["total"], downloading()
+        assert "downloading big.bin:" in dev.d.cli("status").stdout
+        assert os.getxattr(dev.path(b"big.bin"), "user.docdrive.status") == b"downloading"
         pid = dev.d.pid
         os.kill(pid, signal.SIGKILL)
         assert wait_until(lambda: not pid_alive(pid), 10)

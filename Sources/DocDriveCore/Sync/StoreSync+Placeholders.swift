@@ -85,7 +85,7 @@ extension StoreSync {
         var before = stat()
         _ = fstat(fd, &before)
         let base = try bases.base(root: key, path: path)
-        let report: (Int64, Int64) -> Void = { [progress] done, total in progress(path, done, total) }
+        let report: (Int64, Int64) -> Void = { [progress] done, total in progress(path, done, total, .down) }
         defer { progressDone(path) }
         var got: RemoteItem
         do {

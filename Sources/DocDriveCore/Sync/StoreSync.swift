@@ -106,14 +106,14 @@ final class StoreSync: Sendable {
     let polls = Atomic<Int>(0)
     let pollWanted = Atomic<Bool>(false)
     /// Uploads in progress are shown by the uploader.
-    let progress: @Sendable (StorePath, Int64, Int64) -> Void
+    let progress: @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void
     let progressDone: @Sendable (StorePath) -> Void
 
     init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
          index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
          content: StoreConfig.ContentMode = .allLocal, cacheLimit: Int64? = nil,
          hooks: @escaping @Sendable () -> SyncHooks,
-         progress: @escaping @Sendable (StorePath, Int64, Int64) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void) {
+         progress: @escaping @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void) {
         self.key = key
         self.name = name
         self.cache = cache
@@ -260,7 +260,7 @@ final class StoreSync: Sendable {
     private func fetch(_ r: RemoteItem) throws(DriveError) -> (fd: Int32, path: String, item: RemoteItem) {
         let tmp = try makeTemporary()
         do throws(DriveError) {
-            let got = try remote.download(r.path, version: r.version, to: tmp.fd) { [progress] done, total in progress(r.path, done, total) }
+            let got = try remote.download(r.path, version: r.version, to: tmp.fd) { [progress] done, total in progress(r.path, done, total, .down) }
             progressDone(r.path)
             if got.kind == .file {
                 guard fsync(tmp.fd) == 0 else { throw DriveError.io("cannot write the download of \(r.path)", .init(rawValue: errno)) }
@@ -681,7 +681,7 @@ final class StoreSync: Sendable {
             do {
                 r = try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
                     try remote.upload(from: fd, to: l.path, expecting: expecting, meta: m, limit: limit) { [progress] d, t in
-                        progress(l.path, d, t)
+                        progress(l.path, d, t, .up)
                     }
                 }
             } catch let e as DriveError where e.code == .busy {

@@ -122,8 +122,11 @@ public final class Uploader: Sendable {
                              downloads: home.storePath(config.name) + "/downloads", remote: remote, device: device,
                              index: index, coordinator: coordinator, logger: logger, limit: limit, content: config.content, cacheLimit: config.cacheLimit,
                              hooks: { [unowned self] in hooks.withLock { $0 } },
-                             progress: { [unowned self] path, done, total in
-                                 inFlight.withLock { $0[storeName + "/" + path.description] = InFlightUpload(store: storeName, path: path.description, done: done, total: total) }
+                             progress: { [unowned self] path, done, total, direction in
+                                 inFlight.withLock {
+                                     $0[storeName + "/" + path.description] = InFlightUpload(store: storeName, path: path.description, done: done, total: total,
+                                                                                             direction: direction)
+                                 }
                              },
                              progressDone: { [unowned self] path in _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) } })
         return Store(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)

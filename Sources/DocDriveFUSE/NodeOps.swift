@@ -57,12 +57,36 @@ func opSetattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ attr: UnsafeMutablePoint
     if toSet & FUSE_SET_ATTR_SIZE != 0 { c.size = Int64(a.st_size) }
     if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { c.atime = .now } else if toSet & FUSE_SET_ATTR_ATIME != 0 { c.atime = .at(a.st_atim) }
     if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { c.mtime = .now } else if toSet & FUSE_SET_ATTR_MTIME != 0 { c.mtime = .at(a.st_mtim) }
+    let who = caller(req)
+    // truncate(2) of a placeholder to a size but 0: its content first, downloaded on another
+    // thread (as an open does), and the reply sent from there.
+    if let (root, path) = fs.placeholderToFill(ino, size: c.size, file: openFile(fi)) {
+        let pending = PendingRequest(req: req)
+        let ctx = context(req)
+        fs.fill(root: root, path: path) { [c] failure in
+            if let failure { return replyError(pending.req, failure) }
+            ctx.invalidateAttributes(ino)
+            do throws(Errno) {
+                var (st, timeout) = try fs.kernelSetattr(ino, c, file: nil, caller: who)
+                fuse_reply_attr(pending.req, &st, timeout)
+            } catch {
+                replyError(pending.req, error)
+            }
+        }
+        return
+    }
     do throws(Errno) {
-        var (st, timeout) = try fs.kernelSetattr(ino, c, file: openFile(fi), caller: caller(req))
+        var (st, timeout) = try fs.kernelSetattr(ino, c, file: openFile(fi), caller: who)
         fuse_reply_attr(req, &st, timeout)
     } catch {
         replyError(req, error)
     }
+}
+
+/// A request answered from another thread once a placeholder's content is here (libfuse lets
+/// a request be answered once, from anywhere).
+struct PendingRequest: @unchecked Sendable {
+    let req: fuse_req_t?
 }
 
 func opReadlink(_ req: fuse_req_t?, _ ino: fuse_ino_t) {

@@ -110,6 +110,7 @@ def test_two_readers_cause_one_download_and_truncate_downloads_nothing(new_drive
     big = os.urandom(24 << 20)
     write(a.dir / "big.bin", big)
     write(a.dir / "replace.txt", b"old content that is never downloaded")
+    write(a.dir / "cut.txt", b"kept part, and the part cut off")
     a.sync()
     b = Device(new_drive(), shared, "beta").mount()
     b.sync()
@@ -136,6 +137,14 @@ def test_two_readers_cause_one_download_and_truncate_downloads_nothing(new_drive
     b.sync()
     a.sync()
     assert (a.dir / "replace.txt").read_bytes() == b"new"
+    # truncate(2) by path to another size: the content first (downloaded), then cut.
+    assert os.getxattr(b.dir / "cut.txt", "user.docdrive.status") == b"placeholder"
+    os.truncate(b.dir / "cut.txt", 9)
+    assert (b.dir / "cut.txt").read_bytes() == b"kept part"
+    assert downloads(b) == ["big.bin", "cut.txt"]
+    b.sync()
+    a.sync()
+    assert (a.dir / "cut.txt").read_bytes() == b"kept part"
 
 
 @pytest.mark.timeout(240)

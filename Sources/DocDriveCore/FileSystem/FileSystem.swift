@@ -409,8 +409,8 @@ public final class DriveFileSystem: Sendable {
         if let size = c.size {
             if n.isDirectory { throw .isDirectory }
             // A placeholder (Sync/Placeholder.swift) truncated to nothing is an empty file of the
-            // user's; cut to another size it would need its content first, which a setattr does
-            // not wait for: EIO (an open and ftruncate works).
+            // user's; cut to another size it needs its content first, which the FUSE layer
+            // fills before it calls this (`placeholderToFill`): one still here is EIO.
             if file == nil, n.fileType == S_IFREG, Placeholder.version(fd: nfd) != nil {
                 guard size == 0 else { throw .ioError }
                 _ = dd_removexattr_path(nfd, Placeholder.attribute)
@@ -759,6 +759,18 @@ public final class DriveFileSystem: Sendable {
     /// calls `done` there: nil when it is here (open it again), else the errno for the open
     /// (ENOENT: deleted on the remote meanwhile; EIO: offline or failed, said in the log and
     /// in `docdrive status`).
+    /// The placeholder a truncate by path (no open file) of node `id` to `size` needs filled
+    /// first: cut to any size but 0, it keeps its first bytes, which must be here. Nil when it
+    /// needs nothing (then `kernelSetattr` does it all).
+    public func placeholderToFill(_ id: UInt64, size: Int64?, file: OpenFile?) -> (root: String, path: StorePath)? {
+        guard let size, size != 0, file == nil, let uploader, let n = try? backing(id), n.fileType == S_IFREG,
+              let content = try? acquireContent(n) else { return nil }
+        defer { n.release() }
+        guard let root = content.root ?? n.root, root.key.hasPrefix("store:"), Placeholder.version(fd: content.fd) != nil,
+              uploader.uploads(root.key), let path = storePath(fd: content.fd, root: root), !path.isEmpty else { return nil }
+        return (root.key, path)
+    }
+
     public func fill(root: String, path: StorePath, done: @escaping @Sendable (Errno?) -> Void) {
         guard let uploader else { return done(.ioError) }
         uploader.fill(root: root, path: path) { e in

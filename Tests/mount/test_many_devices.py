@@ -614,7 +614,14 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     # Every version a device closed survives (as its file's content or as a conflict copy)
     # unless a device that had it replaced or deleted it knowingly.
     lost = [(dev_name, where.get(data), data[:40]) for dev_name, data in closed if data not in contents and data not in superseded]
-    assert not lost, f"seed {seed}: {len(lost)} closed versions are lost: {lost[:10]}"
+    if lost:
+        # What the devices logged about the lost versions' documents (and their conflict copies).
+        stems = {os.path.splitext(os.path.basename(w.split(" at ", 1)[1]))[0] for _, w, _ in lost[:3] if w and " at " in w}
+        lines = [f"{d.name}: {line[11:]}" for d in devs for line in d.d.log_path.read_text(errors="replace").splitlines()
+                 if any(f" {st}.txt" in line or f" {st} (" in line or f"/{st}.txt" in line for st in stems)]
+        where_now = {k: v[:40] for k, v in final.items() if any(os.path.basename(k).startswith(st) for st in stems)}
+        raise AssertionError(f"seed {seed}: {len(lost)} closed versions are lost: {lost[:10]}\nfinal: {where_now}\n"
+                             + "\n".join(lines[-80:]))
     winners = {v for k, v in final.items() if "(conflict from " not in k}
     dup = [k for k, v in copies.items() if v in winners]
     assert not dup, f"seed {seed}: conflict copies of versions that won: {dup}"

@@ -78,6 +78,11 @@ def test_joined_store_lists_everything_and_downloads_only_what_is_opened(new_dri
     # ...and nothing came down: no file on B has a block, B's log has no download.
     assert all(v == 0 for v in blocks(b.cache).values()), blocks(b.cache)
     assert downloads(b) == []
+    # Made in one pass when B first looked at the remote, not one decision each: 30 files with
+    # content, 4 folders (the empty file is downloaded: there is nothing to wait for).
+    shown = [int(line.split("store shared: ", 1)[1].split(" ", 1)[0]) for line in b.d.log_path.read_text().splitlines()
+             if "new items of the remote shown here" in line]
+    assert sum(shown) == 34, shown
     rel = "Reports/r05.txt"
     assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"placeholder"
     before = os.stat(b.dir / rel)

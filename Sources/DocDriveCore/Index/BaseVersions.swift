@@ -107,6 +107,21 @@ public final class BaseVersions: Sendable {
         }
     }
 
+    /// Records many bases in one transaction (placeholders made in bulk).
+    public func putAll(root: String, _ rows: [BaseRow]) throws(DriveError) {
+        guard !rows.isEmpty else { return }
+        try write { db in
+            let statement = try db.cachedStatement(sql: """
+                INSERT INTO syncBase (root, path, id, kind, localToken, remoteToken) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT(root, path) DO UPDATE SET id = excluded.id, kind = excluded.kind,
+                  localToken = excluded.localToken, remoteToken = excluded.remoteToken
+                """)
+            for row in rows {
+                try statement.execute(arguments: [root, row.path, row.id, row.kind.rawValue, row.localToken, row.remoteToken])
+            }
+        }
+    }
+
     public func remove(root: String, path: StorePath) throws(DriveError) {
         try write { db in try db.execute(sql: "DELETE FROM syncBase WHERE root = ? AND path = ?", arguments: [root, path]) }
     }

@@ -24,6 +24,82 @@ extension StoreSync {
         }
     }
 
+    /// Makes the placeholders of remote files (and the folders they are in) that are new to
+    /// this device (no base, nothing here, an id no base has), in one pass: what a decision of
+    /// each would do (download as a placeholder, make the folder), without the queue. A path a
+    /// worker holds, one where something is here now, one under a pinned folder (its content
+    /// comes down) or one that cannot be placed is left to the queue. Returns the paths placed.
+    func placeNewPlaceholders(_ items: [RemoteItem]) -> Set<StorePath> {
+        guard let cachefd = try? openCache() else { return [] }
+        defer { close(cachefd) }
+        var folders = [StorePath: (fd: Int32, ino: Int64)]()  // open local folders
+        defer { for f in folders.values where f.fd >= 0 { close(f.fd) } }
+        var pinnedFolders = [StorePath: Bool]()
+        var placed = Set<StorePath>()
+        var rows = [BaseRow]()
+        func folder(_ path: StorePath) -> (fd: Int32, ino: Int64)? {
+            if let f = folders[path] { return f.fd >= 0 ? f : nil }
+            var f: (fd: Int32, ino: Int64) = (-1, 0)
+            if case .success(let fd) = Beneath.openFolder(cachefd, path.names) {
+                var st = stat()
+                if fstat(fd, &st) == 0 { f = (fd, Int64(st.st_ino)) } else { close(fd) }
+            }
+            folders[path] = f
+            return f.fd >= 0 ? f : nil
+        }
+        func pinned(_ path: StorePath) -> Bool {
+            if let p = pinnedFolders[path] { return p }
+            let p = isPinned(path)
+            pinnedFolders[path] = p
+            return p
+        }
+        func flush() -> Bool {
+            if (try? bases.putAll(root: key, rows)) == nil {
+                placed.subtract(rows.map(\.path))
+                return false
+            }
+            rows.removeAll(keepingCapacity: true)
+            return true
+        }
+        // Folders first (shorter paths), so that what is in them has a place.
+        for r in items.sorted(by: { $0.path.bytes.count < $1.path.bytes.count }) {
+            guard tryLock([r.path]) else { continue }
+            defer { unlock([r.path]) }
+            guard let dir = folder(r.path.folder), !pinned(r.path.folder), Beneath.stat(dir.fd, r.path.lastName) == nil else { continue }
+            // Its id: the remote's, or a new one (another tool's object), as a download's. No
+            // other local item has it (no base does), so none has to learn another.
+            let id = r.meta.itemID ?? ItemIndex.newID()
+            let name = String(decoding: r.path.lastName, as: UTF8.self)
+            var st = stat()
+            if r.kind == .folder {
+                guard Beneath.withCName(r.path.lastName, { mkdirat(dir.fd, $0, mode_t(r.meta.mode ?? 0o755) & 0o7777) }) == 0,
+                      let made = Beneath.stat(dir.fd, r.path.lastName) else { continue }
+                st = made
+                rows.append(BaseRow(path: r.path, id: id, kind: .folder, localToken: "", remoteToken: r.version))
+                index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: name, kind: .directory, id: id))
+            } else {
+                guard let tmp = try? placeholderFile(r) else { continue }
+                let moved = Beneath.withCName(r.path.lastName) { dd_renameat2(AT_FDCWD, tmp.path, dir.fd, $0, UInt32(dd_RENAME_NOREPLACE)) }
+                let ok = moved == 0 && fstat(tmp.fd, &st) == 0
+                close(tmp.fd)
+                if moved != 0 { unlink(tmp.path) }
+                guard ok else { continue }
+                rows.append(BaseRow(path: r.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
+                index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: name, kind: .file, id: id))
+                if let shown = r.path.string, let original = SyncDecision.originalOfConflictCopy(shown) {
+                    try? bases.addConflict(root: key, ConflictRecord(store: self.name, path: original, copy: shown,
+                                                                     device: r.meta.deviceName ?? "another device", time: Date().timeIntervalSince1970))
+                }
+            }
+            told(r.path)
+            placed.insert(r.path)
+            if rows.count >= 2000, !flush() { return placed }
+        }
+        guard flush() else { return placed }
+        if !placed.isEmpty { logger.info("store \(name): \(placed.count) new items of the remote shown here (files as placeholders)") }
+        return placed
+    }
+
     /// Whether `path` or a folder above it carries the pin mark.
     func isPinned(_ path: StorePath) -> Bool {
         guard let cachefd = try? openCache() else { return false }

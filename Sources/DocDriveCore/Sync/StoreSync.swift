@@ -214,7 +214,7 @@ final class StoreSync: Sendable {
     }
 
     /// Records in the item index that `name` in `dir` is now the item `id`.
-    private func recordPlaced(_ dir: Int32, _ path: StorePath, id: String?, replacing old: stat?) {
+    func recordPlaced(_ dir: Int32, _ path: StorePath, id: String?, replacing old: stat?) {
         var st = stat(), pst = stat()
         guard fstat(dir, &pst) == 0, let s = Beneath.stat(dir, path.lastName) else { return }
         st = s
@@ -281,7 +281,7 @@ final class StoreSync: Sendable {
     }
 
     /// A placeholder of the remote file `r` in a temporary file (placed like a download).
-    private func placeholderFile(_ r: RemoteItem) throws(DriveError) -> (fd: Int32, path: String, item: RemoteItem) {
+    func placeholderFile(_ r: RemoteItem) throws(DriveError) -> (fd: Int32, path: String, item: RemoteItem) {
         let tmp = try makeTemporary()
         guard Placeholder.fill(fd: tmp.fd, as: r) else {
             let e = errno
@@ -1066,8 +1066,10 @@ final class StoreSync: Sendable {
         guard let all = try? bases.all(root: key) else { return 0 }
         var changed = Set<StorePath>()
         var known = Set<StorePath>()
+        var knownIDs = Set<String>()
         for b in all {
             known.insert(b.path)
+            if let id = b.id { knownIDs.insert(id) }
             if let r = byPath[b.path] {
                 // Another item id with the same version: another item with the same bytes (S3's
                 // version is the content's MD5), whose id this device must take.
@@ -1078,6 +1080,15 @@ final class StoreSync: Sendable {
             }
         }
         for i in items where !known.contains(i.path) { changed.insert(i.path) }
+        // On demand, the files that are new here (a store just joined: all of them) become
+        // placeholders at once, without a decision each.
+        if content == .onDemand {
+            let new = items.filter {
+                ($0.kind == .folder || $0.kind == .file && $0.size > 0) && !known.contains($0.path)
+                    && !($0.meta.itemID.map { knownIDs.contains($0) } ?? false)
+            }
+            if !new.isEmpty { changed.subtract(placeNewPlaceholders(new)) }
+        }
         let now = Date().timeIntervalSince1970
         // Folders first: a new folder is made before what goes in it.
         let batch = changed.sorted { $0.bytes.count < $1.bytes.count }.map { (key, $0, now) }

@@ -214,7 +214,7 @@ final class StoreSync: Sendable {
     }
 
     /// Records in the item index that `name` in `dir` is now the item `id`.
-    func recordPlaced(_ dir: Int32, _ path: StorePath, id: String?, replacing old: stat?) {
+    private func recordPlaced(_ dir: Int32, _ path: StorePath, id: String?, replacing old: stat?) {
         var st = stat(), pst = stat()
         guard fstat(dir, &pst) == 0, let s = Beneath.stat(dir, path.lastName) else { return }
         st = s

@@ -1112,7 +1112,15 @@ final class StoreSync: Sendable {
                 let rel = path.appending(e.name)
                 guard let st = Beneath.stat(dfd, e.name[...]), FolderRemote.kind(st) != nil else { continue }
                 seen.insert(rel)
-                if byPath[rel]?.localToken != FolderRemote.version(st) || byPath[rel] == nil { batch.append((key, rel, now)) }
+                if let b = byPath[rel], b.localToken == FolderRemote.version(st) {
+                    // unchanged since this device and the remote agreed
+                } else if let b = byPath[rel], b.kind == .file, st.st_mode & S_IFMT == S_IFREG,
+                          Placeholder.isPlaceholder(dfd, e.name[...]) {
+                    // A placeholder the base knows holds nothing of the user's, whatever its
+                    // time says (a fill a crash cut short changed it): nothing to compare.
+                } else {
+                    batch.append((key, rel, now))
+                }
                 if st.st_mode & S_IFMT == S_IFDIR, case .success(let sub) = Beneath.openFolder(dfd, [e.name[...]]) {
                     walk(sub, rel)
                     close(sub)

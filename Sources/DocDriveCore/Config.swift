@@ -134,6 +134,10 @@ public struct StoreConfig: Equatable, Sendable {
     /// refused their content (`skip`, the default; see Sync/BackgroundReaders.swift).
     public var indexers: IndexerPolicy = .skip
 
+    /// Whether the next small placeholders of a folder download ahead while a program opens
+    /// its files one after another (on-demand stores without a cache limit; Sync/Readahead.swift).
+    public var readahead = true
+
     public enum IndexerPolicy: String, Sendable, Equatable, Codable {
         case skip, download
     }
@@ -284,7 +288,7 @@ extension DriveConfig {
         if let stores = top["stores"] {
             for node in try reader.sequence(stores, "stores") {
                 let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback", "workers", "bandwidth", "poll",
-                                                                          "content", "cache-limit", "indexers"])
+                                                                          "content", "cache-limit", "indexers", "readahead"])
                 let name = try reader.string(m, "name", in: node, what: "a store")
                 guard let remoteNode = m["remote"] else {
                     throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
@@ -370,6 +374,12 @@ extension DriveConfig {
                         throw reader.error(node, "the indexers of store \(name) must be \"skip\" (desktop indexers and thumbnailers do not download placeholders) or \"download\"")
                     }
                     store.indexers = policy
+                }
+                if let node = m["readahead"] {
+                    guard case .scalar(let sc) = node, ["on", "off"].contains(sc.string) else {
+                        throw reader.error(node, "the readahead of store \(name) must be \"on\" (the next small files of a folder read one after another download ahead) or \"off\"")
+                    }
+                    store.readahead = sc.string == "on"
                 }
                 config.stores.append(store)
             }
@@ -474,7 +484,9 @@ extension DriveConfig {
         #          all-local (the default), `cache-limit` the most bytes an
         #          on-demand store keeps downloaded (20G; 0 or absent: no limit),
         #          `indexers` skip (the default: desktop indexers and thumbnailers
-        #          are refused a placeholder's content) or download.
+        #          are refused a placeholder's content) or download, `readahead`
+        #          on (the default: while a program opens a folder's files one
+        #          after another, its next small placeholders download ahead) or off.
 
         """
         out += "apps:\n"
@@ -493,6 +505,7 @@ extension DriveConfig {
             if store.content != .allLocal { out += "    content: \(store.content.rawValue)\n" }
             if let l = store.cacheLimit { out += "    cache-limit: \(l)\n" }
             if store.indexers != .skip { out += "    indexers: \(store.indexers.rawValue)\n" }
+            if !store.readahead { out += "    readahead: off\n" }
             switch store.remote {
             case .folder(let path):
                 out += "    remote:\n      type: folder\n      path: \(Self.quote(path))\n"

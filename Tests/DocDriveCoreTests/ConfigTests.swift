@@ -153,14 +153,16 @@ final class ConfigTests: XCTestCase {
             content: on-demand
             cache-limit: 20G
             indexers: download
+            readahead: off
             remote: {type: folder, path: /b}
         """
         let c = try DriveConfig.parse(text, file: "c.yaml")
         XCTAssertEqual(c.stores.map(\.content), [.allLocal, .onDemand])
         XCTAssertEqual(c.stores.map(\.cacheLimit), [nil, 20 << 30])
         XCTAssertEqual(c.stores.map(\.indexers), [.skip, .download])
+        XCTAssertEqual(c.stores.map(\.readahead), [true, false])
         XCTAssertEqual(try DriveConfig.parse(c.yaml(), file: "c"), c)
-        for (line, what) in [("indexers: never", "\"skip\""), ("content: lazy", "on-demand"), ("cache-limit: 10K", "at least 1M")] {
+        for (line, what) in [("indexers: never", "\"skip\""), ("content: lazy", "on-demand"), ("cache-limit: 10K", "at least 1M"), ("readahead: yes", "\"on\"")] {
             let bad = "stores:\n  - name: a\n    \(line)\n    remote: {type: folder, path: /a}\n"
             XCTAssertThrowsError(try DriveConfig.parse(bad, file: "c.yaml"), line) { e in
                 let msg = (e as! DriveError).message

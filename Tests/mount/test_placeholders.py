@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -272,10 +273,66 @@ def test_desktop_indexers_are_refused_placeholders_unless_allowed(new_drive, sha
     # `indexers: download` lets it: the mount picks the change up without a remount.
     config = b.d.home / "config.yaml"
     text = config.read_text()
-    config.write_text(text.replace("    content: on-demand\n", "    content: on-demand\n    indexers: download\n"))
+    # (Readahead off: this test counts the opened files' downloads only.)
+    config.write_text(text.replace("    content: on-demand\n", "    content: on-demand\n    indexers: download\n    readahead: off\n"))
     other = "Reports/r05.txt"
 
     def read_by_indexer():
         return subprocess.run([str(indexer), str(b.dir / other)], capture_output=True).stdout == files[other]
     assert wait_until(read_by_indexer, 10, 0.2), b.d.log_tail(20)
     assert downloads(b) == [rel, other]
+
+
+@pytest.mark.timeout(240)
+def test_a_folder_read_file_after_file_downloads_its_next_small_files_ahead(new_drive, shared_folder):
+    """One open downloads one file; from the second open of a folder's placeholders in a row,
+    the folder's next small placeholders (in its listing's order) download ahead, never more
+    not opened than were opened (at least 4), never a large one; every file comes down once;
+    `readahead: off` turns it off."""
+    a = Device(new_drive(), shared_folder, "alpha").mount()
+    notes = {f"Notes/n{i:02}.txt": os.urandom(1000 + i) for i in range(40)}
+    notes["Notes/large.bin"] = os.urandom((1 << 20) + 1)  # over the readahead's 1 MiB
+    more = {f"More/m{i}.txt": os.urandom(500) for i in range(8)}
+    for rel, data in {**notes, **more}.items():
+        write(a.dir / rel, data)
+    a.sync()
+    b = Device(new_drive(), shared_folder, "beta").mount()
+    b.sync()
+    listing = ["Notes/" + n for n in os.listdir(b.dir / "Notes")]  # the order `find` or `grep -r` read in
+    assert sorted(listing) == sorted(notes)
+    small = [rel for rel in listing if rel != "Notes/large.bin"]
+
+    def ahead():
+        return [line.split("downloaded ", 1)[1].split(" (", 1)[0] for line in b.d.log_path.read_text().splitlines()
+                if "read ahead" in line]
+    # One open: that file only, however long one waits.
+    assert (b.dir / small[0]).read_bytes() == notes[small[0]]
+    time.sleep(0.5)
+    assert ahead() == [] and downloads(b) == small[:1]
+    # The second open, right after: the files after it in the listing come ahead, 4 of them
+    # (nothing else was opened yet), while the program reads nothing more.
+    assert (b.dir / small[1]).read_bytes() == notes[small[1]]
+    assert wait_until(lambda: len(ahead()) >= 4, 10, 0.05), b.d.log_tail(20)
+    time.sleep(1)
+    got = ahead()
+    assert sorted(got) == sorted(small[2:6]), (got, small[:8])
+    assert [d for d in downloads(b) if d not in got] == small[:2]  # (log lines of downloads going on at once come in any order)
+    # Reading on in the listing's order: each next file is here when it is opened (mostly),
+    # and every file comes down exactly once, the large one only when opened.
+    for rel in listing:
+        assert (b.dir / rel).read_bytes() == notes[rel], rel
+    done = downloads(b)
+    assert sorted(done) == sorted(notes), [d for d in done if done.count(d) > 1]
+    assert "Notes/large.bin" not in ahead()
+    print(f"{len(ahead())} of {len(small)} small files came ahead")
+    assert len(ahead()) >= len(small) // 2, ahead()
+    # `readahead: off` (the running mount picks it up): opens download what they open only.
+    config = b.d.home / "config.yaml"
+    text = config.read_text()
+    config.write_text(text.replace("    content: on-demand\n", "    content: on-demand\n    readahead: off\n"))
+    m = sorted(more)
+    time.sleep(2)  # the mount rereads its config (a second) and the sequence ends
+    for rel in m[:4]:
+        assert (b.dir / rel).read_bytes() == more[rel]
+    time.sleep(1)
+    assert [d for d in downloads(b) if d.startswith("More/")] == m[:4]

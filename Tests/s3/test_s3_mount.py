@@ -755,3 +755,46 @@ def test_a_kill_during_a_download_on_demand_leaves_a_placeholder(weed, new_drive
     finally:
         proxy.release.set()
         proxy.stop()
+
+
+@pytest.mark.timeout(240)
+def test_a_save_over_a_placeholder_being_downloaded_waits_for_the_download(weed, new_drive, boto):
+    """While a placeholder downloads (a reader opened it, or it came ahead), an open with
+    O_TRUNC of it waits for that download and then truncates: the download never writes over
+    what the program saves, and the save reaches the bucket."""
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    data = os.urandom(6 * MiB)
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/doc.bin", Body=data)
+    proxy = FaultProxy(weed.port)
+    proxy.failing = False
+    try:
+        dev = S3Device(new_drive(), weed, proxy.endpoint, prefix)
+        dev.mount()
+        dev.sync()
+        assert os.getxattr(dev.path(b"doc.bin"), "user.docdrive.status") == b"placeholder"
+        proxy.stall = "doc.bin"
+        read = []
+        reader = threading.Thread(target=lambda: read.append(len(open(dev.path(b"doc.bin"), "rb").read())))
+        reader.start()
+        assert wait_until(lambda: proxy.stalled > 0, 30, 0.05), dev.d.log_tail()
+        saved = []
+
+        def save():
+            with open(dev.path(b"doc.bin"), "wb") as f:  # O_WRONLY | O_CREAT | O_TRUNC
+                f.write(b"mine")
+            saved.append(True)
+        writer = threading.Thread(target=save)
+        writer.start()
+        time.sleep(0.5)
+        assert not saved, "the save's open did not wait for the download"
+        proxy.stall = None
+        proxy.release.set()  # the stalled GET ends; the download is tried again and completes
+        writer.join(60)
+        reader.join(60)
+        assert saved == [True], dev.d.log_tail()
+        assert open(dev.path(b"doc.bin"), "rb").read() == b"mine"
+        dev.sync()
+        assert c.get_object(Bucket=weed.bucket, Key=f"{prefix}/doc.bin")["Body"].read() == b"mine"
+    finally:
+        proxy.stop()

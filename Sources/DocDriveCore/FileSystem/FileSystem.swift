@@ -413,7 +413,16 @@ public final class DriveFileSystem: Sendable {
             // fills before it calls this (`placeholderToFill`): one still here is EIO.
             if file == nil, n.fileType == S_IFREG, Placeholder.version(fd: nfd) != nil {
                 guard size == 0 else { throw .ioError }
-                _ = dd_removexattr_path(nfd, Placeholder.attribute)
+                // Not while it is being downloaded (ahead, or for a reader): the download would
+                // write over the user's file. `placeholderToFill` made the request wait for one
+                // going on; one that began since fails this truncate (EIO), nothing else.
+                let clear = { _ = dd_removexattr_path(nfd, Placeholder.attribute) }
+                if let uploader, let root = contentRoot ?? n.root, root.key.hasPrefix("store:"),
+                   let path = storePath(fd: nfd, root: root), !path.isEmpty {
+                    guard uploader.takePlaceholder(root: root.key, path: path, clear) else { throw .ioError }
+                } else {
+                    clear()
+                }
             }
             defer {
                 if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot { publish(.truncated(fd: nfd, root: root)) }
@@ -719,7 +728,17 @@ public final class DriveFileSystem: Sendable {
         // Only a store's file can be a placeholder: an app's files cost no extra system call.
         if n.fileType == S_IFREG, (contentRoot ?? n.root)?.key.hasPrefix("store:") == true, Placeholder.isPlaceholder(openFD: fd) {
             if flags & O_TRUNC != 0, flags & O_ACCMODE != O_RDONLY {
-                Placeholder.clear(fd: fd)
+                // The user's empty file now, unless it is being downloaded (ahead, or for a
+                // reader): then the open waits for that download, and truncates after it.
+                let clear = { _ = Placeholder.clear(fd: fd) }
+                if let uploader, let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty {
+                    if !uploader.takePlaceholder(root: root.key, path: path, clear) {
+                        Sys.close(fd)
+                        return .placeholder(root: root.key, path: path)
+                    }
+                } else {
+                    clear()
+                }
             } else {
                 Sys.close(fd)
                 guard let uploader, let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty,
@@ -736,6 +755,9 @@ public final class DriveFileSystem: Sendable {
         if let st = try? Sys.stat(fd: fd) {
             let v = FileVersion(st)
             version = v
+            if n.fileType == S_IFREG, let uploader, let root = contentRoot ?? n.root, root.key.hasPrefix("store:") {
+                uploader.openedStoreFile(root: root.key, ino: UInt64(st.st_ino))
+            }
             keep = n.cachedVersion.withLock { old in
                 defer { old = v }
                 return old == v
@@ -762,18 +784,20 @@ public final class DriveFileSystem: Sendable {
     /// The placeholder a truncate by path (no open file) of node `id` to `size` needs filled
     /// first: cut to any size but 0, it keeps its first bytes, which must be here. Nil when it
     /// needs nothing (then `kernelSetattr` does it all).
+    /// Cut to 0 it needs nothing, unless it is being downloaded: then the truncate waits for that.
     public func placeholderToFill(_ id: UInt64, size: Int64?, file: OpenFile?) -> (root: String, path: StorePath)? {
-        guard let size, size != 0, file == nil, let uploader, let n = try? backing(id), n.fileType == S_IFREG,
+        guard let size, file == nil, let uploader, let n = try? backing(id), n.fileType == S_IFREG,
               let content = try? acquireContent(n) else { return nil }
         defer { n.release() }
         guard let root = content.root ?? n.root, root.key.hasPrefix("store:"), Placeholder.version(fd: content.fd) != nil,
               uploader.uploads(root.key), let path = storePath(fd: content.fd, root: root), !path.isEmpty else { return nil }
+        if size == 0, !uploader.isFilling(root: root.key, path: path) { return nil }
         return (root.key, path)
     }
 
     public func fill(root: String, path: StorePath, done: @escaping @Sendable (Errno?) -> Void) {
         guard let uploader else { return done(.ioError) }
-        uploader.fill(root: root, path: path) { e in
+        uploader.fill(root: root, path: path, opened: true) { e in
             guard let e else { return done(nil) }
             done(e.code == .notFound ? .noSuchFileOrDirectory : .ioError)
         }

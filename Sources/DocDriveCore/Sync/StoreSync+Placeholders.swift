@@ -147,12 +147,27 @@ extension StoreSync {
         return fd
     }
 
+    /// The placeholders of `folder` small enough to be read ahead (Readahead.swift).
+    func smallPlaceholders(in folder: StorePath) -> [Readahead.Candidate] {
+        guard let cachefd = try? openCache() else { return [] }
+        defer { close(cachefd) }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, folder.names) else { return [] }
+        defer { close(dir) }
+        var out = [Readahead.Candidate]()
+        for e in Beneath.names(dir) ?? [] where !FolderRemote.isOwnName(e.name) {
+            guard let st = Beneath.stat(dir, e.name[...]), st.st_mode & S_IFMT == S_IFREG, st.st_blocks == 0,
+                  st.st_size > 0, Int64(st.st_size) <= Readahead.smallFile, Placeholder.isPlaceholder(dir, e.name[...]) else { continue }
+            out.append(.init(path: folder.appending(e.name), ino: UInt64(st.st_ino)))
+        }
+        return out
+    }
+
     /// Fills the placeholder at `path` with the remote's content, in place: the same inode, so
     /// the kernel's node and the item id stay. Nothing when it is no placeholder (any more).
     /// The attribute goes last: a fill cut short leaves a placeholder. The version the
     /// placeholder stands for is asked for; when the remote has another one now, that one is
     /// the content. `.notFound`: the remote no longer has it (the next sync removes it here).
-    func hydrate(_ path: StorePath) throws(DriveError) {
+    func hydrate(_ path: StorePath, ahead: Bool = false) throws(DriveError) {
         try lockWaiting(path, seconds: 120)
         defer { unlock([path]) }
         let fd = try openLocalFile(path)
@@ -202,7 +217,7 @@ extension StoreSync {
             throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
         }
         if after.st_size != before.st_size { told(path) }
-        logger.info("store \(name): downloaded \(path) (\(got.size) bytes) on demand")
+        logger.info("store \(name): downloaded \(path) (\(got.size) bytes) on demand\(ahead ? ", read ahead" : "")")
         if let use = cacheUse.withLock({ u -> Int64? in
             if u != nil { u! += Int64(after.st_blocks) * 512 }
             return u

@@ -83,6 +83,8 @@ final class StoreSync: Sendable {
     /// keeps now as last counted (nil before the first count). Lock: leaf.
     let cacheLimit: Int64?
     let cacheUse = Mutex<Int64?>(nil)
+    /// What the opens of placeholders one after another download ahead (Readahead.swift).
+    let readahead = Readahead()
     /// Paths a worker is syncing now; a path conflicts with itself, its folders and what is in
     /// it. Lock: leaf.
     private let busyPaths = Mutex<[StorePath]>([])

@@ -14,11 +14,19 @@ extension Uploader {
 
     /// Fills the placeholder at `path` of the store `root` on a thread of its own, then calls
     /// `done` there (nil: filled, or it was no placeholder). A call for a path being filled
-    /// waits for the same download.
-    public func fill(root: String, path: StorePath, done: @escaping @Sendable (DriveError?) -> Void) {
+    /// waits for the same download. `opened`: a program opened it (it counts for readahead).
+    public func fill(root: String, path: StorePath, opened: Bool = false, ahead: Bool = false,
+                     done: @escaping @Sendable (DriveError?) -> Void) {
         guard let store = store(root) else {
             done(DriveError(.notFound, "The store of \(path) is not in the config any more."))
             return
+        }
+        if opened, readsAhead(store) {
+            DispatchQueue.global().async { [self] in
+                let now = ProcessInfo.processInfo.systemUptime
+                let more = store.sync.readahead.openedPlaceholder(path, now: now) { store.sync.smallPlaceholders(in: $0) }
+                fetchAhead(root, store, more)
+            }
         }
         let key = root + "\0" + path.description
         let first = filling.withLock { m -> Bool in
@@ -33,7 +41,7 @@ extension Uploader {
         let t = Thread { [self] in
             var failure: DriveError?
             do throws(DriveError) {
-                try store.sync.hydrate(path)
+                try store.sync.hydrate(path, ahead: ahead)
             } catch {
                 failure = error
             }
@@ -44,6 +52,54 @@ extension Uploader {
         }
         t.name = "docdrive-download-\(store.config.name)"
         t.start()
+    }
+
+    /// Makes the placeholder at `path` the user's file with `body` (an open with O_TRUNC, a
+    /// truncate to 0) while no download of it can start; false, with nothing done, while one
+    /// is going on (the caller waits for it, then goes on with a whole file).
+    public func takePlaceholder(root: String, path: StorePath, _ body: () -> Void) -> Bool {
+        let key = root + "\0" + path.description
+        let free = filling.withLock { m -> Bool in
+            if m[key] != nil { return false }
+            m[key] = []
+            return true
+        }
+        guard free else { return false }
+        body()
+        // A fill asked for meanwhile waited here: the file is no placeholder now.
+        let waiters = filling.withLock { $0.removeValue(forKey: key) ?? [] }
+        for w in waiters { w(nil) }
+        return true
+    }
+
+    /// Whether the placeholder at `path` is being downloaded now.
+    public func isFilling(root: String, path: StorePath) -> Bool {
+        filling.withLock { $0[root + "\0" + path.description] != nil }
+    }
+
+    /// Whether the store reads placeholders ahead: on demand, no cache limit (nothing is
+    /// downloaded that was not asked for on a device short of space), `readahead: on`.
+    func readsAhead(_ store: Store) -> Bool {
+        store.config.readahead && store.config.content == .onDemand && store.config.cacheLimit == nil
+    }
+
+    /// Downloads `list` ahead, and what each end lets go next; a failure ends the sequence
+    /// (offline, or the remote changed).
+    private func fetchAhead(_ root: String, _ store: Store, _ list: [Readahead.Candidate]) {
+        for c in list {
+            fill(root: root, path: c.path, ahead: true) { [self] e in
+                fetchAhead(root, store, store.sync.readahead.finished(c, failed: e != nil))
+            }
+        }
+    }
+
+    /// An open of the store file `ino` that is here already: when it was downloaded ahead, the
+    /// next ones go. Cheap when nothing is read ahead (FUSE request threads call it).
+    public func openedStoreFile(root: String, ino: UInt64) {
+        guard let store = store(root), store.sync.readahead.active.load(ordering: .relaxed) else { return }
+        let more = store.sync.readahead.openedFile(ino: ino, now: ProcessInfo.processInfo.systemUptime)
+        if more.isEmpty { return }
+        DispatchQueue.global().async { [self] in fetchAhead(root, store, more) }
     }
 
     /// Fills the placeholder at `path` and waits for it (control commands: never a FUSE

@@ -1,0 +1,136 @@
+// Readahead: file-level readahead for an on-demand store's small placeholders. A program that
+// opens the files of a folder one after another (grep -r, cp -r, tar, a photo viewer) would
+// wait for one download per file; once two placeholders of one folder were opened in a row,
+// the folder's other small placeholders download ahead, in the order the folder lists them
+// (the order those programs read in), a few at a time. What is downloaded ahead and not opened
+// yet never exceeds what the program opened in the sequence (at least `firstWindow`): a
+// guess costs at most as much as what was asked for. One open alone (`cat`) never downloads
+// anything else; a store with a cache limit, or `readahead: off`, never reads ahead.
+import Foundation
+import Synchronization
+
+/// The readahead state of one store. Bookkeeping only: the caller scans folders and downloads.
+/// Lock: `state` is a leaf.
+public final class Readahead: Sendable {
+    /// A placeholder of the folder that may be downloaded ahead.
+    public struct Candidate: Equatable, Sendable {
+        public var path: StorePath
+        public var ino: UInt64
+        public init(path: StorePath, ino: UInt64) {
+            self.path = path
+            self.ino = ino
+        }
+    }
+
+    /// Files larger than this are never read ahead (their open waits as before).
+    public static let smallFile: Int64 = 1 << 20
+    /// Files ahead and not opened at the start of a sequence (more as more are opened).
+    public static let firstWindow = 4
+    /// Downloads ahead at once.
+    public static let maxInFlight = 8
+    /// Two opens of one folder further apart than this are no sequence.
+    public static let streakSeconds = 2.0
+
+    private struct State {
+        var folder: StorePath?
+        var last = 0.0
+        /// Distinct files of `folder` opened in this sequence.
+        var opened = Set<StorePath>()
+        /// Whether the folder was scanned: the sequence reads ahead.
+        var reading = false
+        /// A download ahead failed: this sequence reads nothing more ahead.
+        var stopped = false
+        /// Downloaded (or downloading) ahead and not opened yet, by inode.
+        var ahead = [UInt64: StorePath]()
+        var inFlight = 0
+        /// The folder's small placeholders, in its listing's order after the opened one.
+        var candidates = [Candidate]()
+        var next = 0
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+    /// Whether a sequence reads ahead now: opens of files that are here already ask only then.
+    public let active = Atomic<Bool>(false)
+
+    /// An open of the placeholder `path` asked for its content. `scan` lists the folder's
+    /// small placeholders (in listing order), called only when a sequence starts. Returns what
+    /// to download ahead now.
+    public func openedPlaceholder(_ path: StorePath, now: Double, scan: (StorePath) -> [Candidate]) -> [Candidate] {
+        let folder = path.folder
+        let wantScan = state.withLock { s -> Bool in
+            if s.folder != folder || now - s.last >= Self.streakSeconds {
+                if s.folder == folder, s.ahead.values.contains(path) {
+                    // a hit after a pause: the sequence goes on
+                } else {
+                    s = State()
+                    s.folder = folder
+                }
+            }
+            s.last = now
+            s.opened.insert(path)
+            if let i = s.ahead.first(where: { $0.value == path })?.key { s.ahead.removeValue(forKey: i) }
+            return !s.reading && !s.stopped && s.opened.count >= 2
+        }
+        var found: [Candidate]?
+        if wantScan {
+            let all = scan(folder)
+            let after = (all.firstIndex { $0.path == path }).map { $0 + 1 } ?? 0
+            found = Array(all[after...] + all[..<after])
+        }
+        return state.withLock { s -> [Candidate] in
+            defer { active.store(s.reading, ordering: .relaxed) }
+            if let found, s.folder == folder, !s.reading {
+                s.reading = true
+                s.candidates = found
+                s.next = 0
+            }
+            return Self.topUp(&s)
+        }
+    }
+
+    /// An open of a file that is here already: when it was downloaded ahead (a hit), more may
+    /// go. Returns what to download ahead now.
+    public func openedFile(ino: UInt64, now: Double) -> [Candidate] {
+        state.withLock { s -> [Candidate] in
+            guard let path = s.ahead.removeValue(forKey: ino) else { return [] }
+            s.opened.insert(path)
+            s.last = now
+            return Self.topUp(&s)
+        }
+    }
+
+    /// A download ahead ended: the next may go; after a failure (offline, gone) nothing more
+    /// is read ahead in this sequence.
+    public func finished(_ c: Candidate, failed: Bool) -> [Candidate] {
+        state.withLock { s -> [Candidate] in
+            defer { active.store(s.reading, ordering: .relaxed) }
+            s.inFlight = max(0, s.inFlight - 1)
+            if failed {
+                s.reading = false
+                s.stopped = true
+                s.candidates = []
+                s.ahead = [:]
+                return []
+            }
+            return Self.topUp(&s)
+        }
+    }
+
+    /// The next candidates, while the downloads at once and the files ahead stay in bounds.
+    private static func topUp(_ s: inout State) -> [Candidate] {
+        guard s.reading else { return [] }
+        var out = [Candidate]()
+        let window = max(firstWindow, s.opened.count)
+        while s.inFlight < maxInFlight, s.ahead.count < window, s.next < s.candidates.count {
+            let c = s.candidates[s.next]
+            s.next += 1
+            if s.opened.contains(c.path) { continue }
+            s.ahead[c.ino] = c.path
+            s.inFlight += 1
+            out.append(c)
+        }
+        return out
+    }
+}

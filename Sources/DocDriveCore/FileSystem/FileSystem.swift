@@ -120,7 +120,9 @@ public struct FileSystemOptions: Sendable {
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
 ///    `Coordinator.held`, `grantSet`, `appViews`, `invalidator`, `Namespace.layout/roots`,
 ///    `OpenFile.seenVersion`, `Inode.cachedVersion`, the uploader's `stores`, `noted`,
-///    `inFlight`, `remotesDown`, `compareScheduled`, `published`.
+///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `filling` (taken on a
+///    request thread by an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`,
+///    and released before its body runs), each store's `Readahead.state`.
 /// 7. In the adapter, `FuseContext.session` is held across fuse_lowlevel_notify_inval_entry,
 ///    which waits for the kernel's lock of that folder: it is never taken on a request thread
 ///    of a folder the kernel holds (control-socket commands and `invalidateLater` use other

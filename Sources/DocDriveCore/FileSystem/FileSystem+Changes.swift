@@ -110,8 +110,9 @@ extension DriveFileSystem {
         case .at(let path) where !path.isEmpty:
             let status = uploader.status(root: root.key, path: path)
             // A placeholder is never uploaded: a queued look at it is a comparison only.
-            let quiet: Set<String> = [UploadState.synced.rawValue, UploadState.pending.rawValue, UploadState.uploading.rawValue]
-            if quiet.contains(status), n.fileType == S_IFREG, let fd = try? n.acquire() {
+            let quiet = status == UploadState.synced.rawValue || status == UploadState.pending.rawValue
+                || status == UploadState.uploading.rawValue
+            if quiet, n.fileType == S_IFREG, let fd = try? n.acquire() {
                 defer { n.release() }
                 if Placeholder.version(fd: fd) != nil { return "placeholder" }
             }

@@ -60,17 +60,15 @@ public final class Readahead: Sendable {
     public func openedPlaceholder(_ path: StorePath, now: Double, scan: (StorePath) -> [Candidate]) -> [Candidate] {
         let folder = path.folder
         let wantScan = state.withLock { s -> Bool in
-            if s.folder != folder || now - s.last >= Self.streakSeconds {
-                if s.folder == folder, s.ahead.values.contains(path) {
-                    // a hit after a pause: the sequence goes on
-                } else {
-                    s = State()
-                    s.folder = folder
-                }
+            // Still downloading ahead: a hit (after a pause too, the sequence goes on).
+            let hit = s.folder == folder ? s.ahead.first(where: { $0.value == path })?.key : nil
+            if hit == nil, s.folder != folder || now - s.last >= Self.streakSeconds {
+                s = State()
+                s.folder = folder
             }
+            if let hit { s.ahead.removeValue(forKey: hit) }
             s.last = now
             s.opened.insert(path)
-            if let i = s.ahead.first(where: { $0.value == path })?.key { s.ahead.removeValue(forKey: i) }
             return !s.reading && !s.stopped && s.opened.count >= 2
         }
         var found: [Candidate]?

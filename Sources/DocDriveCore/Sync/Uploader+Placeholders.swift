@@ -28,7 +28,7 @@ extension Uploader {
                 fetchAhead(root, store, more)
             }
         }
-        let key = root + "\0" + path.description
+        let key = Self.fillingKey(root, path)
         let first = filling.withLock { m -> Bool in
             if m[key] != nil {
                 m[key]!.append(done)
@@ -58,7 +58,7 @@ extension Uploader {
     /// truncate to 0) while no download of it can start; false, with nothing done, while one
     /// is going on (the caller waits for it, then goes on with a whole file).
     public func takePlaceholder(root: String, path: StorePath, _ body: () -> Void) -> Bool {
-        let key = root + "\0" + path.description
+        let key = Self.fillingKey(root, path)
         let free = filling.withLock { m -> Bool in
             if m[key] != nil { return false }
             m[key] = []
@@ -74,8 +74,11 @@ extension Uploader {
 
     /// Whether the placeholder at `path` is being downloaded now.
     public func isFilling(root: String, path: StorePath) -> Bool {
-        filling.withLock { $0[root + "\0" + path.description] != nil }
+        filling.withLock { $0[Self.fillingKey(root, path)] != nil }
     }
+
+    /// The key of `filling`.
+    static func fillingKey(_ root: String, _ path: StorePath) -> String { root + "\0" + path.description }
 
     /// Whether the store reads placeholders ahead: on demand, no cache limit (nothing is
     /// downloaded that was not asked for on a device short of space), `readahead: on`.

@@ -649,7 +649,7 @@ public final class Uploader: Sendable {
 
     /// The user.docdrive.status of a store file.
     public func status(root: String, path: StorePath) -> String {
-        if filling.withLock({ $0[root + "\0" + path.description] != nil }) { return "downloading" }
+        if isFilling(root: root, path: path) { return "downloading" }
         if index.bases.inConflict(root: root, path: path.description) { return "conflict" }
         if isNoted(root: root, path: path) { return UploadState.pending.rawValue }
         guard let s = try? queue.state(root: root, path: path) else { return UploadState.synced.rawValue }

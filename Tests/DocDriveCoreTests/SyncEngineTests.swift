@@ -322,6 +322,29 @@ final class SyncEngineTests: XCTestCase {
         }
     }
 
+    func testAFileRenamedOntoANameAnotherDeviceTookLeavesItsOldName() throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            // When one renames it to a name the other gives a new file meanwhile (the new name
+            // is synced first)
+            b.rename("f.txt", "g.txt", noted: [])
+            a.write("g.txt", "from alpha")
+            a.settle()
+            b.note("g.txt")
+            b.drain()
+            settleAll(b, a)
+            // Then the renamed file wins the name, the other device's file is a conflict copy,
+            // and the old name is gone everywhere: both devices and the remote agree
+            let t = b.tree()
+            XCTAssertEqual(t["g.txt"], "v1", "\(kind): \(t)")
+            XCTAssertNil(t["f.txt"], "\(kind): \(t)")
+            XCTAssertEqual(t.first(where: { $0.key.hasPrefix("g (conflict from ") })?.value, "from alpha", "\(kind): \(t)")
+            XCTAssertEqual(t.count, 2, "\(kind): \(t)")
+            XCTAssertEqual(a.tree(), t, kind)
+        }
+    }
+
     func testAFileOpenForWritingGoesUpOnlyOnceClosed() throws {
         for (kind, remote) in try remotes() {
             let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])

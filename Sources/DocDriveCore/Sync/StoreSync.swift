@@ -370,7 +370,17 @@ final class StoreSync: Sendable {
     /// path on the remote and here too (it stays there as changed; this one goes up as another
     /// item, `uploadID`).
     private func renamedHere(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
-        guard remoteItem == nil, let id = localID(l), base?.id != id else { return nil }
+        guard remoteItem == nil else {
+            // Renamed here onto a name another device took meanwhile: no move, this path is
+            // decided as it is (a conflict). The old path's sync may have left it to this one
+            // ("that path's sync moves it"): it is decided again, as gone here.
+            if let id = try index.knownItemID(root: key, ino: Int64(l.st.st_ino)), base?.id != id,
+               let old = try bases.base(root: key, id: id), old.path != path, try localItem(old.path) == nil {
+                try? queue.enqueue(root: key, path: old.path, due: 0)
+            }
+            return nil
+        }
+        guard let id = localID(l), base?.id != id else { return nil }
         var old = try bases.base(root: key, id: id)
         if old?.path == path { old = nil }
         let listed = remoteIDs.withLock { $0[id] }

@@ -11,15 +11,23 @@ final class PathSet: Sendable {
     let paths = Mutex<Set<String>>([])
 }
 
+/// Actions by store path, each run once.
+final class PathActions: Sendable {
+    let actions = Mutex<[String: @Sendable () -> Void]>([:])
+}
+
 /// One device: a drive home with the store "shared" on `remote`, its index and its uploader
 /// (write-back 50 ms; it looks at the remote when asked, `settle`, not by itself).
-final class SyncDevice {
+final class SyncDevice: @unchecked Sendable {
     let home: DriveHome
     let index: ItemIndex
     let uploader: Uploader
     let rootKey: String
     /// Paths the test holds "open for writing" (the mount would say so).
     let openForWriting = PathSet()
+    /// What happens (once) right before this device's first decision of a path: another
+    /// device's change at that moment.
+    let beforeDeciding = PathActions()
 
     init(_ base: String, name: String, remote: RemoteConfig) throws {
         home = DriveHome(path: base + "/" + name)
@@ -47,6 +55,7 @@ final class SyncDevice {
         // Open for writing here means written and not fsynced since (no test fsyncs).
         let open = hooks.isOpenForWriting
         hooks.hasUnsyncedWrites = { st in open(UInt64(st.st_dev), UInt64(st.st_ino)) }
+        hooks.willDecide = { [beforeDeciding] path in beforeDeciding.actions.withLock { $0.removeValue(forKey: path) }?() }
         uploader.setSyncHooks(hooks)
         uploader.start()
     }
@@ -326,13 +335,18 @@ final class SyncEngineTests: XCTestCase {
         for (kind, remote) in try remotes() {
             // Given a file on two devices
             let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
-            // When one renames it to a name the other gives a new file meanwhile (the new name
-            // is synced first)
-            b.rename("f.txt", "g.txt", noted: [])
-            a.write("g.txt", "from alpha")
-            a.settle()
-            b.note("g.txt")
+            // When one renames it, its old name's sync (while the new name is free on the
+            // remote) leaves the move to the new name's sync, and right before that one the
+            // other device gives the new name to a new file
+            b.beforeDeciding.actions.withLock {
+                $0["g.txt"] = {
+                    a.write("g.txt", "from alpha")
+                    a.settle()
+                }
+            }
+            b.rename("f.txt", "g.txt", noted: ["f.txt"])
             b.drain()
+            XCTAssertTrue(b.beforeDeciding.actions.withLock { $0.isEmpty }, "\(kind): the new name was decided")
             settleAll(b, a)
             // Then the renamed file wins the name, the other device's file is a conflict copy,
             // and the old name is gone everywhere: both devices and the remote agree

@@ -23,6 +23,9 @@ public struct SyncHooks: Sendable {
     /// The sync engine changed `name` in the backing folder `folder` (a path): the kernel's
     /// cached entry and attributes must go.
     public var changedBehindMount: @Sendable (String, String) -> Void = { _, _ in }
+    /// A worker is about to decide the store path (as text), its lock held: the drive does
+    /// nothing here; a test does what another device does at that moment.
+    public var willDecide: @Sendable (String) -> Void = { _ in }
     public init() {}
 }
 
@@ -316,6 +319,7 @@ final class StoreSync: Sendable {
     func sync(_ path: StorePath) throws(DriveError) -> SyncOutcome {
         guard tryLock([path]) else { return .busy }
         defer { unlock([path]) }
+        hooks().willDecide(path.description)
         var attempt = 0
         while true {
             do {

@@ -46,7 +46,8 @@ struct LocalItem {
 /// What one sync of a path did.
 enum SyncOutcome: Equatable {
     case synced, removed
-    /// Another worker holds this path or one above or below it: again shortly.
+    /// Another worker holds this path or one above or below it, or it waits for another
+    /// path's sync (a listing, a rename's move): again shortly.
     case busy
 }
 
@@ -539,7 +540,10 @@ final class StoreSync: Sendable {
            let there = try localItem(StorePath(p)), localID(there) == id, Self.movesWithRename(r, base: b, renamed: there) {
             logger.debug("store \(name): \(path) was renamed here to \(p): that path's sync moves it")
             try? queue.enqueue(root: key, path: StorePath(p), due: 0)
-            return .synced
+            // This path is looked at again until that sync has moved it (its base goes with the
+            // item): the file may be renamed on or deleted before that, or the new name taken
+            // on the remote, and then this path is decided as gone here.
+            return .busy
         }
         let item = SyncItem(local: local?.entry, base: base?.base,
                             remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version) },

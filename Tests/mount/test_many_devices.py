@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from ddtest import NOTES_ID, is_docdrive_mount, pid_alive, run, wait_until
+from ddtest import NOTES_ID, RENAME_NOREPLACE, is_docdrive_mount, pid_alive, renameat2, run, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s3"))
 from weed import Weed, WeedUnavailable  # noqa: E402
@@ -525,13 +525,14 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
                 p = rng.choice(existing)
                 q = p.parent / rng.choice(names)
                 if not q.exists():
-                    os.rename(p, q)
+                    # Never over a file the device downloaded since the look (unseen).
+                    renameat2(p, q, RENAME_NOREPLACE)
             elif op == "move":
                 p = rng.choice(existing)
                 q = dev.dir / rng.choice(folders) / p.name
                 q.parent.mkdir(parents=True, exist_ok=True)
                 if not q.exists():
-                    os.rename(p, q)
+                    renameat2(p, q, RENAME_NOREPLACE)
             elif op == "delete":
                 p = rng.choice(existing)
                 seen(p)
@@ -546,7 +547,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
                         write(other.dir / rel, data)
                         closed.append((other.name, data))
                         where[data] = f"{op} {i} at {rel}"
-        except FileNotFoundError:
+        except (FileNotFoundError, FileExistsError):
             op += " (raced)"
         counts[op] = counts.get(op, 0) + 1
         if rng.random() < 0.1:

@@ -56,8 +56,16 @@ public final class Uploader: Sendable {
     private let logger: Logger
     /// The index's last write failure, published for `docdrive status`.
     private let indexWriteError: @Sendable () -> String?
-    /// Paths noted but not yet in the queue (root key, path, due). Lock: leaf.
-    private let noted = Mutex<[(String, StorePath, Double)]>([])
+    /// Paths noted but not yet in the queue (root key, path, due): those waiting for the next
+    /// commit, and the batches being written now (still shown as noted until the queue has
+    /// them, so that `user.docdrive.status` never reads "synced" in between). Lock: leaf.
+    private let noted = Mutex(NotedPaths())
+
+    struct NotedPaths {
+        var waiting: [(String, StorePath, Double)] = []
+        var writing: [Int: [(String, StorePath, Double)]] = [:]
+        var lastBatch = 0
+    }
     /// Folders made through the mount, with when to look at them again (root key, path, due).
     /// A folder that still has nothing in it then is queued, so that an empty folder reaches
     /// the remote; one that has files is dropped: their uploads make it, and an entry of its
@@ -160,7 +168,7 @@ public final class Uploader: Sendable {
         } else {
             store.burstSize.add(1, ordering: .relaxed)
         }
-        noted.withLock { $0.append((rootKey, path, now + store.config.writebackDelay)) }
+        noted.withLock { $0.waiting.append((rootKey, path, now + store.config.writebackDelay)) }
     }
 
     /// The same for a path known as text (the document commands).
@@ -191,7 +199,10 @@ public final class Uploader: Sendable {
 
     /// Whether a path is noted but not yet queued (for user.docdrive.status).
     func isNoted(root: String, path: StorePath) -> Bool {
-        noted.withLock { $0.contains { $0.0 == root && $0.1 == path } }
+        noted.withLock { n in
+            n.waiting.contains { $0.0 == root && $0.1 == path }
+                || n.writing.values.contains { $0.contains { $0.0 == root && $0.1 == path } }
+        }
             || madeFolders.withLock { $0.contains { $0.0 == root && $0.1 == path } }
     }
 
@@ -214,23 +225,30 @@ public final class Uploader: Sendable {
             defer { close(fd) }
             return Beneath.names(fd)?.isEmpty ?? false
         }
-        noted.withLock { $0.append(contentsOf: empty.map { ($0.0, $0.1, now) }) }
+        noted.withLock { $0.waiting.append(contentsOf: empty.map { ($0.0, $0.1, now) }) }
     }
 
     /// Writes the noted paths into the queue, in one transaction.
     func commitNoted() {
         commitMadeFolders()
-        let batch = noted.withLock { n -> [(String, StorePath, Double)] in
-            let b = n
-            n.removeAll(keepingCapacity: true)
-            return b
+        let (number, batch) = noted.withLock { n -> (Int, [(String, StorePath, Double)]) in
+            let b = n.waiting
+            guard !b.isEmpty else { return (0, b) }
+            n.waiting.removeAll(keepingCapacity: true)
+            n.lastBatch += 1
+            n.writing[n.lastBatch] = b
+            return (n.lastBatch, b)
         }
         guard !batch.isEmpty else { return }
         do {
             try queue.enqueueAll(batch)
+            noted.withLock { _ = $0.writing.removeValue(forKey: number) }
         } catch {
             logger.error("\(error.message)")
-            noted.withLock { $0.insert(contentsOf: batch, at: 0) }  // keep them for the next try
+            noted.withLock { n in  // kept for the next try
+                n.waiting.insert(contentsOf: batch, at: 0)
+                n.writing.removeValue(forKey: number)
+            }
         }
     }
 

@@ -203,6 +203,36 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertEqual(cheap.map(\.version), items.map(\.version))
     }
 
+    func testAListingAfterThisDevicesOwnWritesSendsNoHead() throws {
+        // Given 30 files this remote wrote (a bulk copy's uploads),
+        let r = try makeRemote()
+        var written = [StorePath: String]()
+        for i in 0..<30 { written[StorePath("dir/f\(i).txt")] = try put(r, StorePath("dir/f\(i).txt"), "content \(i)", meta: RemoteMeta(itemID: "id\(i)")).version }
+        // its next listing knows them without a HEAD each (the answers to its writes told),
+        let before = r.headsSent
+        let items = try r.list()
+        XCTAssertEqual(r.headsSent - before, 0, "HEADs sent for objects this device just wrote")
+        XCTAssertEqual(Dictionary(uniqueKeysWithValues: items.filter { $0.kind == .file }.map { ($0.path, $0.version) }), written)
+        XCTAssertEqual(Set(items.compactMap(\.meta.itemID)), Set((0..<30).map { "id\($0)" }))
+        // while a file another tool then overwrote with the same bytes and no metadata is
+        // looked up (written a second later: not the object this device wrote),
+        sleep(2)
+        let url = endpoint + "/" + bucket + "/" + r.keys.keyPrefix + "dir/f0.txt"
+        let theirs = NSTemporaryDirectory() + "curl-same-\(UUID().uuidString)"
+        files.append(theirs)
+        try Data("content 0".utf8).write(to: URL(fileURLWithPath: theirs))
+        _ = try curl(["-sS", "-f", "-T", theirs, url])
+        let again = try r.list()
+        XCTAssertEqual(r.headsSent - before, 1)
+        let f0 = try XCTUnwrap(again.first { $0.path == "dir/f0.txt" })
+        XCTAssertEqual(f0.version, written["dir/f0.txt"], "same bytes, same ETag")
+        XCTAssertNil(f0.meta.itemID, "the metadata of the object curl wrote, not this device's")
+        // and a remote that wrote nothing HEADs each file once.
+        let fresh = try makeRemote(prefix: r.keys.prefix)
+        _ = try fresh.list()
+        XCTAssertEqual(fresh.headsSent, 30)
+    }
+
     func testANameThatIsNotUTF8RoundTrips() throws {
         let r = try makeRemote()
         let name = StorePath(bytes: Array("Caf".utf8) + [0xE9, 0xFF] + Array(" 100% ~dd~.txt".utf8))

@@ -35,6 +35,9 @@ public final class S3Remote: Remote, Sendable {
     /// HEAD answers by key (its bytes: Strings that are canonically equivalent are equal),
     /// valid while the key's ETag is the same. Lock: leaf.
     let heads = Mutex<[[UInt8]: Head]>([:])
+    /// HEAD requests sent (the one cost of a listing beyond its pages; tests count them).
+    public var headsSent: Int { headCount.load(ordering: .relaxed) }
+    private let headCount = Atomic<Int>(0)
     /// Whether DELETE honours If-Match, once `probeConditionalWrites` found out. Without it a
     /// conditional delete HEADs first (a short race remains).
     let conditionalDelete = Atomic<Bool>(false)
@@ -67,6 +70,10 @@ public final class S3Remote: Remote, Sendable {
         /// When the object was written, to the second ("YYYYMMDDHHMMSS", UTC; `modifiedSecond`);
         /// nil when not known (an answer to this device's own write has none).
         var modified: String? = nil
+        /// For this device's own write: the second of the server's answer (its `Date`). The
+        /// object's `LastModified` is that second or the one before (the request arrived then),
+        /// so the next listing needs no HEAD to know it is the object written here.
+        var answered: String? = nil
     }
 
     public init(client: S3Client, device: String, pageSize: Int = 1000) {
@@ -305,6 +312,7 @@ public final class S3Remote: Remote, Sendable {
     /// HEAD of a key: nil when there is no object. The answer is kept with `listedModified`
     /// (the time a listing gave) when there is one, else with the answer's own time.
     func head(_ key: String, listedModified: String? = nil) throws(DriveError) -> Head? {
+        headCount.add(1, ordering: .relaxed)
         let r = try client.send(.HEAD, key: key)
         if r.status == 404 { return nil }
         guard r.status == 200 else { throw client.failure(r, "read the metadata of \(key)") }
@@ -320,8 +328,32 @@ public final class S3Remote: Remote, Sendable {
     /// written in the same second (an answer of unknown time is looked up again).
     func cachedHead(_ key: String, etag: String, modified: String?) -> Head? {
         guard let h = heads.withLock({ $0[Array(key.utf8)] }), h.etag == etag else { return nil }
-        if let modified, h.modified != modified { return nil }
+        guard let modified else { return h }
+        if let m = h.modified { return m == modified ? h : nil }
+        // Written here: the listing shows it if it was written in the second the server answered
+        // or the one before (a write of the same bytes by another tool in those two seconds is
+        // the one case taken for this device's own; anything else is looked up).
+        guard let a = h.answered, modified == a || modified == Self.secondBefore(a) else { return nil }
         return h
+    }
+
+    /// The second before `second` ("YYYYMMDDHHMMSS", UTC), in the same form.
+    static func secondBefore(_ second: String) -> String? {
+        let d = Array(second.utf8)
+        guard d.count == 14, d.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        func n(_ r: Range<Int>) -> Int32 { d[r].reduce(0) { $0 * 10 + Int32($1 - 0x30) } }
+        var t = tm()
+        t.tm_year = n(0..<4) - 1900
+        t.tm_mon = n(4..<6) - 1
+        t.tm_mday = n(6..<8)
+        t.tm_hour = n(8..<10)
+        t.tm_min = n(10..<12)
+        t.tm_sec = n(12..<14)
+        var before = timegm(&t) - 1
+        var u = tm()
+        guard gmtime_r(&before, &u) != nil else { return nil }
+        func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        return "\(u.tm_year + 1900)\(two(u.tm_mon + 1))\(two(u.tm_mday))\(two(u.tm_hour))\(two(u.tm_min))\(two(u.tm_sec))"
     }
 
     // MARK: Helpers

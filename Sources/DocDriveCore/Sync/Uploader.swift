@@ -491,7 +491,8 @@ public final class Uploader: Sendable {
     /// compete with the work that makes it for the CPU and the disk, and what it changes again or
     /// deletes before it ends (build output, an extracted tree removed again) is never uploaded.
     /// A burst is also over once nothing at all has been asked of the mount, and no file has been
-    /// open for writing through it, for a quarter of the delay (0.5 s by default): whoever made
+    /// open for writing through it, for a quarter of the delay (0.5 s by default; 0.2 s after
+    /// a bulk burst, `idleEnds`): whoever made
     /// it is done and nobody is at work on the drive, so a `cp -r` that ended is uploaded without
     /// waiting out the whole delay, while work that goes on reading or listing (an `ls -lR`, a
     /// build between two writes) still holds it. Each file still waits its own write-back delay
@@ -504,8 +505,16 @@ public final class Uploader: Sendable {
         let quietAt = changed + store.config.writebackDelay
         guard now < quietAt else { return nil }
         guard let idle = activity.idleSince else { return quietAt }
-        let idleAt = max(idle, changed) + store.config.writebackDelay / 4
+        let idleAt = max(idle, changed) + Self.idleEnds(store)
         return now < idleAt ? min(idleAt, quietAt) : nil
+    }
+
+    /// How long the drive must be idle for a burst to be over: a quarter of the write-back
+    /// delay (0.5 s by default); for a bulk burst (`bulkBurst` changes or more: a `cp -r`, a
+    /// `tar x`, which ask something of the mount every few microseconds) 0.2 s, if shorter.
+    static func idleEnds(_ store: Store) -> Double {
+        let quarter = store.config.writebackDelay / 4
+        return store.burstSize.load(ordering: .relaxed) >= bulkBurst ? min(0.2, quarter) : quarter
     }
 
     /// Changes that make a burst a bulk one (see `endedBulkBurst`).
@@ -525,14 +534,14 @@ public final class Uploader: Sendable {
     /// Sleeps while a burst holds `store`'s uploads back: until it has been quiet for its
     /// write-back delay (or the drive idle, see `holdUntil`), until `limit`, or until the
     /// uploader stops or drains. Polls a clock and
-    /// an atomic every 100 ms at most; the queue's signals, which every save sends, do not wake it.
+    /// an atomic every 20 ms at most; the queue's signals, which every save sends, do not wake it.
     private func sleepThroughBurst(_ store: Store, until limit: Double) {
         while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
             let now = Date().timeIntervalSince1970
             guard let hold = holdUntil(store, now: now) else { return }
             let wake = min(hold, limit)
             if now >= wake { return }
-            usleep(UInt32(min(wake - now, 0.1) * 1_000_000) + 1)
+            usleep(UInt32(min(wake - now, 0.02) * 1_000_000) + 1)
         }
     }
 

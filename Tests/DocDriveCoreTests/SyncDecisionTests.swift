@@ -136,5 +136,10 @@ final class SyncDecisionTests: XCTestCase {
         }
         XCTAssertNil(SyncDecision.originalOfConflictCopy("Reports/q3.odt"))
         XCTAssertNil(SyncDecision.originalOfConflictCopy("q3 (conflict from nobody).odt"))
+        // and the device whose version it holds (not the one that uploaded the copy), without
+        // the number of a second copy in the same second.
+        XCTAssertEqual(SyncDecision.conflictCopy(SyncDecision.conflictPath("Reports/q3.odt", device: "my pc (2)", date: date))?.device, "my pc (2)")
+        XCTAssertEqual(SyncDecision.conflictCopy(SyncDecision.conflictPath("notes.txt", device: "laptop-A 2", date: date))?.device, "laptop-A")
+        XCTAssertEqual(SyncDecision.conflictCopy("notes (conflict from laptop-B 2026-11-26 01.29.50).txt")?.original, "notes.txt")
     }
 }

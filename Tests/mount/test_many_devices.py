@@ -335,6 +335,14 @@ def test_concurrent_edits_keep_both_versions(new_drive, shared):
     # The one whose version lost is named in the copy; sync lists the conflict.
     p = a.sync()
     assert "conflict" in p.stderr + p.stdout, p.stderr
+    # Every device says whose version the copy holds: the one its name gives (beta, whose
+    # version reached the remote first), also on the device that only received the copy.
+    copy = conflict_copies(a.dir)[0]
+    assert copy.startswith("plan (conflict from beta "), copy
+    assert (a.dir / copy).read_bytes() == b"beta's change"
+    for dev in (a, b):
+        listed = [c for st in dev.status()["stores"] for c in st["conflicts"]]
+        assert [(c["copy"], c["device"]) for c in listed] == [(copy, "beta")], (dev.name, listed)
 
 
 @pytest.mark.timeout(150)

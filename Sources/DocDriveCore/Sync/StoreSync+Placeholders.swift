@@ -86,9 +86,9 @@ extension StoreSync {
                 guard ok else { continue }
                 rows.append(BaseRow(path: r.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
                 index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: name, kind: .file, id: id))
-                if let shown = r.path.string, let original = SyncDecision.originalOfConflictCopy(shown) {
-                    try? bases.addConflict(root: key, ConflictRecord(store: self.name, path: original, copy: shown,
-                                                                     device: r.meta.deviceName ?? "another device", time: Date().timeIntervalSince1970))
+                if let shown = r.path.string, let c = SyncDecision.conflictCopy(shown) {
+                    try? bases.addConflict(root: key, ConflictRecord(store: self.name, path: c.original, copy: shown,
+                                                                     device: c.device, time: Date().timeIntervalSince1970))
                 }
             }
             told(r.path)

@@ -848,10 +848,11 @@ final class StoreSync: Sendable {
             throw DriveError(.io, "\(error)")
         }
         told(r.path)
-        // A conflict copy another device made is one here too (listed, status `conflict`).
-        if let shown = r.path.string, let original = SyncDecision.originalOfConflictCopy(shown) {
-            try? bases.addConflict(root: key, ConflictRecord(store: self.name, path: original, copy: shown,
-                                                             device: r.meta.deviceName ?? "another device", time: Date().timeIntervalSince1970))
+        // A conflict copy another device made is one here too (listed, status `conflict`). Its
+        // name says whose version it holds (the device that uploaded it kept it).
+        if let shown = r.path.string, let c = SyncDecision.conflictCopy(shown) {
+            try? bases.addConflict(root: key, ConflictRecord(store: self.name, path: c.original, copy: shown,
+                                                             device: c.device, time: Date().timeIntervalSince1970))
         }
         guard let now = Beneath.stat(dir, name), let kind = FolderRemote.kind(now) else { return }
         try bases.put(root: key, BaseRow(path: r.path, id: r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now)),

@@ -199,14 +199,23 @@ public enum SyncDecision {
 
     /// The document a conflict copy's path was made from (the inverse of `conflictPath`), or
     /// nil when the name is not a conflict copy's.
-    public static func originalOfConflictCopy(_ path: String) -> String? {
+    public static func originalOfConflictCopy(_ path: String) -> String? { conflictCopy(path)?.original }
+
+    /// The document a conflict copy's path was made from and the device whose version the copy
+    /// holds (the inverse of `conflictPath`; the " 2", " 3"... of a second copy in the same
+    /// second is not part of the device's name), or nil when the name is not a conflict copy's.
+    public static func conflictCopy(_ path: String) -> (original: String, device: String)? {
         guard let open = path.range(of: " (conflict from ", options: .backwards) else { return nil }
         let rest = path[open.upperBound...]
         // "DEVICE YYYY-MM-DD HH.MM.SS)": the first date and time followed by ")" ends it (a
         // device name may hold parentheses).
         guard let stamp = rest.range(of: #" \d{4}-\d{2}-\d{2} \d{2}\.\d{2}\.\d{2}\)"#, options: .regularExpression),
               stamp.lowerBound > rest.startIndex else { return nil }
-        return String(path[..<open.lowerBound]) + String(rest[stamp.upperBound...])
+        var device = rest[..<stamp.lowerBound]
+        if let n = device.range(of: #" \d+$"#, options: .regularExpression), n.lowerBound > device.startIndex {
+            device = device[..<n.lowerBound]
+        }
+        return (String(path[..<open.lowerBound]) + String(rest[stamp.upperBound...]), String(device))
     }
 
     static func splitPath(_ path: String) -> (folder: String, name: String) {

@@ -203,6 +203,35 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertEqual(cheap.map(\.version), items.map(\.version))
     }
 
+    func testPicturesTravelBesideTheDocumentsAndAreBounded() throws {
+        let r = try makeRemote()
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 7, count: 100)
+        XCTAssertNil(try r.picture(item: "item-1"))
+        try r.putPicture(item: "item-1", png)
+        XCTAssertEqual(try r.picture(item: "item-1"), png)
+        // Not a document of the store,
+        XCTAssertEqual(try r.list().map(\.path), [])
+        // an object larger than a picture is not read to its end, and something else than a
+        // PNG is no picture,
+        try r.putPicture(item: "item-2", png + Array(repeating: 1, count: RemotePictures.maxBytes))
+        XCTAssertNil(try r.picture(item: "item-2"))
+        try r.putPicture(item: "item-3", Array("not a png".utf8))
+        XCTAssertNil(try r.picture(item: "item-3"))
+        // and an id that is not letters, digits, - and _ names none.
+        for bad in ["../item-1", "a/b", "", String(repeating: "x", count: 65)] {
+            assertCode(.invalidName) { _ = try r.picture(item: bad) }
+        }
+        let folder = NSTemporaryDirectory() + "pictures-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let f = FolderRemote(root: folder)
+        try f.writeMarker(store: "t")
+        try f.putPicture(item: "item-1", png)
+        XCTAssertEqual(try f.picture(item: "item-1"), png)
+        XCTAssertEqual(try f.list().map(\.path), [])
+        assertCode(.invalidName) { try f.putPicture(item: "../../escape", png) }
+    }
+
     func testAListingAfterThisDevicesOwnWritesSendsNoHead() throws {
         // Given 30 files this remote wrote (a bulk copy's uploads),
         let r = try makeRemote()

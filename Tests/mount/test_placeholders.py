@@ -13,12 +13,18 @@ open with ENOENT, and one whose remote cannot be reached fails with EIO and a se
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import shutil
+import struct
 import subprocess
 import threading
 import time
+import urllib.parse
+import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -336,3 +342,65 @@ def test_a_folder_read_file_after_file_downloads_its_next_small_files_ahead(new_
         assert (b.dir / rel).read_bytes() == more[rel]
     time.sleep(1)
     assert [d for d in downloads(b) if d.startswith("More/")] == m[:4]
+
+
+def tiny_png(rgb: bytes) -> bytes:
+    """A 2x2 PNG of one colour."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    rows = b"".join(b"\0" + rgb * 2 for _ in range(2))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def odt_with_picture(png: bytes, text: str) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr(zipfile.ZipInfo("mimetype"), "application/vnd.oasis.opendocument.text")
+        z.writestr("content.xml", f"<office:document-content><text>{text}</text></office:document-content>")
+        z.writestr("Thumbnails/thumbnail.png", png)
+    return out.getvalue()
+
+
+def xattr(path, name):
+    try:
+        return os.getxattr(path, name)
+    except OSError:
+        return None
+
+
+@pytest.mark.timeout(240)
+def test_a_documents_picture_reaches_a_device_that_has_only_its_placeholder(new_drive, shared, tmp_path):
+    # Given a document with a picture saved on A (its picture made there, kept on the remote),
+    a = Device(new_drive(), shared, "alpha").mount()
+    png = tiny_png(b"\x20\x80\xe0")
+    write(a.dir / "Reports" / "plan.odt", odt_with_picture(png, "the plan"))
+    assert wait_until(lambda: xattr(a.dir / "Reports" / "plan.odt", "user.docdrive.thumbnail") == png, 20), "A made no picture"
+    a.sync()
+    # when B joins the store (on demand: the document is a placeholder there),
+    b = Device(new_drive(), shared, "beta")
+    cache = tmp_path / "cache-b"
+    b.d.extra_env = {**b.d.extra_env, "XDG_CACHE_HOME": str(cache)}
+    b.mount()
+    b.sync()
+    shown = b.dir / "Reports" / "plan.odt"
+    # B has A's picture, as the xattr and in its freedesktop cache (the keys matching stat),
+    assert wait_until(lambda: xattr(shown, "user.docdrive.thumbnail") == png, 30), \
+        f"B has no picture of the placeholder\n{b.d.log_tail()}"
+    uri = "file://" + urllib.parse.quote(str(shown))
+    cached = cache / "thumbnails" / "large" / (hashlib.md5(uri.encode()).hexdigest() + ".png")
+    assert wait_until(cached.exists, 10), f"{cached} was not written"
+    st = os.stat(shown)
+    data = cached.read_bytes()
+    assert f"Thumb::URI\0{uri}".encode() in data and f"Thumb::MTime\0{int(st.st_mtime)}".encode() in data
+    assert f"Thumb::Size\0{st.st_size}".encode() in data
+    # and nothing of the document was downloaded for it.
+    assert downloads(b) == [], downloads(b)
+    assert blocks(b.cache)["Reports/plan.odt"] == 0, blocks(b.cache)
+    # A new picture of a new version reaches B too (downloaded or not).
+    png2 = tiny_png(b"\xe0\x20\x20")
+    write(a.dir / "Reports" / "memo.odt", odt_with_picture(png2, "a memo"))
+    assert wait_until(lambda: xattr(a.dir / "Reports" / "memo.odt", "user.docdrive.thumbnail") == png2, 20)
+    a.sync()
+    b.sync()
+    assert wait_until(lambda: xattr(b.dir / "Reports" / "memo.odt", "user.docdrive.thumbnail") == png2, 30), b.d.log_tail()

@@ -16,10 +16,13 @@ public final class Thumbnailer: Sendable {
     let folder: String
     /// `$XDG_CACHE_HOME/thumbnails/large`, the freedesktop cache (nil: not written).
     let freedesktopCache: String?
-    /// The mount point, for the file URIs of the freedesktop cache (set once mounted). Lock: leaf.
+    /// The mount point, for the file URIs of the freedesktop cache (set once mounted). Lock:
+    /// taken before `uncached`.
     let mountpoint = Mutex<String?>(nil)
     /// Items waiting for a picture. Lock: leaf.
     private let waiting = Mutex<Set<String>>([])
+    /// Documents from other devices whose pictures are being fetched. Lock: leaf.
+    private let arriving = Mutex<Set<String>>([])
     private let work = DispatchQueue(label: "docdrive-thumbnails", qos: .utility)
     let logger: Logger
 
@@ -36,7 +39,18 @@ public final class Thumbnailer: Sendable {
         self.logger = logger
     }
 
-    public func setMountpoint(_ path: String) { mountpoint.withLock { $0 = path } }
+    /// Pictures kept before the mount point was known (a store's first poll at mount): their
+    /// freedesktop cache entries are written once it is. Lock: leaf.
+    private let uncached = Mutex<[(png: [UInt8], backing: String, shown: String)]>([])
+
+    public func setMountpoint(_ path: String) {
+        mountpoint.withLock { $0 = path }
+        let late = uncached.withLock { l in defer { l = [] }; return l }
+        guard !late.isEmpty else { return }
+        work.async { [self] in
+            for p in late { try? cacheEntry(p.png, backing: p.backing, shown: p.shown) }
+        }
+    }
 
     /// Whether a file with this name can have a picture.
     static func hasPicture(_ name: String) -> Bool {
@@ -47,34 +61,87 @@ public final class Thumbnailer: Sendable {
 
     /// A document was saved: make its picture off the request threads. `backing`: its path in
     /// the backing folder; `shown`: its path in the mount, below the mount point ("Work/a.odt");
-    /// `item`: its item id, asked for on the thumbnails' own thread.
-    func saved(backing: String, shown: String, item: @escaping @Sendable () -> String?) {
+    /// `item`: its item id, asked for on the thumbnails' own thread; `publish`: hands the
+    /// picture to the store's remote, for the other devices.
+    func saved(backing: String, shown: String, item: @escaping @Sendable () -> String?,
+               publish: (@Sendable (_ item: String, _ png: [UInt8]) -> Void)? = nil) {
         guard Self.hasPicture(backing), waiting.withLock({ $0.insert(backing).inserted }) else { return }
         work.async { [self] in
             waiting.withLock { _ = $0.remove(backing) }
             guard let item = item(), let png = Self.make(from: backing), png.count <= Self.maxBytes else { return }
-            do {
-                try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-                try Self.writeAtomically(png, to: folder + "/" + item + ".png", mode: 0o644)
-                if let cache = freedesktopCache, let mp = mountpoint.withLock({ $0 }) {
-                    var st = stat()
-                    guard stat(backing, &st) == 0 else { return }
-                    let uri = Self.fileURI(mp + "/" + shown)
-                    let tagged = Self.withTextChunks(png, ["Thumb::URI": uri, "Thumb::MTime": String(st.st_mtim.tv_sec),
-                                                           "Thumb::Size": String(st.st_size), "Software": "DocDrive"])
-                    try FileManager.default.createDirectory(atPath: cache, withIntermediateDirectories: true,
-                                                            attributes: [.posixPermissions: 0o700])
-                    try Self.writeAtomically(tagged, to: cache + "/" + Self.md5(uri) + ".png", mode: 0o600)
-                }
-            } catch {
-                logger.warning("thumbnail of \(shown) not kept: \(error)")
-            }
+            if keep(png, item: item, backing: backing, shown: shown) { publish?(item, png) }
         }
+    }
+
+    /// A document another device saved arrived here (as a placeholder, or `downloaded`): its
+    /// picture, made there, is fetched (`fetch`, off the request threads) unless this device
+    /// has it. The other device puts it on the remote a moment after the document, so a fetch
+    /// that finds none is tried again 2 and 10 s later; a downloaded document's picture is
+    /// then made here.
+    func arrived(backing: String, shown: String, item: String, downloaded: Bool, fetch: @escaping @Sendable () -> [UInt8]?) {
+        guard Self.hasPicture(backing), RemotePictures.isSafeID(item), picture(item: item) == nil,
+              arriving.withLock({ $0.insert(backing).inserted }) else { return }
+        work.async { [self] in fetchPicture(backing: backing, shown: shown, item: item, downloaded: downloaded, retries: [2, 10], fetch: fetch) }
+    }
+
+    private func fetchPicture(backing: String, shown: String, item: String, downloaded: Bool, retries: [Double],
+                              fetch: @escaping @Sendable () -> [UInt8]?) {
+        guard picture(item: item) == nil else { return arriving.withLock { _ = $0.remove(backing) } }
+        if let png = fetch(), png.count <= Self.maxBytes, Self.isPNG(png) {
+            arriving.withLock { _ = $0.remove(backing) }
+            _ = keep(png, item: item, backing: backing, shown: shown)
+            return
+        }
+        if let next = retries.first {
+            work.asyncAfter(deadline: .now() + next) { [self] in
+                fetchPicture(backing: backing, shown: shown, item: item, downloaded: downloaded, retries: Array(retries.dropFirst()), fetch: fetch)
+            }
+            return
+        }
+        arriving.withLock { _ = $0.remove(backing) }
+        if downloaded, let png = Self.make(from: backing), png.count <= Self.maxBytes {
+            _ = keep(png, item: item, backing: backing, shown: shown)
+        }
+    }
+
+    /// Keeps `png` as the picture of `item` beside the index and in the freedesktop cache
+    /// (keyed by the file's URI in the mount, its mtime and size as `stat` shows them).
+    private func keep(_ png: [UInt8], item: String, backing: String, shown: String) -> Bool {
+        guard RemotePictures.isSafeID(item) else { return false }
+        do {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            try Self.writeAtomically(png, to: folder + "/" + item + ".png", mode: 0o644)
+            try cacheEntry(png, backing: backing, shown: shown)
+            return true
+        } catch {
+            logger.warning("thumbnail of \(shown) not kept: \(error)")
+            return false
+        }
+    }
+
+    /// Writes the freedesktop cache's entry of the picture (later, when the mount point is not
+    /// known yet).
+    private func cacheEntry(_ png: [UInt8], backing: String, shown: String) throws {
+        guard let cache = freedesktopCache else { return }
+        let known: String? = mountpoint.withLock { mp in
+            if mp == nil { uncached.withLock { $0.append((png, backing, shown)) } }
+            return mp
+        }
+        guard let mp = known else { return }
+        var st = stat()
+        guard stat(backing, &st) == 0 else { return }
+        let uri = Self.fileURI(mp + "/" + shown)
+        let tagged = Self.withTextChunks(png, ["Thumb::URI": uri, "Thumb::MTime": String(st.st_mtim.tv_sec),
+                                               "Thumb::Size": String(st.st_size), "Software": "DocDrive"])
+        try FileManager.default.createDirectory(atPath: cache, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        try Self.writeAtomically(tagged, to: cache + "/" + Self.md5(uri) + ".png", mode: 0o600)
     }
 
     /// The item's picture, if it has one.
     public func picture(item: String) -> [UInt8]? {
-        FileManager.default.contents(atPath: folder + "/" + item + ".png").map { [UInt8]($0) }
+        guard RemotePictures.isSafeID(item) else { return nil }
+        return FileManager.default.contents(atPath: folder + "/" + item + ".png").map { [UInt8]($0) }
     }
 
     /// Waits until the pictures asked for so far are made (tests, unmount).

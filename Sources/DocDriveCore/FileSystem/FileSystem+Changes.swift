@@ -176,11 +176,21 @@ extension DriveFileSystem {
         let backing = root.path + "/" + rel
         let shown = namespace.displayPath(rootKey: root.key, rel)
         let index = index
-        thumbnails.saved(backing: backing, shown: shown) {
+        let uploader = uploader, key = root.key
+        thumbnails.saved(backing: backing, shown: shown, item: {
             var st = stat(), pst = stat()
             guard lstat(backing, &st) == 0, lstat((backing as NSString).deletingLastPathComponent, &pst) == 0 else { return nil }
             return try? index.itemID(root: root.key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino),
                                      name: (rel as NSString).lastPathComponent, kind: .file)
-        }
+        }, publish: { item, png in uploader?.publishPicture(root: key, item: item, png) })
+    }
+
+    /// A document of another device arrived in a store (`StoreSync` tells): its picture comes
+    /// from the store's remote, off the request threads.
+    func pictureArrived(root key: String, _ path: StorePath, id: String, downloaded: Bool) {
+        guard let rel = path.string, Thumbnailer.hasPicture(rel), let uploader,
+              let root = namespace.root(key: key) else { return }
+        thumbnails.arrived(backing: root.path + "/" + rel, shown: namespace.displayPath(rootKey: key, rel), item: id,
+                           downloaded: downloaded) { uploader.picture(root: key, item: id) }
     }
 }

@@ -209,6 +209,7 @@ public final class DriveFileSystem: Sendable {
                 defer { close(fd) }
                 self.invalidateEntry(folder: fd, name: name)
             }
+            hooks.arrived = { [weak self] root, path, id, downloaded in self?.pictureArrived(root: root, path, id: id, downloaded: downloaded) }
             uploader.setSyncHooks(hooks)
         }
     }

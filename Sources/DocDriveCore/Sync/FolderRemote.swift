@@ -67,10 +67,11 @@ public struct FolderRemote: Sendable {
         self.owner = owner
     }
 
-    /// Whether a name is one the remote keeps for itself (its marker, upload temporaries): a
+    /// Whether a name is one the remote keeps for itself (its marker and names that begin with
+    /// it, such as the pictures' folder, and upload temporaries): a
     /// user's file never takes it (the mount refuses it) and the uploader never writes it.
     public static func isOwnName<C: Collection>(_ name: C) -> Bool where C.Element == UInt8 {
-        name.elementsEqual(markerName.utf8) || name.starts(with: temporaryPrefix.utf8)
+        name.starts(with: markerName.utf8) || name.starts(with: temporaryPrefix.utf8)
     }
 
     /// Removes the temporary files an interrupted upload of this drive left (call while no
@@ -130,7 +131,7 @@ public struct FolderRemote: Sendable {
             throw DriveError(.invalidName, "\"\(path)\" is not a valid path inside a store: \(p).")
         }
         if path.names.contains(where: { isOwnName($0) }) {
-            throw DriveError(.invalidName, "\"\(path)\" has a name the remote keeps for itself (\(markerName) or \(temporaryPrefix)...); it is never uploaded.")
+            throw DriveError(.invalidName, "\"\(path)\" has a name the remote keeps for itself (\(markerName)... or \(temporaryPrefix)...); it is never uploaded.")
         }
     }
 

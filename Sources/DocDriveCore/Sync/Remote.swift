@@ -103,6 +103,12 @@ public protocol Remote: Sendable {
     /// Tries once more what this process could not clean up after a failed write (a multipart
     /// upload the server did not let it abort); call when no write of this device runs.
     func finishCleanup()
+
+    /// The picture (a PNG thumbnail, RemotePictures) kept for the item `id`; nil when none is.
+    func picture(item id: String) throws(DriveError) -> [UInt8]?
+
+    /// Keeps `png` as the picture of the item `id` (replacing one kept before).
+    func putPicture(item id: String, _ png: [UInt8]) throws(DriveError)
 }
 
 extension Remote {

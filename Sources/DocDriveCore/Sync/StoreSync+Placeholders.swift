@@ -92,6 +92,7 @@ extension StoreSync {
                 }
             }
             told(r.path)
+            if r.kind == .file { hooks().arrived(key, r.path, id, false) }
             placed.insert(r.path)
             if rows.count >= 2000, !flush() { return placed }
         }

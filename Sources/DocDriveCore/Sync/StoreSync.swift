@@ -26,6 +26,9 @@ public struct SyncHooks: Sendable {
     /// A worker is about to decide the store path (as text), its lock held: the drive does
     /// nothing here; a test does what another device does at that moment.
     public var willDecide: @Sendable (String) -> Void = { _ in }
+    /// A file of another device arrived in the store `root` at `path` as the item `id`: as a
+    /// placeholder, or `downloaded` (its picture comes from the remote, RemotePictures).
+    public var arrived: @Sendable (_ root: String, _ path: StorePath, _ id: String, _ downloaded: Bool) -> Void = { _, _, _, _ in }
     public init() {}
 }
 
@@ -855,8 +858,9 @@ final class StoreSync: Sendable {
                                                              device: c.device, time: Date().timeIntervalSince1970))
         }
         guard let now = Beneath.stat(dir, name), let kind = FolderRemote.kind(now) else { return }
-        try bases.put(root: key, BaseRow(path: r.path, id: r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now)),
-                                         kind: kind, localToken: FolderRemote.version(now), remoteToken: r.version))
+        let id = r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now))
+        try bases.put(root: key, BaseRow(path: r.path, id: id, kind: kind, localToken: FolderRemote.version(now), remoteToken: r.version))
+        if kind == .file, let id { hooks().arrived(key, r.path, id, !asPlaceholder) }
     }
 
     /// Both sides changed: the local copy stays (it is uploaded over the remote version next,

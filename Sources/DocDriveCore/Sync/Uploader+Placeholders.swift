@@ -149,3 +149,30 @@ extension Uploader {
         return report
     }
 }
+
+// MARK: pictures
+
+extension Uploader {
+    /// Keeps a document's picture on its store's remote for the other devices (RemotePictures),
+    /// on a queue of its own; a remote that cannot take it now is logged (the picture is made
+    /// again at the document's next save).
+    public func publishPicture(root: String, item: String, _ png: [UInt8]) {
+        guard let store = store(root) else { return }
+        Self.pictures.async { [logger] in
+            do throws(DriveError) {
+                try store.remote.putPicture(item: item, png)
+            } catch {
+                logger.info("store \(store.config.name): the picture of item \(item) is not on the remote: \(error.message)")
+            }
+        }
+    }
+
+    /// The picture the store's remote keeps for `item` (nil: none, or the remote cannot say
+    /// now). Never call it on a FUSE request thread.
+    public func picture(root: String, item: String) -> [UInt8]? {
+        guard let store = store(root) else { return nil }
+        return try? store.remote.picture(item: item)
+    }
+
+    static let pictures = DispatchQueue(label: "docdrive-pictures", qos: .utility)
+}

@@ -53,7 +53,7 @@ public final class Uploader: Sendable {
     private let configSeen = Mutex<timespec>(timespec())
     private let owner: String
     private let queue: UploadQueue
-    private let logger: Logger
+    let logger: Logger
     /// The index's last write failure, published for `docdrive status`.
     private let indexWriteError: @Sendable () -> String?
     /// Paths noted but not yet in the queue (root key, path, due): those waiting for the next

@@ -151,7 +151,6 @@ extension Uploader {
             do {
                 report.freed += try store.sync.evict(f.path)
                 report.evicted += 1
-                statusMarks.mark(root: root, path: f.path)
             } catch {
                 report.refused.append(error.message)
             }

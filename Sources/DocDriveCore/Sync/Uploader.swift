@@ -138,7 +138,8 @@ public final class Uploader: Sendable {
                                                                                              direction: direction)
                                  }
                              },
-                             progressDone: { [unowned self] path in _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) } })
+                             progressDone: { [unowned self] path in _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) } },
+                             statusMarks: statusMarks)
         return Store(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)
     }
 

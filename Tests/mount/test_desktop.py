@@ -14,7 +14,9 @@ store's write-back delay was set to 600 s in config.yaml; the unmount uploads it
   under DOCDRIVE_EMBLEM_LOG) gives each file the emblem of its state, a screenshot is taken
   (DOCDRIVE_SCREENSHOT=PATH copies it there, for the README); then `docdrive pin` of the
   placeholder downloads it, and the emblem Nautilus shows becomes "synced" through the
-  subscription without the folder being reopened.
+  subscription without the folder being reopened;
+* a conflict the sync engine finds (a synced file of "Work" changed on its remote, then here)
+  is told to a subscriber of its folder, for the document and for the new copy.
 In CI (CI=true) a missing Xvfb or Nautilus fails the test; elsewhere it is skipped.
 """
 from __future__ import annotations
@@ -387,3 +389,37 @@ def test_nautilus_shows_each_files_emblem_and_follows_a_change(desk, tmp_path):
         left = s.stop()
         k.d.cli("desktop", "uninstall", env=desktop_env(k, data), check=False)
     assert not left, f"left running: {left}"
+
+
+@pytest.mark.timeout(90)
+def test_a_subscriber_is_told_of_a_conflict_the_sync_engine_finds(desk):
+    """A synced file of the store "Work" (write-back 2 s) is changed on its remote and then here:
+    its upload finds the other version and keeps it as a conflict copy, and a subscriber of the
+    folder is told both names' state without asking."""
+    k = desk
+    folder = k.d.mnt / "Work" / "desktop-conflict"
+    folder.mkdir()
+    (folder / "x.txt").write_text("first\n")
+    assert wait_until(lambda: os.getxattr(folder / "x.txt", "user.docdrive.status") == b"synced"
+                      and (k.d.remote / "desktop-conflict" / "x.txt").exists(), 20)
+    s = StatusSocket(k)
+    try:
+        assert s.ask("subscribe", str(folder)) == []
+        assert s.ask("status", str(folder / "x.txt"))[0][2] == "synced"
+        (k.d.remote / "desktop-conflict" / "x.txt").write_text("another device's version, longer\n")
+        (folder / "x.txt").write_text("this device's version\n")
+        told = {}
+        deadline = time.monotonic() + 40
+
+        def both():
+            return told.get("x.txt") == "conflict" and any("x (conflict from" in n and v == "conflict" for n, v in told.items())
+        while time.monotonic() < deadline and not both():
+            try:
+                line = s.line()
+            except TimeoutError:
+                continue
+            if line[0] == "status":
+                told[Path(line[1]).name] = line[2]
+        assert both(), f"{told}\n{os.listdir(folder)}\n{k.d.log_tail(15)}"
+    finally:
+        s.close()

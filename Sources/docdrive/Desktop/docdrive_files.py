@@ -31,7 +31,8 @@ EMBLEMS = {
     "conflict": "emblem-important",
     "failed": "emblem-unreadable",
 }
-# Set by tests: every emblem given is written there ("emblem", path, state, emblem name).
+# Set by tests: what the extension does is written there, a line each: ("emblem", path, state,
+# emblem name), ("told", path, state) for a change line, ("menu", paths, labels), ("run", ...).
 LOG = os.environ.get("DOCDRIVE_EMBLEM_LOG")
 
 

@@ -171,6 +171,11 @@ def test_the_status_socket_answers_states_conflicts_and_changes(desk):
         states = {Path(line[1]).name: line[2] for line in got}
         assert {n: states[n] for n in want} == want, got
         assert states["missing.txt"] == "none" and states["desk-note.txt"] == "local" and states["passwd"] == "none", got
+        # A reference entry in an app's Documents has its target's state, as its attribute says.
+        k.d.cli("open", "--app", ddtest.NOTES_ID, str(k.dir / "conflict.txt"), "--as", "desk-ref.txt")
+        ref = k.d.mnt / "Notes" / "desk-ref.txt"
+        assert os.getxattr(ref, "user.docdrive.status") == b"conflict"
+        assert s.ask("status", str(ref)) == [["status", str(ref), "conflict", "-"]]
         # The same as the attribute (the fifo has none: the kernel keeps user.* off fifos).
         for n in want:
             if n != "failed.fifo":

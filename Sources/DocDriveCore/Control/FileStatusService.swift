@@ -28,7 +28,11 @@ public final class FileStatusService: Sendable {
         if !path.isEmpty {
             guard case .success(let dir) = Beneath.openFolder(base, Array(path.folder.names)) else { return (.none, false) }
             defer { close(dir) }
-            guard let st = Beneath.stat(dir, path.lastName) else { return (.none, false) }
+            guard let st = Beneath.stat(dir, path.lastName) else {
+                // A reference entry (its backing file is NAME.docdrive-ref) has its target's state.
+                if !place.root.key.hasPrefix("store:"), let target = referenceTarget(dir, path) { return status(target) }
+                return (.none, false)
+            }
             placeholder = st.st_mode & S_IFMT == S_IFREG && Placeholder.isPlaceholder(dir, path.lastName)
         }
         guard place.root.key.hasPrefix("store:"), let uploader = fs.uploader, uploader.uploads(place.root.key) else {
@@ -42,6 +46,17 @@ public final class FileStatusService: Sendable {
         // A placeholder is never uploaded: a queued look at it is a comparison only (as the xattr).
         if placeholder, state == .synced || state == .pending || state == .uploading { state = .placeholder }
         return (state, pinned)
+    }
+
+    /// The target of the reference entry `path` in the folder `dir`, relative to the mount root.
+    private func referenceTarget(_ dir: Int32, _ path: StorePath) -> String? {
+        let name = String(decoding: path.lastName, as: UTF8.self) + ReservedNames.referenceSuffix
+        guard let p = ReferenceLink.read(dir, name, key: fs.driveKey), let root = fs.namespace.root(key: p.rootKey),
+              root.key.hasPrefix("store:"),
+              let found = fs.locate(root: root, item: p.item, handle: Data(base64Encoded: p.handle).map { [UInt8]($0) }, hint: p.hint)
+        else { return nil }
+        Sys.close(found.fd)
+        return fs.namespace.displayPath(rootKey: root.key, found.path)
     }
 
     /// The conflicts of `rel` (the document or its copy), or of every document under it when it

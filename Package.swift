@@ -58,7 +58,9 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            // The file manager extension `docdrive desktop install` writes out.
+            resources: [.embedInCode("Desktop/docdrive_files.py")]
         ),
         .testTarget(
             name: "DocDriveCoreTests",

@@ -12,6 +12,9 @@ apt_install rsync git attr tar util-linux python3 python3-pip python3-venv vim p
 # Emacs, LibreOffice (headless, without its recommended extras).
 apt_install libglib2.0-bin
 APT_NO_RECOMMENDS=1 apt_install emacs-nox libreoffice-writer-nogui poppler-utils
+# The file manager test (test_desktop.py): Nautilus and its python bindings under Xvfb, with a
+# session bus, and ImageMagick's `import` for the screenshot.
+APT_NO_RECOMMENDS=1 apt_install nautilus python3-nautilus xvfb dbus imagemagick
 python3 -c 'import pytest, pytest_timeout' 2>/dev/null \
     || python3 -m pip install -q pytest pytest-timeout 2>&1 | tail -n 2 \
     || python3 -m pip install -q --break-system-packages pytest pytest-timeout

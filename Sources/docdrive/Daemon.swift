@@ -70,6 +70,9 @@ struct Daemon {
             Self.answer(request, on: connection, documents: documents, queries: queries, uploader: uploader)
         }
         control.start()
+        // File managers' emblems: the desktop status socket, where a runtime folder exists.
+        let status = Self.startStatusServer(home: home, mountpoint: mountpoint, logger: logger,
+                                            service: FileStatusService(fs: fs, documents: documents))
         let ready = Mutex<Int32?>(readyFD)
         let notify = SystemdNotify.fromEnvironment()
         let serving = ServingFlag()
@@ -94,6 +97,7 @@ struct Daemon {
             let waiting = (try? index.uploads.waitingCount()) ?? 0
             notify?.send("STOPPING=1\nSTATUS=Unmounted; uploading \(waiting) file\(waiting == 1 ? "" : "s") (at most \(Int(uploadGrace)) s) before exit")
             control.stop()
+            status?.stop()
             // Import mode's copies last as long as the mount.
             if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies") }
             // New writes stopped with the mount; upload what can be within the grace time.
@@ -159,6 +163,24 @@ struct Daemon {
                 let (root, path) = try documents.storeItem(r.path)
                 return try uploader.evict(root: root, path: path)
             }
+        }
+    }
+
+    /// The desktop status socket (StatusServer), or nil, said in the log, when there is no
+    /// runtime folder for it or it cannot listen: the drive works without it.
+    static func startStatusServer(home: DriveHome, mountpoint: String, logger: Logger, service: FileStatusService) -> StatusServer? {
+        guard let folder = StatusServer.folder() else {
+            logger.info("no XDG_RUNTIME_DIR: no status socket for file managers")
+            return nil
+        }
+        do throws(DriveError) {
+            let s = try StatusServer(folder: folder, mountpoint: mountpoint, home: home, service: service, logger: logger)
+            s.start()
+            logger.info("status socket for file managers: \(s.path)")
+            return s
+        } catch {
+            logger.warning("no status socket for file managers: \(error.message)")
+            return nil
         }
     }
 

@@ -19,7 +19,7 @@ struct DocDrive: ParsableCommand {
         version: "0.1.0",
         subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self, Device.self,
                       OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Bookmark.self, Grants.self,
-                      Service.self, Migrate.self, Query.self, Pin.self, Unpin.self, Evict.self, Internal.self]
+                      Service.self, Desktop.self, Migrate.self, Query.self, Pin.self, Unpin.self, Evict.self, Internal.self]
     )
 
     /// mount(8) and /etc/fstab reach the drive through fuse3's helper for the type

@@ -295,6 +295,7 @@ extension StoreSync {
         var times = [st.st_atim, st.st_mtim]
         _ = futimens(fd, &times)
         _ = fsync(fd)
+        statusMarks.mark(root: key, path: path)
         return freed
     }
 

@@ -117,12 +117,15 @@ final class StoreSync: Sendable {
     /// Uploads in progress are shown by the uploader.
     let progress: @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void
     let progressDone: @Sendable (StorePath) -> Void
+    /// Paths whose state changed, for the desktop status socket (the uploader's).
+    let statusMarks: StatusMarks
 
     init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
          index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
          content: StoreConfig.ContentMode = .allLocal, cacheLimit: Int64? = nil,
          hooks: @escaping @Sendable () -> SyncHooks,
-         progress: @escaping @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void) {
+         progress: @escaping @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void,
+         statusMarks: StatusMarks = StatusMarks()) {
         self.key = key
         self.name = name
         self.cache = cache
@@ -139,6 +142,7 @@ final class StoreSync: Sendable {
         self.hooks = hooks
         self.progress = progress
         self.progressDone = progressDone
+        self.statusMarks = statusMarks
     }
 
     var bases: BaseVersions { index.bases }
@@ -218,8 +222,11 @@ final class StoreSync: Sendable {
         path.folder.isEmpty ? cache : cache + "/" + String(decoding: path.folder.bytes, as: UTF8.self)
     }
 
+    /// A path the sync engine changed behind the mount: the kernel forgets what it knew of it,
+    /// and a file manager listening on the status socket is told its new state.
     func told(_ path: StorePath) {
         hooks().changedBehindMount(folderPath(path), String(decoding: path.lastName, as: UTF8.self))
+        statusMarks.mark(root: key, path: path)
     }
 
     /// Records in the item index that `name` in `dir` is now the item `id`.
@@ -930,6 +937,7 @@ final class StoreSync: Sendable {
         told(copy)
         try bases.addConflict(root: key, ConflictRecord(store: name, path: r.path.description, copy: copy.description,
                                                         device: who, time: Date().timeIntervalSince1970))
+        statusMarks.mark(root: key, path: r.path)
         logger.warning("store \(name): \(r.path) was changed here and on \(who); their version is kept as \(copy)")
         try? queue.enqueue(root: key, path: copy, due: 0)
     }

@@ -38,6 +38,7 @@ extension Uploader {
             return true
         }
         guard first else { return }
+        statusMarks.mark(root: root, path: path)
         let t = Thread { [self] in
             var failure: DriveError?
             do throws(DriveError) {
@@ -48,6 +49,7 @@ extension Uploader {
             store.sync.noteFill(path, failure)
             if failure == nil { store.sync.keepUnderCacheLimit(keeping: path) }
             let waiters = filling.withLock { $0.removeValue(forKey: key) ?? [] }
+            statusMarks.mark(root: root, path: path)
             for w in waiters { w(failure) }
         }
         t.name = "docdrive-download-\(store.config.name)"
@@ -129,7 +131,14 @@ extension Uploader {
     public func pin(root: String, path: StorePath, on: Bool) throws(DriveError) -> [(path: StorePath, placeholder: Bool, size: Int64)] {
         let store = try storeOf(root)
         try store.sync.setPinned(path, on)
-        return try store.sync.files(under: path)
+        let files = try store.sync.files(under: path)
+        for f in files { statusMarks.mark(root: root, path: f.path) }
+        return files
+    }
+
+    /// Whether `path` or a folder above it is pinned (the desktop status socket).
+    public func isPinned(root: String, path: StorePath) -> Bool {
+        store(root)?.sync.isPinned(path) ?? false
     }
 
     /// Frees the space of every clean, closed, unpinned file at or under `path`.

@@ -92,6 +92,8 @@ public final class Uploader: Sendable {
     /// The last activity written to run/uploads.json (only the committer thread writes it).
     /// Lock: leaf.
     private let published = Mutex<UploadActivity?>(nil)
+    /// Paths whose state may have changed, for the desktop status socket (FileStatusService).
+    public let statusMarks = StatusMarks()
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, logger: Logger,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
@@ -136,7 +138,8 @@ public final class Uploader: Sendable {
                                                                                              direction: direction)
                                  }
                              },
-                             progressDone: { [unowned self] path in _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) } })
+                             progressDone: { [unowned self] path in _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) } },
+                             statusMarks: statusMarks)
         return Store(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)
     }
 
@@ -155,6 +158,7 @@ public final class Uploader: Sendable {
     /// `madeFolder`: the path is a folder just made (see `madeFolders`).
     public func noteChanged(root rootKey: String, path: StorePath, madeFolder: Bool = false) {
         guard let store = store(rootKey), !path.isEmpty else { return }
+        statusMarks.mark(root: rootKey, path: path)
         if madeFolder {
             let now = Date().timeIntervalSince1970
             store.lastChange.store(Int64(now * 1000), ordering: .relaxed)

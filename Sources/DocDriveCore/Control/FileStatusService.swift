@@ -1,0 +1,113 @@
+// FileStatusService: what the desktop status socket answers: the state of a path of the mount
+// (the same as its user.docdrive.status, found by path rather than through a kernel node), its
+// pin mark, its conflicts, and the store paths whose state may have changed (StatusMarks).
+// Runs on the status socket's threads, never on a FUSE request thread.
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public final class FileStatusService: Sendable {
+    let fs: DriveFileSystem
+    let documents: DocumentService
+
+    public init(fs: DriveFileSystem, documents: DocumentService) {
+        self.fs = fs
+        self.documents = documents
+    }
+
+    /// The state of `rel` (relative to the mount root; "" is the root) and whether it is pinned.
+    public func status(_ rel: String) -> (state: StatusProtocol.State, pinned: Bool) {
+        guard !rel.isEmpty, let place = try? documents.place(rel) else { return (rel.isEmpty ? .local : .none, false) }
+        let base = open(place.root.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard base >= 0 else { return (.none, false) }
+        defer { close(base) }
+        let path = StorePath(place.rel)
+        var placeholder = false
+        if !path.isEmpty {
+            guard case .success(let dir) = Beneath.openFolder(base, Array(path.folder.names)) else { return (.none, false) }
+            defer { close(dir) }
+            guard let st = Beneath.stat(dir, path.lastName) else {
+                // A reference entry (its backing file is NAME.docdrive-ref) has its target's state.
+                if !place.root.key.hasPrefix("store:"), let target = referenceTarget(dir, path) { return status(target) }
+                return (.none, false)
+            }
+            placeholder = st.st_mode & S_IFMT == S_IFREG && Placeholder.isPlaceholder(dir, path.lastName)
+        }
+        guard place.root.key.hasPrefix("store:"), let uploader = fs.uploader, uploader.uploads(place.root.key) else {
+            return (.local, false)
+        }
+        if path.isEmpty {
+            return (StatusProtocol.State(rawValue: uploader.wholeStoreStatus(root: place.root.key)) ?? .synced, false)
+        }
+        let pinned = uploader.isPinned(root: place.root.key, path: path)
+        var state = StatusProtocol.State(rawValue: uploader.status(root: place.root.key, path: path)) ?? .failed
+        // A placeholder is never uploaded: a queued look at it is a comparison only (as the xattr).
+        if placeholder, state == .synced || state == .pending || state == .uploading { state = .placeholder }
+        return (state, pinned)
+    }
+
+    /// The target of the reference entry `path` in the folder `dir`, relative to the mount root.
+    private func referenceTarget(_ dir: Int32, _ path: StorePath) -> String? {
+        let name = String(decoding: path.lastName, as: UTF8.self) + ReservedNames.referenceSuffix
+        guard let p = ReferenceLink.read(dir, name, key: fs.driveKey), let root = fs.namespace.root(key: p.rootKey),
+              root.key.hasPrefix("store:"),
+              let found = fs.locate(root: root, item: p.item, handle: Data(base64Encoded: p.handle).map { [UInt8]($0) }, hint: p.hint)
+        else { return nil }
+        Sys.close(found.fd)
+        return fs.namespace.displayPath(rootKey: root.key, found.path)
+    }
+
+    /// The conflicts of `rel` (the document or its copy), or of every document under it when it
+    /// is a folder: the document and the copy, relative to the mount root, and the other device.
+    public func conflicts(_ rel: String) -> [(document: String, copy: String, device: String)] {
+        guard let place = try? documents.place(rel), place.root.key.hasPrefix("store:"),
+              let all = try? fs.index.bases.conflicts(root: place.root.key) else { return [] }
+        let key = place.root.key
+        let under = place.rel.isEmpty ? "" : place.rel + "/"
+        return all.map(\.1).filter { c in
+            place.rel.isEmpty || c.path == place.rel || c.copy == place.rel || c.path.hasPrefix(under) || c.copy.hasPrefix(under)
+        }.map { c in
+            (fs.namespace.displayPath(rootKey: key, c.path), fs.namespace.displayPath(rootKey: key, c.copy), c.device)
+        }
+    }
+
+    /// The paths (relative to the mount root) marked as changed since the last call.
+    public func takeChanged() -> [String] {
+        guard let uploader = fs.uploader else { return [] }
+        return uploader.statusMarks.take().map { fs.namespace.displayPath(rootKey: $0.root, $0.path.description) }
+    }
+
+    /// Someone listens for changes (marks are kept) or stopped listening.
+    public func listening(_ on: Bool) {
+        fs.uploader?.statusMarks.listeners.add(on ? 1 : -1, ordering: .relaxed)
+    }
+}
+
+/// Store paths whose state may have changed (a save, a fill, an eviction, a pin), kept only while
+/// a status socket listens. `mark` is called on FUSE request threads (through the change feed's
+/// UploadNotes and Uploader.noteChanged): one atomic load when nobody listens, else an append
+/// under a leaf lock.
+public final class StatusMarks: Sendable {
+    let listeners = Atomic<Int>(0)
+    /// Lock: leaf.
+    private let marked = Mutex<[(root: String, path: StorePath)]>([])
+    /// More than this many marks between two looks are dropped (a `cp -r` of a huge tree): the
+    /// listener still learns of the files it asked about through their passing states.
+    private static let maxMarks = 20_000
+
+    func mark(root: String, path: StorePath) {
+        guard listeners.load(ordering: .relaxed) > 0 else { return }
+        marked.withLock { m in
+            if m.count < Self.maxMarks { m.append((root, path)) }
+        }
+    }
+
+    func take() -> [(root: String, path: StorePath)] {
+        marked.withLock { m in
+            defer { m.removeAll(keepingCapacity: true) }
+            return m
+        }
+    }
+}

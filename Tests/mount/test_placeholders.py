@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -336,3 +337,57 @@ def test_a_folder_read_file_after_file_downloads_its_next_small_files_ahead(new_
         assert (b.dir / rel).read_bytes() == more[rel]
     time.sleep(1)
     assert [d for d in downloads(b) if d.startswith("More/")] == m[:4]
+
+
+def download_threads(pid: int) -> tuple[int, int]:
+    """The daemon's threads now: those named for a download (`dd-download-STORE`, cut to
+    15 characters by the kernel), and all of them."""
+    downloading = total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            comm = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+        except OSError:
+            continue  # ended meanwhile
+        total += 1
+        downloading += comm.startswith("dd-download-")
+    return downloading, total
+
+
+@pytest.mark.timeout(240)
+def test_hundreds_of_placeholders_opened_at_once_come_whole_a_few_at_a_time(new_drive, shared):
+    """300 placeholders opened by 64 threads at once (as `xargs -P 64 cat` or a thumbnailer
+    does): every read is whole and right, each file comes down once, and the daemon never
+    downloads more than its store's slots at once (twice its 4 upload workers), instead of one
+    thread and one request per file."""
+    a = Device(new_drive(), shared, "alpha").mount()
+    files = {f"Many/d{i % 3}/f{i:03}.bin": os.urandom(1000 + 97 * i) for i in range(300)}
+    for rel, data in files.items():
+        write(a.dir / rel, data)
+    a.sync()
+    b = Device(new_drive(), shared, "beta").mount()
+    b.sync()
+    assert all(v == 0 for v in blocks(b.cache).values())
+    peak = {"downloading": 0, "threads": 0}
+    reading = threading.Event()
+
+    def sample():
+        while not reading.is_set():
+            d, t = download_threads(b.d.pid)
+            peak["downloading"] = max(peak["downloading"], d)
+            peak["threads"] = max(peak["threads"], t)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with ThreadPoolExecutor(64) as pool:
+            got = dict(zip(files, pool.map(lambda rel: (b.dir / rel).read_bytes(), files)))
+    finally:
+        reading.set()
+        sampler.join(10)
+    bad = [rel for rel in files if got[rel] != files[rel]]
+    assert not bad, bad[:5]
+    done = downloads(b)
+    assert sorted(done) == sorted(files), [d for d in done if done.count(d) > 1][:5]
+    print(f"300 placeholders opened by 64 threads: at most {peak['downloading']} downloads at once, "
+          f"{peak['threads']} daemon threads")
+    assert 0 < peak["downloading"] <= 8, peak

@@ -318,11 +318,14 @@ extension StoreSync {
         }
     }
 
-    /// The files at and under `path`, each with whether it is a placeholder and its size.
+    /// The files at and under `path` (the empty path: the whole store), each with whether it is
+    /// a placeholder and its size.
     func files(under path: StorePath) throws(DriveError) -> [(path: StorePath, placeholder: Bool, size: Int64)] {
-        guard let top = try localItem(path) else { throw DriveError(.notFound, "\(path) is not in store \(name).") }
-        if top.kind == .file { return [(path, top.placeholder, Int64(top.st.st_size))] }
-        guard top.kind == .folder else { return [] }
+        if !path.isEmpty {
+            guard let top = try localItem(path) else { throw DriveError(.notFound, "\(path) is not in store \(name).") }
+            if top.kind == .file { return [(path, top.placeholder, Int64(top.st.st_size))] }
+            guard top.kind == .folder else { return [] }
+        }
         let cachefd = try openCache()
         defer { close(cachefd) }
         var out = [(path: StorePath, placeholder: Bool, size: Int64)]()

@@ -391,3 +391,81 @@ def test_hundreds_of_placeholders_opened_at_once_come_whole_a_few_at_a_time(new_
     print(f"300 placeholders opened by 64 threads: at most {peak['downloading']} downloads at once, "
           f"{peak['threads']} daemon threads")
     assert 0 < peak["downloading"] <= 8, peak
+
+
+def tool(*args, cwd=None) -> subprocess.CompletedProcess:
+    """A real program run as a user runs it (no terminal); fails the test when it fails."""
+    p = subprocess.run(list(args), cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert p.returncode == 0, (args, p.returncode, p.stdout[-500:], p.stderr[-2000:])
+    return p
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {os.path.relpath(os.path.join(dp, n), root): Path(dp, n).read_bytes()
+            for dp, _, names in os.walk(root) for n in names}
+
+
+@pytest.mark.timeout(240)
+def test_real_programs_on_placeholders_read_whole_files_and_saves_upload(new_drive, shared, tmp_path):
+    """On a joined store whose files are all placeholders: grep -r, tar c, cp -a, rsync -a, a
+    git clone of a bare repository kept in the store and sqlite3 read whole, right files; vim
+    (default settings: a swap file, `:wq`), sed -i and sqlite3 save, and the saves reach the
+    other device. Then `docdrive evict` of the whole store makes them placeholders again and
+    `tar c` of the store reads every file right."""
+    a = Device(new_drive(), shared, "alpha").mount()
+    for tree in ("grep", "tar", "cp", "rsync"):
+        for i in range(12):
+            write(a.dir / tree / f"d{i % 2}" / f"f{i}.txt", b"".join(b"%s line %d of %d\n" % (tree.encode(), n, i) for n in range(50 * i + 1)))
+    write(a.dir / "docs" / "vim.txt", b"first line\nsecond line\n")
+    write(a.dir / "docs" / "sed.txt", b"alpha\nbeta\ngamma\n")
+    tool("sqlite3", str(a.dir / "docs" / "db.sqlite"), "create table t(n, name); insert into t values (1, 'one'), (2, 'two');")
+    repo = tmp_path / "repo"
+    tool("git", "init", "-q", str(repo))
+    for n in range(3):
+        (repo / f"file{n}.txt").write_text(f"version {n}\n")
+        tool("git", "-C", str(repo), "add", ".")
+        tool("git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", f"commit {n}")
+    tool("git", "clone", "-q", "--bare", str(repo), str(a.dir / "repo.git"))
+    a.sync()
+    files = tree_bytes(a.dir)
+    b = Device(new_drive(), shared, "beta").mount()
+    b.sync()
+    assert all(v == 0 for v in blocks(b.cache).values()), "every file of B starts as a placeholder"
+
+    expected = sum(v.count(b"line 7 ") for k, v in files.items() if k.startswith("grep/"))
+    got = tool("grep", "-r", "-c", "line 7 ", str(b.dir / "grep")).stdout.decode()
+    assert sum(int(line.rsplit(":", 1)[1]) for line in got.splitlines()) == expected > 0
+    out = tmp_path / "from-tar"
+    out.mkdir()
+    archive = tool("tar", "c", "-C", str(b.dir), "tar").stdout
+    subprocess.run(["tar", "x", "-C", str(out)], input=archive, check=True, timeout=60)
+    tool("cp", "-a", str(b.dir / "cp"), str(tmp_path / "from-cp"))
+    tool("rsync", "-a", str(b.dir / "rsync") + "/", str(tmp_path / "from-rsync"))
+    for tree, copy in (("tar", out / "tar"), ("cp", tmp_path / "from-cp"), ("rsync", tmp_path / "from-rsync")):
+        assert tree_bytes(copy) == {k[len(tree) + 1:]: v for k, v in files.items() if k.startswith(tree + "/")}, tree
+    tool("git", "clone", "-q", str(b.dir / "repo.git"), str(tmp_path / "clone"))
+    assert tool("git", "-C", str(tmp_path / "clone"), "rev-list", "--count", "HEAD").stdout.strip() == b"3"
+    assert (tmp_path / "clone" / "file2.txt").read_text() == "version 2\n"
+
+    for rel in ("docs/vim.txt", "docs/sed.txt", "docs/db.sqlite"):
+        assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"placeholder", rel
+    tool("vim", "-c", "normal Goadded by vim", "-c", "wq", str(b.dir / "docs" / "vim.txt"), cwd=tmp_path)
+    tool("sed", "-i", "s/beta/BETA/", str(b.dir / "docs" / "sed.txt"))
+    assert tool("sqlite3", str(b.dir / "docs" / "db.sqlite"), "select count(*) from t; insert into t values (3, 'three');").stdout == b"2\n"
+    assert (b.dir / "docs" / "vim.txt").read_bytes() == b"first line\nsecond line\nadded by vim\n"
+    assert (b.dir / "docs" / "sed.txt").read_bytes() == b"alpha\nBETA\ngamma\n"
+    b.sync()
+    a.sync()
+    assert (a.dir / "docs" / "vim.txt").read_bytes() == b"first line\nsecond line\nadded by vim\n"
+    assert (a.dir / "docs" / "sed.txt").read_bytes() == b"alpha\nBETA\ngamma\n"
+    assert tool("sqlite3", str(a.dir / "docs" / "db.sqlite"), "select group_concat(name) from t;").stdout == b"one,two,three\n"
+
+    # The whole store evicted (its top folder named), then read through tar again.
+    b.sync()
+    b.d.cli("evict", str(b.dir))
+    assert os.getxattr(b.dir / "docs" / "sed.txt", "user.docdrive.status") == b"placeholder"
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    archive = tool("tar", "c", "-C", str(b.dir), ".").stdout
+    subprocess.run(["tar", "x", "-C", str(whole)], input=archive, check=True, timeout=60)
+    assert tree_bytes(whole) == tree_bytes(a.dir)

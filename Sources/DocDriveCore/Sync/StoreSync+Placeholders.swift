@@ -167,12 +167,14 @@ extension StoreSync {
     /// The attribute goes last: a fill cut short leaves a placeholder. The version the
     /// placeholder stands for is asked for; when the remote has another one now, that one is
     /// the content. `.notFound`: the remote no longer has it (the next sync removes it here).
-    func hydrate(_ path: StorePath, ahead: Bool = false) throws(DriveError) {
+    /// Returns the inode and the ctimes before and after (FilledTimes.swift) when it filled it.
+    @discardableResult
+    func hydrate(_ path: StorePath, ahead: Bool = false) throws(DriveError) -> (ino: UInt64, before: timespec, after: timespec)? {
         try lockWaiting(path, seconds: 120)
         defer { unlock([path]) }
         let fd = try openLocalFile(path)
         defer { close(fd) }
-        guard let version = Placeholder.version(fd: fd) else { return }
+        guard let version = Placeholder.version(fd: fd) else { return nil }
         var before = stat()
         _ = fstat(fd, &before)
         let base = try bases.base(root: key, path: path)
@@ -224,6 +226,9 @@ extension StoreSync {
         }) {
             state.withLock { $0.cacheBytes = use }
         }
+        var final = stat()
+        guard fstat(fd, &final) == 0 else { return nil }
+        return (UInt64(final.st_ino), before.st_ctim, final.st_ctim)
     }
 
     /// Under the store's `cache-limit`: when the content kept here (the blocks of the files

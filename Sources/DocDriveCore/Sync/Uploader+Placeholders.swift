@@ -30,10 +30,12 @@ extension Uploader {
             }
         }
         downloads.request(Self.fillingKey(root, path), lane: root, slots: store.downloadSlots, priority: ahead ? .ahead : .open,
-                          name: store.config.name, job: { priority in
+                          name: store.config.name, job: { [filledTimes] priority in
             var failure: DriveError?
             do throws(DriveError) {
-                try store.sync.hydrate(path, ahead: priority == .ahead)
+                if let t = try store.sync.hydrate(path, ahead: priority == .ahead) {
+                    filledTimes.filled(ino: t.ino, before: t.before, after: t.after)
+                }
             } catch {
                 failure = error
             }

@@ -93,6 +93,8 @@ public final class Uploader: Sendable {
     /// Placeholders asked for or being filled now, with who waits for each: one download per
     /// file, however many opens wait for it, a few per store at once (Downloads.swift).
     let downloads = Downloads()
+    /// Filled placeholders keep showing their ctime (FilledTimes.swift).
+    public let filledTimes = FilledTimes()
     /// What the file system tells the sync engine (set once the file system exists). Lock: leaf.
     private let hooks = Mutex(SyncHooks())
     private let index: ItemIndex

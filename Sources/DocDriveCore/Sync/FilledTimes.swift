@@ -15,8 +15,9 @@ import Glibc
 
 public final class FilledTimes: Sendable {
     private struct Times {
-        /// The backing file's ctime when the fill ended, in nanoseconds.
-        var real: Int64
+        /// The backing file's ctime when the fill ended, in nanoseconds; nil while it is being
+        /// filled (a stat then, by readahead's fill, must show what the stat after it shows).
+        var real: Int64?
         /// The placeholder's ctime, shown instead.
         var shown: Int64
     }
@@ -32,13 +33,25 @@ public final class FilledTimes: Sendable {
 
     static func ns(_ t: timespec) -> Int64 { Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec) }
 
-    /// The file `ino` was filled: it had ctime `before` as a placeholder, and has `after` now.
-    func filled(ino: UInt64, before: timespec, after: timespec) {
+    /// The placeholder `ino`, with ctime `before`, is being filled now.
+    func filling(ino: UInt64, before: timespec) {
         files.withLock { f in
             if f.count >= Self.most { f.removeAll() }
-            f[ino] = Times(real: Self.ns(after), shown: Self.ns(before))
+            f[ino] = Times(real: nil, shown: Self.ns(before))
         }
         any.store(true, ordering: .relaxed)
+    }
+
+    /// The file `ino` was filled (nil: the fill failed, it shows its real ctime): it has the
+    /// ctime `after` now.
+    func filled(ino: UInt64, after: timespec?) {
+        files.withLock { f in
+            guard let after else {
+                f.removeValue(forKey: ino)
+                return
+            }
+            f[ino]?.real = Self.ns(after)
+        }
     }
 
     /// Gives `st` (a backing file's attributes, for the kernel) the ctime its placeholder had,
@@ -48,7 +61,7 @@ public final class FilledTimes: Sendable {
         let ino = UInt64(st.st_ino), real = Self.ns(st.st_ctim)
         let shown = files.withLock { f -> Int64? in
             guard let t = f[ino] else { return nil }
-            if t.real == real { return t.shown }
+            if t.real == nil || t.real == real { return t.shown }
             f.removeValue(forKey: ino)
             return nil
         }

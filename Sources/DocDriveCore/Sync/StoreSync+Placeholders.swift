@@ -167,16 +167,22 @@ extension StoreSync {
     /// The attribute goes last: a fill cut short leaves a placeholder. The version the
     /// placeholder stands for is asked for; when the remote has another one now, that one is
     /// the content. `.notFound`: the remote no longer has it (the next sync removes it here).
-    /// Returns the inode and the ctimes before and after (FilledTimes.swift) when it filled it.
-    @discardableResult
-    func hydrate(_ path: StorePath, ahead: Bool = false) throws(DriveError) -> (ino: UInt64, before: timespec, after: timespec)? {
+    /// `times`: told the placeholder's ctime before the first byte is written, and the file's
+    /// when it is whole (FilledTimes.swift).
+    func hydrate(_ path: StorePath, ahead: Bool = false, times: FilledTimes? = nil) throws(DriveError) {
         try lockWaiting(path, seconds: 120)
         defer { unlock([path]) }
         let fd = try openLocalFile(path)
         defer { close(fd) }
-        guard let version = Placeholder.version(fd: fd) else { return nil }
+        guard let version = Placeholder.version(fd: fd) else { return }
         var before = stat()
         _ = fstat(fd, &before)
+        times?.filling(ino: UInt64(before.st_ino), before: before.st_ctim)
+        var whole = false
+        defer {
+            var final = stat()
+            times?.filled(ino: UInt64(before.st_ino), after: whole && fstat(fd, &final) == 0 ? final.st_ctim : nil)
+        }
         let base = try bases.base(root: key, path: path)
         let report: (Int64, Int64) -> Void = { [progress] done, total in progress(path, done, total, .down) }
         defer { progressDone(path) }
@@ -226,9 +232,7 @@ extension StoreSync {
         }) {
             state.withLock { $0.cacheBytes = use }
         }
-        var final = stat()
-        guard fstat(fd, &final) == 0 else { return nil }
-        return (UInt64(final.st_ino), before.st_ctim, final.st_ctim)
+        whole = true
     }
 
     /// Under the store's `cache-limit`: when the content kept here (the blocks of the files
@@ -299,6 +303,9 @@ extension StoreSync {
         var times = [st.st_atim, st.st_mtim]
         _ = futimens(fd, &times)
         _ = fsync(fd)
+        // The kernel's cached attributes (its blocks, its ctime) go: `du` shows the space freed,
+        // and a program that stats it, opens it (filling it) and stats it again sees one ctime.
+        told(path)
         return freed
     }
 

@@ -33,9 +33,7 @@ extension Uploader {
                           name: store.config.name, job: { [filledTimes] priority in
             var failure: DriveError?
             do throws(DriveError) {
-                if let t = try store.sync.hydrate(path, ahead: priority == .ahead) {
-                    filledTimes.filled(ino: t.ino, before: t.before, after: t.after)
-                }
+                try store.sync.hydrate(path, ahead: priority == .ahead, times: filledTimes)
             } catch {
                 failure = error
             }

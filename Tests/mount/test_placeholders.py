@@ -469,3 +469,28 @@ def test_real_programs_on_placeholders_read_whole_files_and_saves_upload(new_dri
     archive = tool("tar", "c", "-C", str(b.dir), ".").stdout
     subprocess.run(["tar", "x", "-C", str(whole)], input=archive, check=True, timeout=60)
     assert tree_bytes(whole) == tree_bytes(a.dir)
+
+
+@pytest.mark.timeout(240)
+def test_libreoffice_converts_a_placeholder_document(new_drive, shared_folder, tmp_path):
+    """`soffice --headless --convert-to pdf` of a document that is a placeholder reads all of it
+    (a zip: a partial file would not open)."""
+    if shutil.which("soffice") is None:
+        pytest.fail("LibreOffice is not installed; mount-scripts/test.sh installs libreoffice-writer-nogui")
+    profile = tmp_path / "lo-profile"
+    src = tmp_path / "report.txt"
+    src.write_text("Quarterly report\nplaceholder content\n")
+    a = Device(new_drive(), shared_folder, "alpha").mount()
+    (a.dir / "docs").mkdir()
+    subprocess.run(["soffice", f"-env:UserInstallation=file://{profile}", "--headless", "--norestore",
+                    "--convert-to", "odt", "--outdir", str(a.dir / "docs"), str(src)], check=True, capture_output=True, timeout=90)
+    a.sync()
+    b = Device(new_drive(), shared_folder, "beta").mount()
+    b.sync()
+    doc = b.dir / "docs" / "report.odt"
+    assert os.getxattr(doc, "user.docdrive.status") == b"placeholder"
+    subprocess.run(["soffice", f"-env:UserInstallation=file://{profile}", "--headless", "--norestore",
+                    "--convert-to", "pdf", "--outdir", str(tmp_path), str(doc)], check=True, capture_output=True, timeout=90)
+    text = tool("pdftotext", str(tmp_path / "report.pdf"), "-").stdout.decode()
+    assert "placeholder content" in text, text
+    assert doc.read_bytes() == (a.dir / "docs" / "report.odt").read_bytes()

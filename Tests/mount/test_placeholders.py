@@ -9,7 +9,9 @@ two readers of one placeholder cause one download; an open with O_TRUNC download
 `docdrive pin` downloads a folder and what is added to it later; `docdrive evict` frees a
 file's space and refuses a pinned or open one; a placeholder deleted on the remote fails to
 open with ENOENT, and one whose remote cannot be reached fails with EIO and a sentence in
-`docdrive status`.
+`docdrive status`; hundreds of placeholders opened at once come whole, a few downloads at a
+time; real programs (grep -r, tar, cp -a, rsync, git clone, sqlite3, vim, sed -i, LibreOffice)
+read whole files and their saves upload.
 """
 from __future__ import annotations
 

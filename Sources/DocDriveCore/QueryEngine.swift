@@ -138,8 +138,7 @@ public final class QueryEngine: Sendable {
             // The uploads' priority (nice 10, idle I/O). Nice 19 was tried: with it `tar x` through
             // the mount was not faster (4.4-6.2 s against 3.6-4.0 s without the index, 5 rounds).
             dd_background_thread()
-            // Foundation's Thread.name does not reach the kernel here: named for top and perf.
-            _ = c_pthread_setname_np(pthread_self(), "docdrive-query")
+            Sys.nameThisThread("docdrive-query")
             run()
         }
         t.name = "docdrive-query"
@@ -554,9 +553,6 @@ public final class QueryEngine: Sendable {
 
 /// lgetxattr(2): one system call (Glibc's module map leaves sys/xattr.h out; CDocDriveSys has only
 /// the descriptor-based wrapper, which costs an open and a close more per file).
-/// pthread_setname_np(3) (a GNU extension: not in Glibc's module).
-@_silgen_name("pthread_setname_np")
-private func c_pthread_setname_np(_ thread: pthread_t, _ name: UnsafePointer<CChar>) -> Int32
 
 /// Gives the heap's free memory back to the system (every thread's arena).
 func trimMalloc() { _ = c_malloc_trim(0) }

@@ -16,6 +16,12 @@ enum Sys {
     static let AT_SYMLINK_NOFOLLOW = dd_AT_SYMLINK_NOFOLLOW
     static let AT_REMOVEDIR = dd_AT_REMOVEDIR
 
+    /// Names the calling thread for the kernel (top, perf, /proc/PID/task/*/comm): Foundation's
+    /// Thread.name does not reach it here. Cut to the kernel's 15 bytes.
+    static func nameThisThread(_ name: String) {
+        _ = c_pthread_setname_np(pthread_self(), String(decoding: Array(name.utf8.prefix(15)), as: UTF8.self))
+    }
+
     @inline(__always)
     static var lastErrno: Errno { Errno(rawValue: dd_errno()) }
 
@@ -54,3 +60,7 @@ enum Sys {
         _ = Glibc.close(fd)  // never retried: the descriptor is gone either way
     }
 }
+
+/// pthread_setname_np(3) (a GNU extension: not in Glibc's module).
+@_silgen_name("pthread_setname_np")
+private func c_pthread_setname_np(_ thread: pthread_t, _ name: UnsafePointer<CChar>) -> Int32

@@ -81,7 +81,7 @@ func entryParam(_ e: NodeEntry, _ fs: DriveFileSystem) -> fuse_entry_param {
     var p = fuse_entry_param()
     p.ino = e.inode.nodeID
     p.generation = 0
-    p.attr = e.attr
+    p.attr = fs.kernelEntryAttributes(e)
     p.attr_timeout = fs.attributeTimeout(e.inode)
     p.entry_timeout = fs.options.entryTimeout
     return p

@@ -9,7 +9,9 @@ two readers of one placeholder cause one download; an open with O_TRUNC download
 `docdrive pin` downloads a folder and what is added to it later; `docdrive evict` frees a
 file's space and refuses a pinned or open one; a placeholder deleted on the remote fails to
 open with ENOENT, and one whose remote cannot be reached fails with EIO and a sentence in
-`docdrive status`.
+`docdrive status`; hundreds of placeholders opened at once come whole, a few downloads at a
+time; real programs (grep -r, tar, cp -a, rsync, git clone, sqlite3, vim, sed -i, LibreOffice)
+read whole files and their saves upload.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import time
 import urllib.parse
 import zipfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -342,6 +345,163 @@ def test_a_folder_read_file_after_file_downloads_its_next_small_files_ahead(new_
         assert (b.dir / rel).read_bytes() == more[rel]
     time.sleep(1)
     assert [d for d in downloads(b) if d.startswith("More/")] == m[:4]
+
+
+def download_threads(pid: int) -> tuple[int, int]:
+    """The daemon's threads now: those named for a download (`dd-download-STORE`, cut to
+    15 characters by the kernel), and all of them."""
+    downloading = total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            comm = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+        except OSError:
+            continue  # ended meanwhile
+        total += 1
+        downloading += comm.startswith("dd-download-")
+    return downloading, total
+
+
+@pytest.mark.timeout(240)
+def test_hundreds_of_placeholders_opened_at_once_come_whole_a_few_at_a_time(new_drive, shared):
+    """300 placeholders opened by 64 threads at once (as `xargs -P 64 cat` or a thumbnailer
+    does): every read is whole and right, each file comes down once, and the daemon never
+    downloads more than its store's slots at once (twice its 4 upload workers), instead of one
+    thread and one request per file."""
+    a = Device(new_drive(), shared, "alpha").mount()
+    files = {f"Many/d{i % 3}/f{i:03}.bin": os.urandom(1000 + 97 * i) for i in range(300)}
+    for rel, data in files.items():
+        write(a.dir / rel, data)
+    a.sync()
+    b = Device(new_drive(), shared, "beta").mount()
+    b.sync()
+    assert all(v == 0 for v in blocks(b.cache).values())
+    peak = {"downloading": 0, "threads": 0}
+    reading = threading.Event()
+
+    def sample():
+        while not reading.is_set():
+            d, t = download_threads(b.d.pid)
+            peak["downloading"] = max(peak["downloading"], d)
+            peak["threads"] = max(peak["threads"], t)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with ThreadPoolExecutor(64) as pool:
+            got = dict(zip(files, pool.map(lambda rel: (b.dir / rel).read_bytes(), files)))
+    finally:
+        reading.set()
+        sampler.join(10)
+    bad = [rel for rel in files if got[rel] != files[rel]]
+    assert not bad, bad[:5]
+    done = downloads(b)
+    assert sorted(done) == sorted(files), [d for d in done if done.count(d) > 1][:5]
+    print(f"300 placeholders opened by 64 threads: at most {peak['downloading']} downloads at once, "
+          f"{peak['threads']} daemon threads")
+    assert 0 < peak["downloading"] <= 8, peak
+
+
+def tool(*args, cwd=None) -> subprocess.CompletedProcess:
+    """A real program run as a user runs it (no terminal); fails the test when it fails."""
+    p = subprocess.run(list(args), cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert p.returncode == 0, (args, p.returncode, p.stdout[-500:], p.stderr[-2000:])
+    return p
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {os.path.relpath(os.path.join(dp, n), root): Path(dp, n).read_bytes()
+            for dp, _, names in os.walk(root) for n in names}
+
+
+@pytest.mark.timeout(240)
+def test_real_programs_on_placeholders_read_whole_files_and_saves_upload(new_drive, shared, tmp_path):
+    """On a joined store whose files are all placeholders: grep -r, tar c, cp -a, rsync -a, a
+    git clone of a bare repository kept in the store and sqlite3 read whole, right files; vim
+    (default settings: a swap file, `:wq`), sed -i and sqlite3 save, and the saves reach the
+    other device. Then `docdrive evict` of the whole store makes them placeholders again and
+    `tar c` of the store reads every file right."""
+    a = Device(new_drive(), shared, "alpha").mount()
+    for tree in ("grep", "tar", "cp", "rsync"):
+        for i in range(12):
+            write(a.dir / tree / f"d{i % 2}" / f"f{i}.txt", b"".join(b"%s line %d of %d\n" % (tree.encode(), n, i) for n in range(50 * i + 1)))
+    write(a.dir / "docs" / "vim.txt", b"first line\nsecond line\n")
+    write(a.dir / "docs" / "sed.txt", b"alpha\nbeta\ngamma\n")
+    tool("sqlite3", str(a.dir / "docs" / "db.sqlite"), "create table t(n, name); insert into t values (1, 'one'), (2, 'two');")
+    repo = tmp_path / "repo"
+    tool("git", "init", "-q", str(repo))
+    for n in range(3):
+        (repo / f"file{n}.txt").write_text(f"version {n}\n")
+        tool("git", "-C", str(repo), "add", ".")
+        tool("git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", f"commit {n}")
+    tool("git", "clone", "-q", "--bare", str(repo), str(a.dir / "repo.git"))
+    a.sync()
+    files = tree_bytes(a.dir)
+    b = Device(new_drive(), shared, "beta").mount()
+    b.sync()
+    assert all(v == 0 for v in blocks(b.cache).values()), "every file of B starts as a placeholder"
+
+    expected = sum(v.count(b"line 7 ") for k, v in files.items() if k.startswith("grep/"))
+    got = tool("grep", "-r", "-c", "line 7 ", str(b.dir / "grep")).stdout.decode()
+    assert sum(int(line.rsplit(":", 1)[1]) for line in got.splitlines()) == expected > 0
+    out = tmp_path / "from-tar"
+    out.mkdir()
+    archive = tool("tar", "c", "-C", str(b.dir), "tar").stdout
+    subprocess.run(["tar", "x", "-C", str(out)], input=archive, check=True, timeout=60)
+    tool("cp", "-a", str(b.dir / "cp"), str(tmp_path / "from-cp"))
+    tool("rsync", "-a", str(b.dir / "rsync") + "/", str(tmp_path / "from-rsync"))
+    for tree, copy in (("tar", out / "tar"), ("cp", tmp_path / "from-cp"), ("rsync", tmp_path / "from-rsync")):
+        assert tree_bytes(copy) == {k[len(tree) + 1:]: v for k, v in files.items() if k.startswith(tree + "/")}, tree
+    tool("git", "clone", "-q", str(b.dir / "repo.git"), str(tmp_path / "clone"))
+    assert tool("git", "-C", str(tmp_path / "clone"), "rev-list", "--count", "HEAD").stdout.strip() == b"3"
+    assert (tmp_path / "clone" / "file2.txt").read_text() == "version 2\n"
+
+    for rel in ("docs/vim.txt", "docs/sed.txt", "docs/db.sqlite"):
+        assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"placeholder", rel
+    tool("vim", "-c", "normal Goadded by vim", "-c", "wq", str(b.dir / "docs" / "vim.txt"), cwd=tmp_path)
+    tool("sed", "-i", "s/beta/BETA/", str(b.dir / "docs" / "sed.txt"))
+    assert tool("sqlite3", str(b.dir / "docs" / "db.sqlite"), "select count(*) from t; insert into t values (3, 'three');").stdout == b"2\n"
+    assert (b.dir / "docs" / "vim.txt").read_bytes() == b"first line\nsecond line\nadded by vim\n"
+    assert (b.dir / "docs" / "sed.txt").read_bytes() == b"alpha\nBETA\ngamma\n"
+    b.sync()
+    a.sync()
+    assert (a.dir / "docs" / "vim.txt").read_bytes() == b"first line\nsecond line\nadded by vim\n"
+    assert (a.dir / "docs" / "sed.txt").read_bytes() == b"alpha\nBETA\ngamma\n"
+    assert tool("sqlite3", str(a.dir / "docs" / "db.sqlite"), "select group_concat(name) from t;").stdout == b"one,two,three\n"
+
+    # The whole store evicted (its top folder named), then read through tar again.
+    b.sync()
+    b.d.cli("evict", str(b.dir))
+    assert os.getxattr(b.dir / "docs" / "sed.txt", "user.docdrive.status") == b"placeholder"
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    archive = tool("tar", "c", "-C", str(b.dir), ".").stdout
+    subprocess.run(["tar", "x", "-C", str(whole)], input=archive, check=True, timeout=60)
+    assert tree_bytes(whole) == tree_bytes(a.dir)
+
+
+@pytest.mark.timeout(240)
+def test_libreoffice_converts_a_placeholder_document(new_drive, shared_folder, tmp_path):
+    """`soffice --headless --convert-to pdf` of a document that is a placeholder reads all of it
+    (a zip: a partial file would not open)."""
+    if shutil.which("soffice") is None:
+        pytest.fail("LibreOffice is not installed; mount-scripts/test.sh installs libreoffice-writer-nogui")
+    profile = tmp_path / "lo-profile"
+    src = tmp_path / "report.txt"
+    src.write_text("Quarterly report\nplaceholder content\n")
+    a = Device(new_drive(), shared_folder, "alpha").mount()
+    (a.dir / "docs").mkdir()
+    subprocess.run(["soffice", f"-env:UserInstallation=file://{profile}", "--headless", "--norestore",
+                    "--convert-to", "odt", "--outdir", str(a.dir / "docs"), str(src)], check=True, capture_output=True, timeout=90)
+    a.sync()
+    b = Device(new_drive(), shared_folder, "beta").mount()
+    b.sync()
+    doc = b.dir / "docs" / "report.odt"
+    assert os.getxattr(doc, "user.docdrive.status") == b"placeholder"
+    subprocess.run(["soffice", f"-env:UserInstallation=file://{profile}", "--headless", "--norestore",
+                    "--convert-to", "pdf", "--outdir", str(tmp_path), str(doc)], check=True, capture_output=True, timeout=90)
+    text = tool("pdftotext", str(tmp_path / "report.pdf"), "-").stdout.decode()
+    assert "placeholder content" in text, text
+    assert doc.read_bytes() == (a.dir / "docs" / "report.odt").read_bytes()
 
 
 def tiny_png(rgb: bytes) -> bytes:

@@ -120,9 +120,11 @@ public struct FileSystemOptions: Sendable {
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
 ///    `Coordinator.held`, `grantSet`, `appViews`, `invalidator`, `Namespace.layout/roots`,
 ///    `OpenFile.seenVersion`, `Inode.cachedVersion`, the uploader's `stores`, `noted`,
-///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `filling` (taken on a
-///    request thread by an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`,
-///    and released before its body runs), each store's `Readahead.state`.
+///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
+///    on a request thread by an open of a placeholder, which only queues its download, and by
+///    an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`, released before its
+///    body runs; no job, waiter or thread start runs under it), `FilledTimes.files`, each
+///    store's `Readahead.state`.
 /// 7. In the adapter, `FuseContext.session` is held across fuse_lowlevel_notify_inval_entry,
 ///    which waits for the kernel's lock of that folder: it is never taken on a request thread
 ///    of a folder the kernel holds (control-socket commands and `invalidateLater` use other
@@ -794,7 +796,7 @@ public final class DriveFileSystem: Sendable {
         defer { n.release() }
         guard let root = content.root ?? n.root, root.key.hasPrefix("store:"), Placeholder.version(fd: content.fd) != nil,
               uploader.uploads(root.key), let path = storePath(fd: content.fd, root: root), !path.isEmpty else { return nil }
-        if size == 0, !uploader.isFilling(root: root.key, path: path) { return nil }
+        if size == 0, !uploader.isDownloading(root: root.key, path: path) { return nil }
         return (root.key, path)
     }
 

@@ -168,7 +168,9 @@ extension StoreSync {
     /// The attribute goes last: a fill cut short leaves a placeholder. The version the
     /// placeholder stands for is asked for; when the remote has another one now, that one is
     /// the content. `.notFound`: the remote no longer has it (the next sync removes it here).
-    func hydrate(_ path: StorePath, ahead: Bool = false) throws(DriveError) {
+    /// `times`: told the placeholder's ctime before the first byte is written, and the file's
+    /// when it is whole (FilledTimes.swift).
+    func hydrate(_ path: StorePath, ahead: Bool = false, times: FilledTimes? = nil) throws(DriveError) {
         try lockWaiting(path, seconds: 120)
         defer { unlock([path]) }
         let fd = try openLocalFile(path)
@@ -176,6 +178,12 @@ extension StoreSync {
         guard let version = Placeholder.version(fd: fd) else { return }
         var before = stat()
         _ = fstat(fd, &before)
+        times?.filling(ino: UInt64(before.st_ino), before: before.st_ctim)
+        var whole = false
+        defer {
+            var final = stat()
+            times?.filled(ino: UInt64(before.st_ino), after: whole && fstat(fd, &final) == 0 ? final.st_ctim : nil)
+        }
         let base = try bases.base(root: key, path: path)
         let report: (Int64, Int64) -> Void = { [progress] done, total in progress(path, done, total, .down) }
         defer { progressDone(path) }
@@ -225,6 +233,7 @@ extension StoreSync {
         }) {
             state.withLock { $0.cacheBytes = use }
         }
+        whole = true
     }
 
     /// Under the store's `cache-limit`: when the content kept here (the blocks of the files
@@ -296,6 +305,9 @@ extension StoreSync {
         _ = futimens(fd, &times)
         _ = fsync(fd)
         statusMarks.mark(root: key, path: path)
+        // The kernel's cached attributes (its blocks, its ctime) go: `du` shows the space freed,
+        // and a program that stats it, opens it (filling it) and stats it again sees one ctime.
+        told(path)
         return freed
     }
 
@@ -320,11 +332,14 @@ extension StoreSync {
         }
     }
 
-    /// The files at and under `path`, each with whether it is a placeholder and its size.
+    /// The files at and under `path` (the empty path: the whole store), each with whether it is
+    /// a placeholder and its size.
     func files(under path: StorePath) throws(DriveError) -> [(path: StorePath, placeholder: Bool, size: Int64)] {
-        guard let top = try localItem(path) else { throw DriveError(.notFound, "\(path) is not in store \(name).") }
-        if top.kind == .file { return [(path, top.placeholder, Int64(top.st.st_size))] }
-        guard top.kind == .folder else { return [] }
+        if !path.isEmpty {
+            guard let top = try localItem(path) else { throw DriveError(.notFound, "\(path) is not in store \(name).") }
+            if top.kind == .file { return [(path, top.placeholder, Int64(top.st.st_size))] }
+            guard top.kind == .folder else { return [] }
+        }
         let cachefd = try openCache()
         defer { close(cachefd) }
         var out = [(path: StorePath, placeholder: Bool, size: Int64)]()

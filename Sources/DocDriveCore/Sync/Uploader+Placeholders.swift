@@ -1,6 +1,6 @@
 // Uploader+Placeholders: the drive's side of content on demand. Opens of placeholders wait for
-// one download per file (on a thread of its own, never a FUSE request thread), and the
-// control commands pin, unpin and evict.
+// one download per file (on a store's download thread, never a FUSE request thread, a few at
+// once: Downloads.swift), and the control commands pin, unpin and evict.
 import Foundation
 import Synchronization
 
@@ -12,9 +12,10 @@ extension Uploader {
         return BackgroundReaders.indexer(pid: pid)
     }
 
-    /// Fills the placeholder at `path` of the store `root` on a thread of its own, then calls
-    /// `done` there (nil: filled, or it was no placeholder). A call for a path being filled
-    /// waits for the same download. `opened`: a program opened it (it counts for readahead).
+    /// Fills the placeholder at `path` of the store `root` on one of the store's download
+    /// threads (Downloads.swift: a few at once, opens before readahead), then calls `done` there
+    /// (nil: filled, or it was no placeholder). A call for a path asked for already waits for
+    /// the same download. `opened`: a program opened it (it counts for readahead). Never waits.
     public func fill(root: String, path: StorePath, opened: Bool = false, ahead: Bool = false,
                      done: @escaping @Sendable (DriveError?) -> Void) {
         guard let store = store(root) else {
@@ -22,65 +23,48 @@ extension Uploader {
             return
         }
         if opened, readsAhead(store) {
-            DispatchQueue.global().async { [self] in
-                let now = ProcessInfo.processInfo.systemUptime
+            let now = ProcessInfo.processInfo.systemUptime
+            store.readaheadWork.async { [self] in
                 let more = store.sync.readahead.openedPlaceholder(path, now: now) { store.sync.smallPlaceholders(in: $0) }
                 fetchAhead(root, store, more)
             }
         }
-        let key = Self.fillingKey(root, path)
-        let first = filling.withLock { m -> Bool in
-            if m[key] != nil {
-                m[key]!.append(done)
-                return false
-            }
-            m[key] = [done]
-            return true
-        }
-        guard first else { return }
         statusMarks.mark(root: root, path: path)
-        let t = Thread { [self] in
+        downloads.request(Self.fillingKey(root, path), lane: root, slots: store.downloadSlots, priority: ahead ? .ahead : .open,
+                          name: store.config.name, job: { [filledTimes, statusMarks] priority in
             var failure: DriveError?
             do throws(DriveError) {
-                try store.sync.hydrate(path, ahead: ahead)
+                try store.sync.hydrate(path, ahead: priority == .ahead, times: filledTimes)
             } catch {
                 failure = error
             }
             store.sync.noteFill(path, failure)
             if failure == nil { store.sync.keepUnderCacheLimit(keeping: path) }
-            let waiters = filling.withLock { $0.removeValue(forKey: key) ?? [] }
             statusMarks.mark(root: root, path: path)
-            for w in waiters { w(failure) }
-        }
-        t.name = "docdrive-download-\(store.config.name)"
-        t.start()
+            return failure
+        }, done: done)
     }
 
     /// Makes the placeholder at `path` the user's file with `body` (an open with O_TRUNC, a
-    /// truncate to 0) while no download of it can start; false, with nothing done, while one
-    /// is going on (the caller waits for it, then goes on with a whole file).
+    /// truncate to 0) while no download of it runs (one only queued is dropped: who waits for
+    /// it finds the user's file); false, with nothing done, while one runs (the caller waits
+    /// for it, then goes on with a whole file).
     public func takePlaceholder(root: String, path: StorePath, _ body: () -> Void) -> Bool {
-        let key = Self.fillingKey(root, path)
-        let free = filling.withLock { m -> Bool in
-            if m[key] != nil { return false }
-            m[key] = []
-            return true
-        }
-        guard free else { return false }
-        body()
-        // A fill asked for meanwhile waited here: the file is no placeholder now.
-        let waiters = filling.withLock { $0.removeValue(forKey: key) ?? [] }
-        for w in waiters { w(nil) }
-        return true
+        downloads.take(Self.fillingKey(root, path), body)
     }
 
-    /// Whether the placeholder at `path` is being downloaded now.
+    /// Whether the placeholder at `path` is asked for or being downloaded now.
     public func isFilling(root: String, path: StorePath) -> Bool {
-        filling.withLock { $0[Self.fillingKey(root, path)] != nil }
+        downloads.isAsked(Self.fillingKey(root, path))
     }
 
-    /// The key of `filling`.
-    static func fillingKey(_ root: String, _ path: StorePath) -> String { root + "\0" + path.description }
+    /// Whether the placeholder at `path` is being downloaded now (not only queued).
+    public func isDownloading(root: String, path: StorePath) -> Bool {
+        downloads.isRunning(Self.fillingKey(root, path))
+    }
+
+    /// The key of a file in `downloads`.
+    static func fillingKey(_ root: String, _ path: StorePath) -> String { Downloads.key(root, path) }
 
     /// Whether the store reads placeholders ahead: on demand, no cache limit (nothing is
     /// downloaded that was not asked for on a device short of space), `readahead: on`.
@@ -104,7 +88,7 @@ extension Uploader {
         guard let store = store(root), store.sync.readahead.active.load(ordering: .relaxed) else { return }
         let more = store.sync.readahead.openedFile(ino: ino, now: ProcessInfo.processInfo.systemUptime)
         if more.isEmpty { return }
-        DispatchQueue.global().async { [self] in fetchAhead(root, store, more) }
+        fetchAhead(root, store, more)
     }
 
     /// Fills the placeholder at `path` and waits for it (control commands: never a FUSE

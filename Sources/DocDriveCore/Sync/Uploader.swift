@@ -30,6 +30,13 @@ public final class Uploader: Sendable {
         /// Changes in the burst that `lastChange` ends (each within a write-back delay of the
         /// one before): a bulk burst (`bulkBurst` or more) that ended goes up at once.
         let burstSize = Atomic<Int>(0)
+        /// Runs the readahead's bookkeeping (a folder's scan included) off the request
+        /// threads, one thing at a time.
+        let readaheadWork: DispatchQueue
+        /// How many placeholders of the store download at once: twice its upload workers (8
+        /// by default), as rclone's checkers (8) are twice its transfers (4). A download is
+        /// waited for by a program; an upload is not.
+        var downloadSlots: Int { 2 * config.workers }
 
         init(config: StoreConfig, cache: String, remote: any Remote, sync: StoreSync, limit: BandwidthLimit?) {
             self.config = config
@@ -37,6 +44,7 @@ public final class Uploader: Sendable {
             self.remote = remote
             self.sync = sync
             self.limit = limit
+            self.readaheadWork = DispatchQueue(label: "docdrive-readahead-\(config.name)")
         }
     }
 
@@ -82,9 +90,11 @@ public final class Uploader: Sendable {
     private let compareScheduled = Mutex<Set<String>>([])
     /// Files being copied, by upload number, with their progress. Lock: leaf.
     private let inFlight = Mutex<[String: InFlightUpload]>([:])
-    /// Placeholders being filled now (store key, NUL, path) with who waits for each: one
-    /// download per file, however many opens wait for it. Lock: leaf.
-    let filling = Mutex<[String: [@Sendable (DriveError?) -> Void]]>([:])
+    /// Placeholders asked for or being filled now, with who waits for each: one download per
+    /// file, however many opens wait for it, a few per store at once (Downloads.swift).
+    let downloads = Downloads()
+    /// Filled placeholders keep showing their ctime (FilledTimes.swift).
+    public let filledTimes = FilledTimes()
     /// What the file system tells the sync engine (set once the file system exists). Lock: leaf.
     private let hooks = Mutex(SyncHooks())
     private let index: ItemIndex

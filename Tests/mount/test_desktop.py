@@ -21,6 +21,7 @@ In CI (CI=true) a missing Xvfb or Nautilus fails the test; elsewhere it is skipp
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ import socket
 import stat
 import subprocess
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -73,15 +75,24 @@ def desk(base_dir):
     runtime = d.base / "xdg-run"
     runtime.mkdir(mode=0o700)
     d.extra_env["XDG_RUNTIME_DIR"] = str(runtime)
+    # The user's freedesktop thumbnail cache, which the drive writes and Nautilus reads.
+    d.extra_env["XDG_CACHE_HOME"] = str(d.base / "xdg-cache")
     k = Desk(d, runtime)
     try:
         d.cli("store", "add", "desk", "--name", "Desk", "--folder", str(k.remote))
         d.mount()
         for n in ("synced.txt", "placeholder.txt", "conflict.txt"):
             (k.dir / n).write_text(f"the first {n}\n")
+        # A document with a picture (LibreOffice embeds one), saved and then a placeholder.
+        src = d.base / "report.txt"
+        src.write_text("Quarterly report\n\nSales went up in every region.\n")
+        run(["soffice", f"-env:UserInstallation=file://{d.base / 'lo-profile'}", "--headless", "--norestore",
+             "--convert-to", "odt", "--outdir", str(k.dir), str(src)], timeout=120)
+        assert wait_until(lambda: xattr_or_none(k.dir / "report.odt", "user.docdrive.thumbnail"), 20), "no picture of report.odt"
         k.sync()
-        p = d.cli("evict", str(k.dir / "placeholder.txt"), check=False)
-        assert p.returncode == 0, p.stderr
+        for n in ("placeholder.txt", "report.odt"):
+            p = d.cli("evict", str(k.dir / n), check=False)
+            assert p.returncode == 0, p.stderr
         # Both sides change conflict.txt while the drive is not mounted: a conflict at the next look.
         assert d.unmount().returncode == 0
         (k.cache / "conflict.txt").write_text("this device's change, longer\n")
@@ -106,6 +117,19 @@ def desk(base_dir):
         assert not problems, problems
 
 
+def xattr_or_none(path: Path, name: str):
+    try:
+        return os.getxattr(path, name)
+    except OSError:
+        return None
+
+
+def downloads(k: Desk) -> list[str]:
+    """The files the daemon downloaded on demand (its log says each)."""
+    text = k.d.log_path.read_text(errors="replace")
+    return [line.split("downloaded ", 1)[1].split(" (", 1)[0] for line in text.splitlines() if "on demand" in line and "downloaded " in line]
+
+
 def failed_count(k: Desk) -> int:
     import json
     st = json.loads(k.d.cli("status", "--json").stdout)
@@ -115,7 +139,7 @@ def failed_count(k: Desk) -> int:
 def expected_states(k: Desk) -> dict[str, str]:
     copy = k.conflict_copies()[0]
     return {"synced.txt": "synced", "placeholder.txt": "placeholder", "conflict.txt": "conflict", copy: "conflict",
-            "failed.fifo": "failed", "pending.txt": "pending"}
+            "failed.fifo": "failed", "pending.txt": "pending", "report.odt": "placeholder"}
 
 
 # --------------------------------------------------------------------------- the socket
@@ -363,7 +387,8 @@ def test_nautilus_shows_each_files_emblem_and_follows_a_change(desk, tmp_path):
     log = tmp_path / "emblems.log"
     env = desktop_env(k, data)
     k.d.cli("desktop", "install", env=env)
-    env.update({"DOCDRIVE_EMBLEM_LOG": str(log), "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
+    # Nautilus reads the thumbnail cache the drive writes (the same user's $XDG_CACHE_HOME).
+    env.update({"DOCDRIVE_EMBLEM_LOG": str(log), "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": k.d.extra_env["XDG_CACHE_HOME"],
                 "GSK_RENDERER": "cairo", "NO_AT_BRIDGE": "1", "GTK_A11Y": "none", "LANG": "C.UTF-8"})
     env.pop("DBUS_SESSION_BUS_ADDRESS", None)
     # Nautilus's embedded Python finds its prefix through PATH: the system's python3 (with
@@ -385,6 +410,17 @@ def test_nautilus_shows_each_files_emblem_and_follows_a_change(desk, tmp_path):
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
         if os.environ.get("DOCDRIVE_SCREENSHOT"):
             shutil.copy(shot, os.environ["DOCDRIVE_SCREENSHOT"])
+        # The placeholder document's thumbnail came from the cache the drive wrote: Nautilus
+        # (and any thumbnailer it ran) downloaded nothing of it.
+        assert not [f for f in downloads(k) if f.endswith("report.odt")], downloads(k)
+        # It was the drive's picture: in the cache under the file's URI, and no thumbnailer
+        # failed on the file (one would have been run, and refused, without it).
+        uri = "file://" + urllib.parse.quote(str(k.dir / "report.odt"))
+        thumbs = Path(k.d.extra_env["XDG_CACHE_HOME"]) / "thumbnails"
+        md5 = hashlib.md5(uri.encode()).hexdigest() + ".png"
+        assert (thumbs / "large" / md5).exists(), sorted(str(p.relative_to(thumbs)) for p in thumbs.rglob("*.png"))
+        assert not list(thumbs.glob(f"fail/*/{md5}")), "a thumbnailer failed on the placeholder document"
+        assert k.xstatus("report.odt") == "placeholder"
         # A change the daemon tells: the placeholder, pinned, is downloaded; Nautilus asks again.
         p = k.d.cli("pin", str(k.dir / "placeholder.txt"), check=False)
         assert p.returncode == 0, p.stderr

@@ -139,6 +139,10 @@ public final class Downloads: Sendable {
                     t.lanes[lane]!.running += 1
                     return (key, job, e.priority)
                 }
+                // It gives up its name with its slot (one prctl, under the lock): the threads
+                // named for downloads are never more than the slots, even while one that
+                // ended is still exiting and another starts.
+                Sys.nameThisThread("dd-ended")
                 t.lanes[lane]!.threads -= 1
                 if t.lanes[lane]!.threads == 0 { t.lanes[lane] = nil }
                 return nil

@@ -396,4 +396,41 @@ final class SyncEngineTests: XCTestCase {
         XCTAssertEqual(b.read("f.txt"), "same bytes")
         XCTAssertEqual(try b.id("f.txt"), newID)
     }
+
+    func testOneItemIDAtTwoPathsOnTheRemoteBecomesTwoItemsOnEveryDevice() throws {
+        for (kind, config) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(config, kind, files: ["f.txt": "v1"])
+            let id = try XCTUnwrap(try a.id("f.txt"))
+            // When the remote comes to hold its id at a second path too (two devices' changes
+            // crossed: one moved it by a new upload, one wrote at the old name)
+            let remote: any Remote
+            switch config {
+            case .folder(let path): remote = FolderRemote(root: path)
+            case .s3(let settings): remote = try S3Remote(settings: settings, device: "test")
+            }
+            let tmp = base + "/copy-\(kind)"
+            FileManager.default.createFile(atPath: tmp, contents: Data("v2 elsewhere".utf8))
+            let fd = open(tmp, O_RDONLY)
+            defer { close(fd) }
+            _ = try remote.upload(from: fd, to: "g.txt", expecting: .absent, meta: RemoteMeta(itemID: id, deviceID: "x", deviceName: "gamma"),
+                                  limit: nil, progress: nil)
+            // and the devices list it twice, the grace apart
+            settleAll(a, b)
+            Thread.sleep(forTimeInterval: DuplicateIDs.grace + 0.1)
+            settleAll(a, b, a, b)
+            // Then the first path (in byte order) keeps the id; the other is an item of its own,
+            // with one new id on the remote and on both devices
+            let items = Dictionary(uniqueKeysWithValues: try remote.list().map { ($0.path.description, $0.meta.itemID) })
+            XCTAssertEqual(items["f.txt"], id, kind)
+            let other = try XCTUnwrap(items["g.txt"] ?? nil, kind)
+            XCTAssertNotEqual(other, id, kind)
+            XCTAssertEqual(other, DuplicateIDs.derived(id, at: "g.txt"), kind)
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v1", "g.txt": "v2 elsewhere"], kind)
+                XCTAssertEqual(try d.id("f.txt"), id, kind)
+                XCTAssertEqual(try d.id("g.txt"), other, kind)
+            }
+        }
+    }
 }

@@ -496,11 +496,43 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     where: dict[bytes, str] = {}  # the path each closed version was written at (for the failure message)
     superseded: set[bytes] = set()  # versions a device replaced or deleted after seeing them
 
-    def seen(p: Path):
+    def replace(p: Path, data: bytes, append: bool = False) -> bytes:
+        """Writes `data` into p (made if missing; after its end with `append`) through the one
+        descriptor that first read what p held: the version replaced is the one this device
+        saw. (A look, then open(O_TRUNC), would replace unseen a version downloaded between
+        the two: the test's race, not a lost update.) Returns p's new content."""
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            superseded.add(p.read_bytes())
-        except (FileNotFoundError, IsADirectoryError):
-            pass
+            old = b""
+            while chunk := os.read(fd, 1 << 20):
+                old += chunk
+            superseded.add(old)
+            if not append:
+                os.ftruncate(fd, 0)
+            at = len(old) if append else 0
+            view = memoryview(data)
+            while view:
+                n = os.pwrite(fd, view, at)
+                view, at = view[n:], at + n
+        finally:
+            os.close(fd)
+        return old + data if append else data
+
+    def remove(p: Path):
+        """Deletes p after reading it, unless the file there is no longer the one read."""
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            old = b""
+            while chunk := os.read(fd, 1 << 20):
+                old += chunk
+            ino = os.fstat(fd).st_ino
+        finally:
+            os.close(fd)
+        superseded.add(old)
+        if os.stat(p).st_ino != ino:
+            raise FileNotFoundError(p)  # replaced by a download since the read: raced
+        os.unlink(p)
     counter = 0
 
     def content(dev):
@@ -524,23 +556,18 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
             if op == "create" or not existing:
                 p = dev.dir / rng.choice(folders) / rng.choice(names)
                 data = content(dev)
-                seen(p)
-                write(p, data)
+                replace(p, data)
                 closed.append((dev.name, data))
                 where[data] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "edit":
                 p = rng.choice(existing)
                 data = content(dev)
-                seen(p)
-                write(p, data)
+                replace(p, data)
                 closed.append((dev.name, data))
                 where[data] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "append":
                 p = rng.choice(existing)
-                seen(p)
-                with open(p, "ab") as f:
-                    f.write(content(dev))
-                closed.append((dev.name, p.read_bytes()))
+                closed.append((dev.name, replace(p, content(dev), append=True)))
                 where[closed[-1][1]] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "rename":
                 p = rng.choice(existing)
@@ -556,16 +583,14 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
                     renameat2(p, q, RENAME_NOREPLACE)
             elif op == "delete":
                 p = rng.choice(existing)
-                seen(p)
-                os.unlink(p)
+                remove(p)
             elif op == "same":
                 # The same file edited on two devices at once.
                 rel = rng.choice(existing).relative_to(dev.dir)
                 for other in devs:
                     if (other.dir / rel).exists():
                         data = content(other)
-                        seen(other.dir / rel)
-                        write(other.dir / rel, data)
+                        replace(other.dir / rel, data)
                         closed.append((other.name, data))
                         where[data] = f"{op} {i} at {rel}"
         except (FileNotFoundError, FileExistsError):

@@ -278,6 +278,30 @@ extension FolderRemote: Remote {
         _ = fsync(dfd)
     }
 
+    public func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        try Self.checkRelative(path)
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else {
+            throw DriveError(.remoteChanged, "\(path) was deleted on the remote meanwhile.")
+        }
+        defer { close(dfd) }
+        return try withStoreLock(rootfd) { () throws(DriveError) -> RemoteItem in
+            guard let st = Beneath.stat(dfd, path.lastName), st.st_mode & S_IFMT == S_IFREG, Self.version(st) == version else {
+                throw DriveError(.remoteChanged, "\(path) changed on the remote since this device last saw it.")
+            }
+            let fd = Beneath.withCName(path.lastName) { openat(dfd, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+            guard fd >= 0 else { throw remoteError("cannot open", path, errno) }
+            defer { close(fd) }
+            Self.writeMeta(fd: fd, meta)
+            // An extended attribute changes the ctime only: the version (size, mtime, inode) stays.
+            guard let now = Beneath.stat(dfd, path.lastName), let item = Self.item(path, dfd, path.lastName, now) else {
+                throw DriveError(.remoteChanged, "\(path) was deleted on the remote meanwhile.")
+            }
+            return item
+        }
+    }
+
     public func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem {
         try Self.checkRelative(from)
         try Self.checkRelative(to)

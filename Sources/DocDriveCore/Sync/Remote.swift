@@ -96,6 +96,11 @@ public protocol Remote: Sendable {
     /// moves with what is in it. Returns the moved item.
     func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem
 
+    /// Gives the file at `path` (if still `version`) the metadata `meta` (its item id above all),
+    /// its bytes unchanged. How one item id that two devices' crossed writes left at two paths
+    /// becomes two items again (`StoreSync.healDuplicateIDs`). Returns the item.
+    func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(DriveError) -> RemoteItem
+
     /// Clears what an interrupted write of this device left (temporary files, unfinished
     /// multipart uploads); call when no write of this device runs. Returns how many.
     func removeStaleUploads() -> Int

@@ -120,6 +120,36 @@ extension S3Remote {
         return RemoteItem(path: to, kind: h.link ? .symlink : .file, version: h.etag, size: h.size, meta: h.meta)
     }
 
+    public func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        try checkConditionalWrites()
+        let key = try keys.key(path)
+        guard let h = try head(key), h.etag == version else {
+            throw DriveError(.remoteChanged, "\(path) changed on \(displayName) since this device last saw it.")
+        }
+        guard h.size <= S3Settings.partSizeRange.upperBound else {
+            throw DriveError(.busy, "\(path) is too large to be given new metadata by a copy onto itself.")
+        }
+        // A copy onto itself with new metadata: the bytes (and, for an object written in one
+        // piece, the ETag) stay.
+        var m = meta
+        m.mtimeNanoseconds = meta.mtimeNanoseconds ?? h.meta.mtimeNanoseconds
+        m.mode = meta.mode ?? h.meta.mode
+        let source = "/" + client.settings.bucket + "/" + SigV4.encode(key, slash: false)
+        let r = try client.send(.PUT, key: key, headers: [("x-amz-copy-source", source), ("x-amz-copy-source-if-match", "\"\(version)\""),
+                                                          ("x-amz-metadata-directive", "REPLACE"), ("Content-Type", "application/octet-stream")]
+                                  + S3Meta.headers(m, link: h.link, upload: h.upload))
+        if r.status == 412 || r.status == 404 || r.status == 409 {
+            throw DriveError(.remoteChanged, "\(path) changed on \(displayName) since this device last saw it.")
+        }
+        guard r.status == 200, S3XML(r.body).rootName != "Error" else {
+            throw client.failure(r.status == 200 ? S3Response(status: 500, headers: r.headers, body: r.body) : r, "give \(path) its own item id")
+        }
+        guard let now = try head(key) else {
+            throw DriveError(.remoteChanged, "\(path) was deleted on \(displayName) meanwhile.")
+        }
+        return RemoteItem(path: path, kind: now.link ? .symlink : .file, version: now.etag, size: now.size, meta: now.meta)
+    }
+
     /// Server-side copy of `key` (if still `etag`) to `to`, where nothing may be; metadata
     /// goes along. Objects over 5 GiB are copied in parts.
     func copyObject(_ key: String, etag: String, size: Int64, to: String, what: String) throws(DriveError) {

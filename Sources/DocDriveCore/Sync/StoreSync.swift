@@ -3,6 +3,7 @@
 // and does it: every remote write and delete conditional on the base, every local change made
 // under a temporary name and renamed into place under a writing intent.
 import CDocDriveSys
+import Crypto
 import Foundation
 import Logging
 import Synchronization
@@ -97,6 +98,10 @@ final class StoreSync: Sendable {
     private let busyPaths = Mutex<[StorePath]>([])
     /// The last listing of the remote, by item id (for renames made on another device). Lock: leaf.
     private let remoteIDs = Mutex<[String: StorePath]>([:])
+    /// Item ids the listing found at several paths (files and links), with the paths and the
+    /// time they were first listed so (`healDuplicateIDs`).
+    private let duplicateIDs = Mutex<[String: (paths: [StorePath], since: Double)]>([:])
+
     /// The hashes of every path the last listing of the remote held (files, folders, links),
     /// nil before the first one: a path that is not among them is new since (see `newHereID`).
     /// Two paths with one hash only cost the usual look at the remote. Lock: leaf.
@@ -805,6 +810,7 @@ final class StoreSync: Sendable {
             l.kind == .file ? Self.openForIntent(dir, name) : nil
         }
         defer { if let current, current >= 0 { close(current) } }
+        var placedToken: String?
         let place: () throws -> Void = { [self] in
             let now = Beneath.stat(dir, name)
             let unchanged: Bool = {
@@ -830,7 +836,18 @@ final class StoreSync: Sendable {
                     throw DriveError.io("cannot place the link \(r.path) in the local copy", .init(rawValue: e))
                 }
             } else {
-                let moved = Beneath.withCName(name) { renameat(AT_FDCWD, tmp.path, dir, $0) }
+                // The base takes the placed file's own time and inode, from before it is in
+                // place: a process may open it with O_TRUNC the moment it is (and write, and
+                // close) before a stat by name would see it, and that change must go up.
+                var st = stat()
+                guard fstat(tmp.fd, &st) == 0 else { throw DriveError.io("cannot read the download of \(r.path)", .init(rawValue: errno)) }
+                placedToken = FolderRemote.version(st)
+                // Where nothing was, a file a process made meanwhile is not replaced.
+                let flags: UInt32 = now == nil ? UInt32(dd_RENAME_NOREPLACE) : 0
+                let moved = Beneath.withCName(name) { dd_renameat2(AT_FDCWD, tmp.path, dir, $0, flags) }
+                if moved != 0, errno == EEXIST {
+                    throw DriveError(.remoteChanged, "\(r.path) was made here while the remote's version was downloaded.")
+                }
                 guard moved == 0 else { throw DriveError.io("cannot place \(r.path) in the local copy", .init(rawValue: errno)) }
                 placed = true
             }
@@ -866,7 +883,7 @@ final class StoreSync: Sendable {
         }
         guard let now = Beneath.stat(dir, name), let kind = FolderRemote.kind(now) else { return }
         let id = r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now))
-        try bases.put(root: key, BaseRow(path: r.path, id: id, kind: kind, localToken: FolderRemote.version(now), remoteToken: r.version))
+        try bases.put(root: key, BaseRow(path: r.path, id: id, kind: kind, localToken: placedToken ?? FolderRemote.version(now), remoteToken: r.version))
         if kind == .file, let id { hooks().arrived(key, r.path, id, !asPlaceholder) }
     }
 
@@ -1090,11 +1107,18 @@ final class StoreSync: Sendable {
         }
         var byPath = [StorePath: RemoteItem](minimumCapacity: items.count)
         var byID = [String: StorePath]()
+        var several = [String: [RemoteItem]]()
         for i in items {
             byPath[i.path] = i
-            if let id = i.meta.itemID { byID[id] = i.path }
+            if let id = i.meta.itemID {
+                if let first = byID[id], let f = byPath[first], f.kind != .folder, i.kind != .folder {
+                    several[id, default: [f]].append(i)
+                }
+                byID[id] = i.path
+            }
         }
         remoteIDs.withLock { $0 = byID }
+        let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
         listed.withLock { $0 = Set(items.map(\.path.hashValue)) }
         guard let all = try? bases.all(root: key) else { return 0 }
         var changed = Set<StorePath>()
@@ -1107,12 +1131,16 @@ final class StoreSync: Sendable {
                 // Another item id with the same version: another item with the same bytes (S3's
                 // version is the content's MD5), whose id this device must take.
                 if r.version != b.remoteToken || r.kind != b.kind || r.meta.itemID.map({ $0 != b.id }) ?? false { changed.insert(b.path) }
+                // Its id now elsewhere only (an id healed at this path, `healDuplicateIDs`): the
+                // item there takes it here too (a download of this one may have taken it).
+                if let id = b.id, r.meta.itemID != id, let p = byID[id], p != b.path { changed.insert(p) }
             } else {
                 changed.insert(b.path)
                 if let id = b.id, let to = byID[id] { changed.insert(to) }
             }
         }
         for i in items where !known.contains(i.path) { changed.insert(i.path) }
+        changed.formUnion(healed)
         // On demand, the files that are new here (a store just joined: all of them) become
         // placeholders at once, without a decision each.
         if content == .onDemand {
@@ -1127,6 +1155,53 @@ final class StoreSync: Sendable {
         let batch = changed.sorted { $0.bytes.count < $1.bytes.count }.map { (key, $0, now) }
         try? queue.enqueueAll(batch)
         return batch.count
+    }
+
+    /// One item id at several paths on the remote: two devices' changes crossed where the
+    /// remote has no transaction over two keys (S3: one device moved a file by a new upload
+    /// under its new name while another wrote its change at the old one). Every path but the
+    /// first (in byte order) becomes an item of its own, with an id derived from the old id and
+    /// its path, so that devices that heal at once write the same. Only ids listed at the same
+    /// paths for `duplicateGrace` seconds (a move between its copy and its delete is not
+    /// healed). Returns the paths to decide again (each device then takes the new id).
+    private func healDuplicateIDs(_ found: [String: [RemoteItem]], now: Double) -> [StorePath] {
+        let due = duplicateIDs.withLock { seen -> [(String, [RemoteItem])] in
+            var due = [(String, [RemoteItem])]()
+            var next = [String: (paths: [StorePath], since: Double)]()
+            for (id, items) in found {
+                let paths = items.map(\.path).sorted { $0.bytes.lexicographicallyPrecedes($1.bytes) }
+                if let s = seen[id], s.paths == paths {
+                    next[id] = s
+                    if now - s.since >= DuplicateIDs.grace { due.append((id, items)) }
+                } else {
+                    next[id] = (paths, now)
+                }
+            }
+            seen = next
+            return due
+        }
+        var healed = [StorePath]()
+        for (id, items) in due {
+            let sorted = items.sorted { $0.path.bytes.lexicographicallyPrecedes($1.path.bytes) }
+            for r in sorted.dropFirst() {
+                // A path syncing now is healed at a later listing.
+                guard tryLock([r.path]) else { continue }
+                defer { unlock([r.path]) }
+                var m = r.meta
+                m.itemID = DuplicateIDs.derived(id, at: r.path)
+                do {
+                    _ = try remote.reassign(r.path, version: r.version, meta: m)
+                    logger.info("store \(name): \(r.path) had the item id of \(sorted[0].path) on the remote (two devices' changes crossed); it is an item of its own now")
+                    // Both paths are decided again: the first keeps the id here too (a download
+                    // of the other may have taken it on this device).
+                    healed += [r.path, sorted[0].path]
+                } catch {
+                    logger.debug("store \(name): \(r.path) keeps the item id of \(sorted[0].path) for now: \(error.message)")
+                }
+            }
+        }
+        if !healed.isEmpty { duplicateIDs.withLock { s in for p in healed { s = s.filter { !$0.value.paths.contains(p) } } } }
+        return healed
     }
 
     /// At start: queues every local path that differs from its base (saved while not mounted,
@@ -1182,5 +1257,29 @@ final class StoreSync: Sendable {
         for (_, c) in list where (try? localItem(StorePath(c.copy))) ?? nil == nil {
             try? bases.removeConflict(root: key, copy: c.copy)
         }
+    }
+}
+
+/// One item id at several paths of a remote (`StoreSync.healDuplicateIDs`).
+public enum DuplicateIDs {
+    /// How long one id must stay at the same paths before it is healed: longer than a move
+    /// of this or another device takes between its copy and its delete (S3).
+    public static let grace = 2.0
+
+    /// The id an item at `path` takes when it must stop sharing `id`: the same on every device
+    /// (a UUID made from a SHA-256 of both, version 8).
+    public static func derived(_ id: String, at path: StorePath) -> String {
+        var h = SHA256()
+        h.update(data: Array("docdrive-item-id".utf8) + [0] + Array(id.utf8) + [0] + path.bytes)
+        var b = Array(h.finalize().prefix(16))
+        b[6] = (b[6] & 0x0F) | 0x80
+        b[8] = (b[8] & 0x3F) | 0x80
+        var out = ""
+        for (i, byte) in b.enumerated() {
+            if i == 4 || i == 6 || i == 8 || i == 10 { out += "-" }
+            let hex = String(byte, radix: 16)
+            out += hex.count == 1 ? "0" + hex : hex
+        }
+        return out
     }
 }

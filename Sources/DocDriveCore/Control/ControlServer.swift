@@ -11,76 +11,29 @@ import Glibc
 #endif
 
 extension DriveHome {
-    public var controlSocketPath: String { runPath + "/control.sock" }
+    public var controlSocketPath: String { runPath + "/" + Self.controlSocketName }
+    static let controlSocketName = "control.sock"
 }
 
 /// The daemon's side. Each connection is served on its own thread (a copy may take a while).
 public final class ControlServer: Sendable {
-    private let path: String
-    private let fd: Int32
+    private let listener: UnixSocketListener
     /// Answers a decoded request on its connection (once, or a stream of lines for a live query).
     private let handler: @Sendable (ControlRequest, ControlConnection) -> Void
     private let logger: Logger
-    private let stopped = Atomic<Bool>(false)
 
     public init(home: DriveHome, logger: Logger, handler: @escaping @Sendable (ControlRequest, ControlConnection) -> Void) throws(DriveError) {
-        path = home.controlSocketPath
         self.logger = logger
         self.handler = handler
-        unlink(path)
-        let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard s >= 0 else { throw DriveError.io("Cannot create the control socket", .init(rawValue: errno)) }
-        // Created private: the daemon runs with umask 0, so mask it while binding.
-        let old = umask(0o177)
-        let r = Self.withAddress(home) { bind(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        umask(old)
-        guard r == 0, chmod(path, 0o600) == 0, listen(s, 16) == 0 else {
-            let e = errno
-            close(s)
-            throw DriveError.io("Cannot listen on \(path)", .init(rawValue: e))
-        }
-        fd = s
-    }
-
-    /// The socket's address. A path in sun_path may have 107 bytes at most, so the run folder
-    /// is named through a descriptor ("/proc/self/fd/N/control.sock"): any drive home works.
-    static func withAddress(_ home: DriveHome, _ body: (UnsafePointer<sockaddr>) -> Int32) -> Int32 {
-        let dir = Glibc.open(home.runPath, Sys.O_PATH | Sys.O_DIRECTORY | Sys.O_CLOEXEC)
-        guard dir >= 0 else { return -1 }
-        defer { Sys.close(dir) }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array("/proc/self/fd/\(dir)/control.sock".utf8)
-        withUnsafeMutableBytes(of: &addr.sun_path) { p in
-            for (i, b) in bytes.enumerated() { p[i] = b }
-            p[bytes.count] = 0
-        }
-        return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0) } }
+        listener = try UnixSocketListener(folder: home.runPath, name: DriveHome.controlSocketName, what: "the control socket")
     }
 
     public func start() {
-        let t = Thread { [self] in
-            while !stopped.load(ordering: .relaxed) {
-                let c = dd_accept(fd)
-                if c < 0 {
-                    if errno == EINTR || errno == ECONNABORTED { continue }
-                    if stopped.load(ordering: .relaxed) { return }
-                    usleep(10_000)
-                    continue
-                }
-                let conn = Thread { [self] in serve(c) }
-                conn.start()
-            }
-        }
-        t.name = "docdrive-control"
-        t.start()
+        listener.start(thread: "docdrive-control", connectionThread: nil) { [self] c in serve(c) }
     }
 
     public func stop() {
-        stopped.store(true, ordering: .relaxed)
-        shutdown(fd, Int32(SHUT_RDWR))
-        close(fd)
-        unlink(path)
+        listener.stop()
     }
 
     private func serve(_ c: Int32) {

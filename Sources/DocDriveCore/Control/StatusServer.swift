@@ -29,9 +29,8 @@ public final class StatusServer: Sendable {
         "status-" + Hex.encode(SHA256.hash(data: Data(mountpoint.utf8)).prefix(6)) + ".sock"
     }
 
-    private let folder: String
-    public let path: String
-    private let fd: Int32
+    private let listener: UnixSocketListener
+    public var path: String { listener.path }
     private let mountpoint: String
     private let greeting: String
     private let service: FileStatusService
@@ -44,7 +43,6 @@ public final class StatusServer: Sendable {
     static let lookInterval: useconds_t = 400_000
 
     public init(folder: String, mountpoint: String, home: DriveHome, service: FileStatusService, logger: Logger) throws(DriveError) {
-        self.folder = folder
         self.mountpoint = mountpoint
         self.service = service
         self.logger = logger
@@ -55,56 +53,11 @@ public final class StatusServer: Sendable {
         guard lstat(folder, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == geteuid(), st.st_mode & 0o077 == 0 else {
             throw DriveError(.notPermitted, "\(folder) is not a private folder of this user: no status socket for file managers.")
         }
-        let name = Self.socketName(mountpoint: mountpoint)
-        path = folder + "/" + name
-        unlink(path)
-        let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard s >= 0 else { throw DriveError.io("Cannot create the status socket", .init(rawValue: errno)) }
-        let old = umask(0o177)
-        let r = Self.bind(s, folder: folder, name: name)
-        umask(old)
-        guard r == 0, listen(s, 16) == 0 else {
-            let e = errno
-            close(s)
-            throw DriveError.io("Cannot listen on \(path)", .init(rawValue: e))
-        }
-        fd = s
-    }
-
-    /// Binds through "/proc/self/fd/N/NAME": sun_path holds 107 bytes, a runtime folder may be longer.
-    private static func bind(_ s: Int32, folder: String, name: String) -> Int32 {
-        let dir = Glibc.open(folder, Sys.O_PATH | Sys.O_DIRECTORY | Sys.O_CLOEXEC)
-        guard dir >= 0 else { return -1 }
-        defer { Sys.close(dir) }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array("/proc/self/fd/\(dir)/\(name)".utf8)
-        withUnsafeMutableBytes(of: &addr.sun_path) { p in
-            for (i, b) in bytes.enumerated() { p[i] = b }
-            p[bytes.count] = 0
-        }
-        return withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        listener = try UnixSocketListener(folder: folder, name: Self.socketName(mountpoint: mountpoint), what: "the status socket")
     }
 
     public func start() {
-        let t = Thread { [self] in
-            while !stopped.load(ordering: .relaxed) {
-                let c = dd_accept(fd)
-                if c < 0 {
-                    if errno == EINTR || errno == ECONNABORTED { continue }
-                    if stopped.load(ordering: .relaxed) { return }
-                    usleep(10_000)
-                    continue
-                }
-                let conn = Thread { [self] in serve(c) }
-                conn.name = "docdrive-status-conn"
-                conn.start()
-            }
-        }
-        t.name = "docdrive-status"
-        t.start()
+        listener.start(thread: "docdrive-status", connectionThread: "docdrive-status-conn") { [self] c in serve(c) }
         let looker = Thread { [self] in
             dd_background_thread()
             while !stopped.load(ordering: .relaxed) {
@@ -118,9 +71,7 @@ public final class StatusServer: Sendable {
 
     public func stop() {
         stopped.store(true, ordering: .relaxed)
-        shutdown(fd, Int32(SHUT_RDWR))
-        close(fd)
-        unlink(path)
+        listener.stop()
         for c in connections.withLock({ Array($0.values) }) { shutdown(c.fd, Int32(SHUT_RDWR)) }
     }
 

@@ -128,22 +128,11 @@ enum QueryFastPath {
     /// Sends the request to the daemon's control socket (as `ControlClient` does) and reads the
     /// whole answer; nil if there is no daemon or it fails.
     static func ask(_ runPath: String, _ request: String) -> [UInt8]? {
-        let dir = open(runPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard dir >= 0 else { return nil }
-        defer { close(dir) }
         let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { return nil }
         defer { close(s) }
-        // sun_path holds 107 bytes: the run folder is named through its descriptor.
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let path = Array("/proc/self/fd/\(dir)/control.sock".utf8)
-        withUnsafeMutableBytes(of: &addr.sun_path) { p in
-            for (k, b) in path.enumerated() { p[k] = b }
-            p[path.count] = 0
-        }
-        let r = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        let r = UnixSocket.withAddress(folder: runPath, name: DriveHome.controlSocketName) {
+            connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
         }
         guard r == 0 else { return nil }
         var tv = timeval(tv_sec: 600, tv_usec: 0)

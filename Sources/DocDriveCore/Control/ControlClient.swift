@@ -53,7 +53,7 @@ public enum ControlClient {
         }
         let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { throw DriveError.io("Cannot create a socket", .init(rawValue: errno)) }
-        let r = UnixSocketListener.withAddress(folder: home.runPath, name: DriveHome.controlSocketName) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        let r = UnixSocket.withAddress(folder: home.runPath, name: DriveHome.controlSocketName) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         guard r == 0 else {
             let e = errno
             close(s)

@@ -12,7 +12,7 @@ import Glibc
 
 extension DriveHome {
     public var controlSocketPath: String { runPath + "/" + Self.controlSocketName }
-    static let controlSocketName = "control.sock"
+    public static let controlSocketName = "control.sock"
 }
 
 /// The daemon's side. Each connection is served on its own thread (a copy may take a while).

@@ -34,23 +34,7 @@ final class UnixSocketListener: Sendable {
     }
 
     private static func bind(_ s: Int32, folder: String, name: String) -> Int32 {
-        withAddress(folder: folder, name: name) { Glibc.bind(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-    }
-
-    /// The address of `folder/name` for bind(2) or connect(2), through "/proc/self/fd/N/NAME":
-    /// sun_path holds 107 bytes at most, and a drive home or a runtime folder may be longer.
-    static func withAddress(folder: String, name: String, _ body: (UnsafePointer<sockaddr>) -> Int32) -> Int32 {
-        let dir = Glibc.open(folder, Sys.O_PATH | Sys.O_DIRECTORY | Sys.O_CLOEXEC)
-        guard dir >= 0 else { return -1 }
-        defer { Sys.close(dir) }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array("/proc/self/fd/\(dir)/\(name)".utf8)
-        withUnsafeMutableBytes(of: &addr.sun_path) { p in
-            for (i, b) in bytes.enumerated() { p[i] = b }
-            p[bytes.count] = 0
-        }
-        return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0) } }
+        UnixSocket.withAddress(folder: folder, name: name) { Glibc.bind(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
     }
 
     var isStopped: Bool { stopped.load(ordering: .relaxed) }
@@ -82,5 +66,23 @@ final class UnixSocketListener: Sendable {
         shutdown(fd, Int32(SHUT_RDWR))
         close(fd)
         unlink(path)
+    }
+}
+
+public enum UnixSocket {
+    /// The address of `folder/name` for bind(2) or connect(2), through "/proc/self/fd/N/NAME":
+    /// sun_path holds 107 bytes at most, and a drive home or a runtime folder may be longer.
+    public static func withAddress(folder: String, name: String, _ body: (UnsafePointer<sockaddr>) -> Int32) -> Int32 {
+        let dir = Glibc.open(folder, Sys.O_PATH | Sys.O_DIRECTORY | Sys.O_CLOEXEC)
+        guard dir >= 0 else { return -1 }
+        defer { Sys.close(dir) }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array("/proc/self/fd/\(dir)/\(name)".utf8)
+        withUnsafeMutableBytes(of: &addr.sun_path) { p in
+            for (i, b) in bytes.enumerated() { p[i] = b }
+            p[bytes.count] = 0
+        }
+        return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0) } }
     }
 }

@@ -1,5 +1,6 @@
 // FuseContext: what every FUSE callback reaches through the request's userdata.
 import CFuse
+import Foundation
 import DocDriveCore
 import Logging
 import Synchronization
@@ -15,8 +16,9 @@ public final class FuseContext: Sendable {
     /// report. Without it (a private mount), the backing files check them, for the daemon's
     /// user, who is the only caller.
     let kernelChecksPermissions: Bool
-    /// The libfuse session, set while mounted (for notifications).
-    let session = Mutex<SessionPointer>(SessionPointer(nil))
+    /// The libfuse session, set while mounted (for notifications), and how many notifications
+    /// are being sent. Lock: a leaf, never held across a call into libfuse (`notify`).
+    let session = Mutex<SessionState>(SessionState())
     /// Told of every request and of files opened for writing (nil: nothing is uploaded).
     let activity: MountActivity?
 
@@ -32,10 +34,29 @@ public final class FuseContext: Sendable {
 
     /// Makes the kernel fetch a node's attributes again on next use.
     func invalidateAttributes(_ ino: UInt64) {
-        session.withLock { s in
-            guard let se = s.pointer else { return }
-            _ = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0)
+        notify { se in _ = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0) }
+    }
+
+    /// Runs `body` with the session while mounted, outside the session's lock: the kernel may
+    /// make a notification wait for a folder's lock that a request holds, and that request's
+    /// handler may notify too (with the lock held across the call, a sync thread's entry
+    /// invalidation and an open's attribute invalidation deadlocked the mount).
+    func notify(_ body: (OpaquePointer) -> Void) {
+        let se = session.withLock { s -> OpaquePointer? in
+            guard let p = s.pointer.pointer else { return nil }
+            s.notifying += 1
+            return p
         }
+        guard let se else { return }
+        defer { session.withLock { $0.notifying -= 1 } }
+        body(se)
+    }
+
+    /// No notification starts from now on; waits (at most `seconds`) for those being sent.
+    func endNotifications(waiting seconds: Double) {
+        session.withLock { $0.pointer = SessionPointer(nil) }
+        let deadline = Date().addingTimeInterval(seconds)
+        while session.withLock({ $0.notifying }) > 0 && Date() < deadline { usleep(10_000) }
     }
 }
 

@@ -65,19 +65,19 @@ public final class FuseSession: Sendable {
             }
         }
         context.passthrough.setDevice(fuse_session_fd(se))
-        context.session.withLock { $0 = SessionPointer(se) }
+        context.session.withLock { $0.pointer = SessionPointer(se) }
         // Commands of the control socket change folders behind the kernel's back: they drop
         // its cached entries so the change shows at once.
         context.fs.setEntryInvalidator { [self] parent, name in
-            context.session.withLock { s in
-                guard let se = s.pointer else { return }
-                _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
-            }
+            context.notify { se in _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) } }
         }
         logger.info("mounted at \(mountpoint) with -o \(mountOptions)")
         let rc = cfuse_session_loop_mt(se, 4, maxThreads)
-        context.session.withLock { $0 = SessionPointer(nil) }
+        context.session.withLock { $0.pointer = SessionPointer(nil) }
         fuse_session_unmount(se)
+        // A notification still waiting in the kernel ends with the connection; the session is
+        // destroyed after it (or after 5 s).
+        context.endNotifications(waiting: 5)
         logger.info("session loop ended (\(rc)); unmounted \(mountpoint)")
     }
 
@@ -85,15 +85,21 @@ public final class FuseSession: Sendable {
     /// which ends the loop once the last request is answered.
     public func requestExit() {
         context.session.withLock { s in
-            guard let se = s.pointer else { return }
+            guard let se = s.pointer.pointer else { return }
             fuse_session_exit(se)
             fuse_session_unmount(se)
         }
     }
 }
 
-/// libfuse's session pointer; used only under `FuseSession.session`'s lock.
+/// libfuse's session pointer; read only under `FuseContext.session`'s lock.
 struct SessionPointer: @unchecked Sendable {
     let pointer: OpaquePointer?
     init(_ p: OpaquePointer?) { pointer = p }
+}
+
+/// The session while mounted, and the notifications being sent with it (`FuseContext.notify`).
+struct SessionState: Sendable {
+    var pointer = SessionPointer(nil)
+    var notifying = 0
 }

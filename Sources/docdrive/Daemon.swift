@@ -137,7 +137,11 @@ struct Daemon {
         case .references:
             connection.answer { ReferencesAnswer(references: documents.references()) }
         case .syncPoll(let r):
-            connection.answer { SyncPollAnswer(stores: uploader.pollAndWait(timeout: r.timeout ?? 120)) }
+            connection.answer { () -> SyncPollAnswer in
+                let stores = uploader.pollAndWait(timeout: r.timeout ?? 120)
+                DriveFileSystem.waitForKernelNotices()  // what arrived shows when sync returns
+                return SyncPollAnswer(stores: stores)
+            }
         case .indexError:
             connection.answer { IndexErrorAnswer(error: uploader.lastIndexWriteError()) }
         case .query(let q):

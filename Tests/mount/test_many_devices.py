@@ -31,6 +31,7 @@ import re
 import shutil
 import sys
 import uuid
+import threading
 import time
 from pathlib import Path
 
@@ -400,6 +401,47 @@ def test_a_file_open_for_writing_is_not_replaced_under_its_writer(new_drive, sha
     assert len(copies) == 1, tree(b.dir)
     assert {(b.dir / "open.txt").read_bytes(), (b.dir / copies[0]).read_bytes()} == {b"B1", b"v2 from alpha"}
     assert tree(a.dir) == tree(b.dir)
+
+
+@pytest.mark.timeout(120)
+def test_downloads_into_a_folder_where_files_are_being_opened_do_not_hang_the_mount(new_drive, shared_folder):
+    """A download tells the kernel to forget its file's entry, which waits for the kernel's lock
+    of the folder; an open(O_RDWR|O_CREAT) in that folder holds that lock while its reply drops
+    the file's cached attributes. Until 2026-11-26 one lock of the daemon was held across both
+    notifications, and the mount hung (found by the randomized test)."""
+    a, b = devices(new_drive, shared_folder, 2)
+    for i in range(8):
+        write(a.dir / "D" / f"in{i}.txt", b"v0")
+    a.sync(); b.sync()
+    stop = time.monotonic() + 12
+    written = []
+
+    def alpha_writes():  # files that beta keeps downloading into D
+        n = 0
+        while time.monotonic() < stop:
+            data = f"v{n} from alpha".encode()
+            write(a.dir / "D" / f"in{n % 8}.txt", data)
+            written.append(data)
+            n += 1
+            time.sleep(0.005)
+
+    t = threading.Thread(target=alpha_writes)
+    t.start()
+    opened = 0
+    try:
+        while time.monotonic() < stop:
+            # A new name each time: the kernel holds D's lock across the whole CREATE.
+            p = b.dir / "D" / f"mine{opened}.txt"
+            fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+            os.close(fd)
+            os.unlink(p)
+            opened += 1
+    finally:
+        t.join()
+    print(f"{opened} opens on beta while alpha wrote {len(written)} versions")
+    a.sync(); b.sync(); a.sync()
+    assert tree(a.dir) == tree(b.dir)
+    assert (b.dir / "D" / f"in{(len(written) - 1) % 8}.txt").read_bytes() == written[-1]
 
 
 @pytest.mark.timeout(150)

@@ -239,15 +239,26 @@ extension DriveFileSystem {
         return Int64(try Sys.stat(fd: out).st_ino)
     }
 
-    /// Drops the kernel's cached entry `name` of the folder `fd` from another thread: inside a
-    /// request the kernel may hold that folder's lock, which the invalidation also takes.
+    /// Drops the kernel's cached entry `name` of the folder `fd` from the thread of
+    /// `kernelNotices`: the invalidation waits for the kernel's lock of that folder, which a
+    /// request may hold (this request, or one whose handler waits for the caller: an open of
+    /// a placeholder waits for its download, whose worker tells the kernel of it).
     func invalidateLater(folder fd: Int32, name: String) {
         guard let st = try? Sys.stat(fd: fd) else { return }
         let ids = table.nodeIDs(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
         guard !ids.isEmpty, let f = invalidator.withLock({ $0 }) else { return }
-        DispatchQueue.global().async {
+        Self.kernelNotices.async {
             for id in ids { f(id, name) }
         }
+    }
+
+    /// Where entry invalidations wait for their folders' locks, in the order they were asked.
+    static let kernelNotices = DispatchQueue(label: "docdrive-kernel-notices")
+
+    /// Returns once the entry invalidations asked so far were sent (for `docdrive sync`; never
+    /// call it on a request thread).
+    public static func waitForKernelNotices() {
+        kernelNotices.sync {}
     }
 
     static func split(_ path: String) -> (folder: String, name: String) {

@@ -125,10 +125,14 @@ public struct FileSystemOptions: Sendable {
 ///    an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`, released before its
 ///    body runs; no job, waiter or thread start runs under it, only an ending thread's rename), `FilledTimes.files`, each
 ///    store's `Readahead.state`, `StatusMarks.marked` (the status socket's marks).
-/// 7. In the adapter, `FuseContext.session` is held across fuse_lowlevel_notify_inval_entry,
-///    which waits for the kernel's lock of that folder: it is never taken on a request thread
-///    of a folder the kernel holds (control-socket commands and `invalidateLater` use other
-///    threads).
+/// 7. In the adapter, `FuseContext.session` is a leaf, never held across a notification
+///    (`FuseContext.notify`). fuse_lowlevel_notify_inval_entry waits for the kernel's lock of
+///    that folder, so it is never sent from a request thread of a folder the kernel holds
+///    (control-socket commands, the sync's workers and `invalidateLater` use other threads);
+///    request threads send only inode invalidations. The sync's workers do not wait for
+///    theirs either (`invalidateLater`: a request may hold the folder while it waits for a
+///    worker). (Until 2026-11-26 a worker sent its own, holding the lock: the randomized
+///    three-device test hung a mount with a worker waiting in fuse_reverse_inval_entry.)
 ///
 /// 8. The change feed (ChangeFeed) runs its subscribers on the operation's thread after the
 ///    operation's system calls, with no lock of the core held; each subscriber takes leaves
@@ -209,7 +213,9 @@ public final class DriveFileSystem: Sendable {
                 let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)
                 guard fd >= 0 else { return }
                 defer { close(fd) }
-                self.invalidateEntry(folder: fd, name: name)
+                // Never waited for on the sync's worker: a request may hold the folder while
+                // it waits for that worker (a placeholder's open, for its download).
+                self.invalidateLater(folder: fd, name: name)
             }
             hooks.arrived = { [weak self] root, path, id, downloaded in self?.pictureArrived(root: root, path, id: id, downloaded: downloaded) }
             uploader.setSyncHooks(hooks)
@@ -778,6 +784,16 @@ public final class DriveFileSystem: Sendable {
         }
         let file = OpenFile(fd: fd, inode: n, flags: flags, version: version, directIO: direct, keepCache: keep,
                             contentRoot: contentRoot)
+        // A store's file that a download replaced since the kernel looked its name up: the
+        // kernel's node is the old file, which no name holds now, and what is written to it
+        // would be lost. ESTALE makes the kernel look the name up again (open(2) retries once,
+        // revalidating) and open the new file. Checked once the file counts as open for
+        // writing, which a download checks before it replaces a file.
+        if file.writable, (contentRoot ?? n.root)?.key.hasPrefix("store:") == true,
+           let now = try? Sys.stat(fd: fd), now.st_nlink == 0 {
+            Sys.close(fd)
+            throw .staleNFSFileHandle
+        }
         if flags & O_TRUNC != 0 { file.dirty.store(true, ordering: .relaxed) }
         return .opened(file)
     }

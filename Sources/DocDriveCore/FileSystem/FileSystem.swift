@@ -123,7 +123,7 @@ public struct FileSystemOptions: Sendable {
 ///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
 ///    on a request thread by an open of a placeholder, which only queues its download, and by
 ///    an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`, released before its
-///    body runs; no job, waiter or thread start runs under it, only an ending thread's rename), `FilledTimes.files`, each
+///    body runs; no job, waiter or thread start runs under it, only an ending thread's rename), `FilledTimes`' shards (`Shard.files`), each
 ///    store's `Readahead.state`, `StatusMarks.marked` (the status socket's marks).
 /// 7. In the adapter, `FuseContext.session` is held across fuse_lowlevel_notify_inval_entry,
 ///    which waits for the kernel's lock of that folder: it is never taken on a request thread

@@ -8,7 +8,7 @@ final class FilledTimesTests: XCTestCase {
     private func file(ino: UInt64, ctime: Int) -> stat {
         var st = stat()
         st.st_mode = S_IFREG | 0o644
-        st.st_ino = ino
+        st.st_ino = __ino_t(ino)
         st.st_ctim = timespec(tv_sec: ctime, tv_nsec: 500)
         return st
     }

@@ -62,6 +62,49 @@ def cmd_smallfiles(d, n, size):
     out(seconds=f"{el:.6f}", rate=f"{n / el:.1f}", lastclose=f"{time.time():.6f}")
 
 
+def cmd_parallel(d, writers, n, size):
+    """`writers` processes, each writing n files of `size` bytes (open, write, close each) in
+    its own folder d/wK (made before the clock starts). They start together; the time is from
+    the start to the last one's end. Prints the aggregate files per second."""
+    writers, n, size = int(writers), int(n), int(size)
+    buf = os.urandom(size)
+    flags = os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC
+    folders = [os.path.join(d, f"w{k}") for k in range(writers)]
+    for f in folders:
+        os.mkdir(f)
+    go_r, go_w = os.pipe()
+    pids = []
+    for f in folders:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(go_w)
+                paths = [os.path.join(f, x) for x in names(n, "pf")]
+                os.read(go_r, 1)  # the start: the parent closes its end
+                for p in paths:
+                    fd = os.open(p, flags, 0o644)
+                    os.write(fd, buf)
+                    os.close(fd)
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    os.close(go_r)
+    time.sleep(0.2)  # every writer is waiting
+    t = time.perf_counter()
+    os.close(go_w)
+    failed = 0
+    for pid in pids:
+        _, status = os.waitpid(pid, 0)
+        failed += status != 0
+    el = time.perf_counter() - t
+    if failed:
+        print(f"{failed} of {writers} writers failed", file=sys.stderr)
+        sys.exit(1)
+    out(seconds=f"{el:.6f}", rate=f"{writers * n / el:.1f}", lastclose=f"{time.time():.6f}")
+
+
 def cmd_time(*argv):
     """Time a command (argv; `sh -c` for pipelines). Prints seconds and its stdout's last line."""
     t = time.perf_counter()
@@ -192,6 +235,10 @@ ROWS = [
     ("tree_du", "du -s of the tree (dentries+inodes dropped)", "s", "down"),
     ("tree_rm", "rm -rf of the tree", "s", "down"),
     ("small_write", "write+close {small} files of 4 KiB", "files/s", "up"),
+    ("par_w1", "{small} × 4 KiB write+close, 1 writer", "files/s", "up"),
+    ("par_w2", "2 writers in parallel, {small} × 4 KiB each, own folders (aggregate)", "files/s", "up"),
+    ("par_w4", "4 writers in parallel, {small} × 4 KiB each (aggregate)", "files/s", "up"),
+    ("par_w8", "8 writers in parallel, {small} × 4 KiB each (aggregate)", "files/s", "up"),
     ("small_upload", "last close -> all {small} on the remote", "s", "down"),
     ("list_walk", "list a {list}-file tree (readdir+lstat, fresh mount, 1 sample)", "s", "down"),
     ("mem_hwm", "daemon peak RSS during the run (VmHWM)", "MB", "down"),
@@ -305,6 +352,13 @@ def cmd_report(raw_path, meta_path, md_path, json_path):
         x = r[f"docdrive/{against}"]
         ok = x is not None and x >= goal
         lines.append(f"- {'PASS' if ok else 'FAIL'}: {r['label']}: {ratio_s(x)} {against} (target ≥ {goal}×)")
+    par = [byk.get(f"par_w{k}", {}).get("docdrive") for k in (1, 2, 4, 8)]
+    if all(isinstance(v, float) for v in par):
+        ok = all(b >= a for a, b in zip(par, par[1:]))
+        lines.append(f"- {'PASS' if ok else 'FAIL'}: parallel writers, aggregate files/s never falls from 1 to 2, 4, 8 "
+                     f"writers ({', '.join(fmt(v) for v in par)})")
+        ok = par[3] >= 2 * par[0]
+        lines.append(f"- {'PASS' if ok else 'FAIL'}: 8 writers at least 2× one writer ({par[3] / par[0]:.2f}×)")
     r = byk.get("mem_list")
     if r:
         d = r["docdrive"]
@@ -334,7 +388,7 @@ def cmd_report(raw_path, meta_path, md_path, json_path):
 
 COMMANDS = {
     "create": cmd_create, "stat": cmd_stat, "unlink": cmd_unlink, "smallfiles": cmd_smallfiles,
-    "time": cmd_time, "mktree": cmd_mktree, "walk": cmd_walk, "fio": cmd_fio,
+    "time": cmd_time, "parallel": cmd_parallel, "mktree": cmd_mktree, "walk": cmd_walk, "fio": cmd_fio,
     "waitremote": cmd_waitremote, "mem": cmd_mem, "mountpid": cmd_mountpid, "report": cmd_report,
 }
 

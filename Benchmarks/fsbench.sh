@@ -18,6 +18,10 @@
 #   --keep        keep the temporary folder (the mounts are always removed)
 #   --bin PATH    the docdrive binary (default: build release, use .build/release/docdrive)
 #   --dir PATH    where to make the temporary folder (default /var/tmp)
+#   --only LIST   run only these workloads (comma-separated: seq,rand,meta,tree,small,parallel,list;
+#                 default all)
+#   --targets L   run on these targets only (space- or comma-separated, of: native mergerfs
+#                 docdrive; default all three)
 #   --nofile N    raise the open-files limit (soft and hard) to N before starting the
 #                 daemons, like a stock systemd system (default 1048576; 0 = leave it)
 #
@@ -37,6 +41,8 @@ KEEP=0
 BIN=""
 BASE=/var/tmp
 NOFILE=1048576
+ONLY=seq,rand,meta,tree,small,parallel,list
+TARGETS_ARG=""
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -50,6 +56,10 @@ while [ $# -gt 0 ]; do
         --bin=*) BIN="${1#*=}" ;;
         --dir) BASE="${2:-}"; shift ;;
         --dir=*) BASE="${1#*=}" ;;
+        --only) ONLY="${2:-}"; shift ;;
+        --only=*) ONLY="${1#*=}" ;;
+        --targets) TARGETS_ARG="${2:-}"; shift ;;
+        --targets=*) TARGETS_ARG="${1#*=}" ;;
         --nofile) NOFILE="${2:-}"; shift ;;
         --nofile=*) NOFILE="${1#*=}" ;;
         -h|--help) usage; exit 0 ;;
@@ -75,6 +85,12 @@ else
 fi
 SMALL_SIZE=4096
 TARGETS="native mergerfs docdrive"
+if [ -n "$TARGETS_ARG" ]; then
+    TARGETS=$(echo "$TARGETS_ARG" | tr ',' ' ')
+    for t in $TARGETS; do
+        case "$t" in native|mergerfs|docdrive) ;; *) echo "fsbench: unknown target $t" >&2; exit 64 ;; esac
+    done
+fi
 
 T0=$(date +%s.%N)
 elapsed() { awk -v a="$(date +%s.%N)" -v b="$T0" 'BEGIN { printf "%.1f", a - b }'; }
@@ -431,6 +447,25 @@ wl_small() {
     log "r$r small   $t: $wr files/s${up:+, on the remote: $up}"
 }
 
+# Parallel writers: 1, 2, 4, 8 processes, each writing SMALL_N files of 4 KiB (open, write,
+# close) in its own folder, started together; the aggregate files per second. DocDrive's
+# uploads of one step finish before the next (they would compete with it for the 2 CPUs).
+wl_parallel() {
+    local t=$1 r=$2 d k wr all=""
+    for k in 1 2 4 8; do
+        [ "$k" = 1 ] || settle
+        d="$(tdir "$t")/par-r$r-w$k"
+        run_step "mkdir $t" mkdir "$d"
+        run_step "parallel $k $t" "$PY" "$HELPER" parallel "$d" "$k" "$SMALL_N" "$SMALL_SIZE"
+        wr=$(kv rate)
+        rec "par_w$k" "$t" "$r" "$wr"
+        all+="$k: $wr, "
+        run_step "rm parallel $t" rm -rf "$d"
+        if [ "$t" = docdrive ]; then uploads_done; fi
+    done
+    log "r$r parallel $t: ${all%, } files/s"
+}
+
 # ----------------------------------------------------------------------------- rounds
 # The order of the targets turns by one each round (native mergerfs docdrive, then mergerfs
 # docdrive native, ...): every target follows each other one equally often. The disk keeps a
@@ -445,7 +480,8 @@ order_of_round() {  # round -> the targets in the order of that round
     echo "$out"
 }
 for r in $(seq "$ROUNDS"); do
-    for wl in seq rand meta tree small; do
+    for wl in seq rand meta tree small parallel; do
+        case ",$ONLY," in *",$wl,"*) ;; *) continue ;; esac
         for t in $(order_of_round "$r"); do
             settle
             "wl_$wl" "$t" "$r"
@@ -463,55 +499,60 @@ m=$(mem "$DD_PID") || exit 1; read -r DD_HWM1 _ <<< "$m"
 m=$(mem "$MFS_PID") || exit 1; read -r MFS_HWM1 _ <<< "$m"
 log "after the rounds: peak RSS docdrive $DD_HWM1 MB, mergerfs $MFS_HWM1 MB"
 
-# The trees are made straight in the backing folders while the daemons are stopped:
-# creating through the mount is measured above; this is about listing what is there.
-# Fresh daemons afterwards, so the RSS after the listing is what listing costs.
-unmount_docdrive
-unmount_mergerfs
-DD_CACHE="$DD_HOME/stores/bench/cache"
-[ -d "$DD_CACHE" ] || die "no DocDrive backing folder at $DD_CACHE"
-for dir in "$NATIVE" "$MFS_BRANCH" "$DD_CACHE"; do
-    run_step "make the $LIST_N-file tree in $dir" "$PY" "$HELPER" mktree "$dir/list" "$LIST_N" 1000
-done
-log "made the $LIST_N-file trees ($(kv rate) files/s)"
-start_mergerfs
-start_docdrive
-LIMIT_DD=$(awk '/Max open files/ { print $4 " soft, " $5 " hard" }' "/proc/$DD_PID/limits")
-NOTES+=("The DocDrive daemon's open-files limit: $LIMIT_DD (see --nofile).")
-log "remounted: mergerfs pid $MFS_PID, DocDrive daemon pid $DD_PID (open files: $LIMIT_DD)"
-drop 3
-LIST_FAILED=""
-for t in $TARGETS; do
-    run_step "list $t" "$PY" "$HELPER" walk "$(tdir "$t")/list"
-    n=$(kv count); want=$((LIST_N + (LIST_N + 999) / 1000))
-    if [ "$(kv status)" != ok ]; then
-        rec list_walk "$t" 1 "failed: $(kv error | tr '_' ' ') after $n entries"
-        NOTES+=("Listing the tree on $t failed after $n of $want entries: $(kv error | tr '_' ' ').")
-        [ "$t" = docdrive ] && LIST_FAILED=1
-        log "listing on $t FAILED after $n entries: $(kv error | tr '_' ' ')"
-        continue
+case ",$ONLY," in *,list,*)
+    # The trees are made straight in the backing folders while the daemons are stopped:
+    # creating through the mount is measured above; this is about listing what is there.
+    # Fresh daemons afterwards, so the RSS after the listing is what listing costs.
+    unmount_docdrive
+    unmount_mergerfs
+    DD_CACHE="$DD_HOME/stores/bench/cache"
+    [ -d "$DD_CACHE" ] || die "no DocDrive backing folder at $DD_CACHE"
+    for dir in "$NATIVE" "$MFS_BRANCH" "$DD_CACHE"; do
+        run_step "make the $LIST_N-file tree in $dir" "$PY" "$HELPER" mktree "$dir/list" "$LIST_N" 1000
+    done
+    log "made the $LIST_N-file trees ($(kv rate) files/s)"
+    start_mergerfs
+    start_docdrive
+    LIMIT_DD=$(awk '/Max open files/ { print $4 " soft, " $5 " hard" }' "/proc/$DD_PID/limits")
+    NOTES+=("The DocDrive daemon's open-files limit: $LIMIT_DD (see --nofile).")
+    log "remounted: mergerfs pid $MFS_PID, DocDrive daemon pid $DD_PID (open files: $LIMIT_DD)"
+    drop 3
+    LIST_FAILED=""
+    for t in $TARGETS; do
+        run_step "list $t" "$PY" "$HELPER" walk "$(tdir "$t")/list"
+        n=$(kv count); want=$((LIST_N + (LIST_N + 999) / 1000))
+        if [ "$(kv status)" != ok ]; then
+            rec list_walk "$t" 1 "failed: $(kv error | tr '_' ' ') after $n entries"
+            NOTES+=("Listing the tree on $t failed after $n of $want entries: $(kv error | tr '_' ' ').")
+            [ "$t" = docdrive ] && LIST_FAILED=1
+            log "listing on $t FAILED after $n entries: $(kv error | tr '_' ' ')"
+            continue
+        fi
+        if [ "$n" != "$want" ]; then
+            rec list_walk "$t" 1 "failed: saw $n of $want entries, no error"
+            NOTES+=("Listing the tree on $t returned $n of $want entries without any error.")
+            [ "$t" = docdrive ] && LIST_FAILED=1
+            log "listing on $t INCOMPLETE: $n of $want entries, no error"
+            continue
+        fi
+        rec list_walk "$t" 1 "$(kv seconds)"
+        log "listed $n entries on $t in $(kv seconds) s"
+    done
+    m=$(mem "$DD_PID") || exit 1; read -r DD_HWM2 DD_RSS <<< "$m"
+    m=$(mem "$MFS_PID") || exit 1; read -r MFS_HWM2 MFS_RSS <<< "$m"
+    maxf() { echo "$1 $2" | awk '{ print ($1 > $2 ? $1 : $2) }'; }
+    rec mem_hwm docdrive 1 "$(maxf "$DD_HWM1" "$DD_HWM2")"; rec mem_hwm mergerfs 1 "$(maxf "$MFS_HWM1" "$MFS_HWM2")"
+    if [ -n "$LIST_FAILED" ]; then
+        rec mem_list docdrive 1 "n/a (listing failed; $DD_RSS at the failure)"
+    else
+        rec mem_list docdrive 1 "$DD_RSS"
     fi
-    if [ "$n" != "$want" ]; then
-        rec list_walk "$t" 1 "failed: saw $n of $want entries, no error"
-        NOTES+=("Listing the tree on $t returned $n of $want entries without any error.")
-        [ "$t" = docdrive ] && LIST_FAILED=1
-        log "listing on $t INCOMPLETE: $n of $want entries, no error"
-        continue
-    fi
-    rec list_walk "$t" 1 "$(kv seconds)"
-    log "listed $n entries on $t in $(kv seconds) s"
-done
-m=$(mem "$DD_PID") || exit 1; read -r DD_HWM2 DD_RSS <<< "$m"
-m=$(mem "$MFS_PID") || exit 1; read -r MFS_HWM2 MFS_RSS <<< "$m"
-maxf() { echo "$1 $2" | awk '{ print ($1 > $2 ? $1 : $2) }'; }
-rec mem_hwm docdrive 1 "$(maxf "$DD_HWM1" "$DD_HWM2")"; rec mem_hwm mergerfs 1 "$(maxf "$MFS_HWM1" "$MFS_HWM2")"
-if [ -n "$LIST_FAILED" ]; then
-    rec mem_list docdrive 1 "n/a (listing failed; $DD_RSS at the failure)"
-else
-    rec mem_list docdrive 1 "$DD_RSS"
-fi
-rec mem_list mergerfs 1 "$MFS_RSS"
-log "after listing: RSS docdrive $DD_RSS MB, mergerfs $MFS_RSS MB"
+    rec mem_list mergerfs 1 "$MFS_RSS"
+    log "after listing: RSS docdrive $DD_RSS MB, mergerfs $MFS_RSS MB"
+    ;;
+*)
+    rec mem_hwm docdrive 1 "$DD_HWM1"; rec mem_hwm mergerfs 1 "$MFS_HWM1" ;;
+esac
 
 # ----------------------------------------------------------------------------- report
 unmount_docdrive
@@ -553,7 +594,10 @@ meta = {
 }
 json.dump(meta, open(sys.argv[1], "w"), indent=2)
 EOF
-cp "$RAW" "$HERE/results/last-$MODE.tsv"
-"$PY" "$HELPER" report "$RAW" "$W/meta.json" "$HERE/results/last-$MODE.md" "$HERE/results/last-$MODE.json" \
+# A run of some workloads only does not replace the last whole run's results.
+OUTNAME="last-$MODE"
+[ "$ONLY" = seq,rand,meta,tree,small,parallel,list ] && [ -z "$TARGETS_ARG" ] || OUTNAME="last-$MODE-only"
+cp "$RAW" "$HERE/results/$OUTNAME.tsv"
+"$PY" "$HELPER" report "$RAW" "$W/meta.json" "$HERE/results/$OUTNAME.md" "$HERE/results/$OUTNAME.json" \
     || die "the report failed"
-log "done in $RUNTIME s; results in $HERE/results/last-$MODE.{md,json,tsv}"
+log "done in $RUNTIME s; results in $HERE/results/$OUTNAME.{md,json,tsv}"

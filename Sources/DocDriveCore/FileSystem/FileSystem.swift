@@ -110,27 +110,33 @@ public struct FileSystemOptions: Sendable {
 ///    open folder) is held across readdir/seekdir of its own stream and, for READDIRPLUS,
 ///    across the lookups of the entries, so it comes before 3 and 4.
 /// 2. `ItemIndex.writeLock` before `ItemIndex.pending` (a batch is taken, then written).
-/// 3. `InodeTable.state` is a leaf to everything but 1: no system call under it; descriptors
-///    close after it is dropped.
+/// 3. `InodeTable.state` (nodes by backing identity, remembered nodes) before an
+///    `InodeTable` shard (live nodes by id, lookup counts); both are leaves to everything but 1
+///    and each other: no system call under them; descriptors close after they are dropped.
+///    Finding a node by id (every request) takes its shard only.
 /// 4. `Inode.slot` is a leaf; an `acquire` that must open a lazy node takes the parent's slot
 ///    first and its own afterwards, never both at once.
-/// 5. `LockTable.state` is a leaf held across the non-blocking F_OFD_SETLK/F_OFD_GETLK and the
+/// 5. A `LockTable` shard's `state` (the locks of the backing files that fall in it; one held
+///    at a time) is a leaf held across the non-blocking F_OFD_SETLK/F_OFD_GETLK and the
 ///    close of its owners' backing descriptors (never a waiting call), so that the backing
 ///    file's locks and the table change together.
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
 ///    `Coordinator.held`, `grantSet`, `appViews`, `invalidator`, `Namespace.layout/roots`,
-///    `OpenFile.seenVersion`, `Inode.cachedVersion`, the uploader's `stores`, `noted`,
+///    `OpenFile.seenVersion`, `Inode.cachedVersion`, an `OpenFiles` shard, the uploader's `stores` copies (one at a time), `noted`,
 ///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
 ///    on a request thread by an open of a placeholder, which only queues its download, and by
 ///    an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`, released before its
-///    body runs; no job, waiter or thread start runs under it, only an ending thread's rename), `FilledTimes.files`, each
+///    body runs; no job, waiter or thread start runs under it, only an ending thread's rename), `FilledTimes`' shards (`Shard.files`), each
 ///    store's `Readahead.state`, `StatusMarks.marked` (the status socket's marks).
-/// 7. In the adapter, `FuseContext.session` is a leaf, never held across a notification
-///    (`FuseContext.notify`). fuse_lowlevel_notify_inval_entry waits for the kernel's lock of
-///    that folder, so it is never sent from a request thread of a folder the kernel holds
-///    (control-socket commands, the sync's workers and `invalidateLater` use other threads);
-///    request threads send only inode invalidations. The sync's workers do not wait for
-///    theirs either (`invalidateLater`: a request may hold the folder while it waits for a
+/// 7. In the adapter, a `Passthrough` shard's `nodes` (one at a time) is held across the
+///    backing-id ioctl and the taking of the node's content path (`Inode.acquire`, which takes
+///    `Inode.slot`, 4, and may reopen the file), so it comes before 4 and its leaves; no other
+///    lock of the adapter or the core is taken under it. `FuseContext.session` is a leaf, never
+///    held across a notification (`FuseContext.notify`). fuse_lowlevel_notify_inval_entry waits
+///    for the kernel's lock of that folder, so it is never sent from a request thread of a
+///    folder the kernel holds (control-socket commands and `invalidateLater` use other
+///    threads); request threads send only inode invalidations. The sync's workers do not wait
+///    for theirs either (`invalidateLater`: a request may hold the folder while it waits for a
 ///    worker). (Until 2026-11-26 a worker sent its own, holding the lock: the randomized
 ///    three-device test hung a mount with a worker waiting in fuse_reverse_inval_entry.)
 ///

@@ -75,10 +75,20 @@ public final class LockTable: Sendable {
         var flocks: [FileKey: [ObjectIdentifier: FlockHolder]] = [:]
     }
 
-    /// Protects the table and the owners' backing descriptors. Held across the non-blocking
-    /// F_OFD_SETLK/F_OFD_GETLK on those descriptors (never a waiting call), so that the backing
-    /// file's locks and the table change together and no descriptor closes while in use.
-    private let state = Mutex(State())
+    /// The table in parts, by backing file: every question and change is about one file, so
+    /// it takes that file's part only. (With one lock, every flush and release of every file
+    /// met there, and a release scanned every owner's record of every file under it.) Each
+    /// part's lock protects its records and the owners' backing descriptors. Held across the
+    /// non-blocking F_OFD_SETLK/F_OFD_GETLK on those descriptors (never a waiting call), so that
+    /// the backing file's locks and the table change together and no descriptor closes while
+    /// in use. A leaf: no two parts are ever held at once.
+    private final class Shard: Sendable {
+        let state = Mutex(State())
+    }
+    private static let shardCount = 16
+    private let shards: [Shard] = (0..<LockTable.shardCount).map { _ in Shard() }
+    @inline(__always)
+    private func shard(_ f: FileKey) -> Shard { shards[Int((f.ino ^ (f.dev &* 0x9E37_79B9)) % UInt64(Self.shardCount))] }
 
     init() {}
 
@@ -95,7 +105,7 @@ public final class LockTable: Sendable {
     /// is a fresh descriptor to use if the owner has none (taken: set to -1).
     func tryLock(_ key: OwnerKey, _ lock: RecordLock, via: ObjectIdentifier?, spare: inout Int32) -> Attempt {
         let fresh = spare
-        let (result, used): (Attempt, Bool) = state.withLock { s in
+        let (result, used): (Attempt, Bool) = shard(key.file).state.withLock { s in
             var used = false
             if s.records[key] == nil {
                 guard fresh >= 0 else { return (.needDescriptor, false) }
@@ -122,7 +132,7 @@ public final class LockTable: Sendable {
 
     /// Releases `range` (an F_UNLCK lock) of `owner`; closes its descriptor when nothing is left.
     func unlock(_ key: OwnerKey, _ range: RecordLock) throws(Errno) {
-        let e: Int32 = state.withLock { s in
+        let e: Int32 = shard(key.file).state.withLock { s in
             guard var h = s.records[key] else { return 0 }
             if dd_ofd_setlk(h.fd, dd_F_UNLCK, range.start, range.length) != 0 { return dd_errno() }
             h.ranges = Self.applying(range, to: h.ranges)
@@ -139,14 +149,14 @@ public final class LockTable: Sendable {
 
     /// Drops every record lock of `owner` on the file (a close by that owner).
     func dropOwner(_ key: OwnerKey) {
-        let fd: Int32 = state.withLock { s in s.records.removeValue(forKey: key)?.fd ?? -1 }
+        let fd: Int32 = shard(key.file).state.withLock { s in s.records.removeValue(forKey: key)?.fd ?? -1 }
         if fd >= 0 { Sys.close(fd) }  // closing the descriptor drops its OFD locks
     }
 
     /// Drops what an open file held when it goes away: its OFD locks (owned by the open file)
     /// and its flock. A process's POSIX locks were already dropped by the flush of its close.
     func dropOpenFile(_ file: FileKey, _ id: ObjectIdentifier) {
-        let fds: [Int32] = state.withLock { s in
+        let fds: [Int32] = shard(file).state.withLock { s in
             var fds = [Int32]()
             for (k, h) in s.records where k.file == file && h.via == id {
                 s.records[k] = nil
@@ -163,7 +173,7 @@ public final class LockTable: Sendable {
     /// `ownDescriptor` is the owner's backing descriptor, if it has one. Runs `body` under the
     /// table's lock with both, so a backing query sees the same state.
     func conflict<T>(_ key: OwnerKey, _ lock: RecordLock, _ body: (RecordLock?, Int32) -> T) -> T {
-        state.withLock { s in
+        shard(key.file).state.withLock { s in
             var found: RecordLock?
             for (k, h) in s.records where k.file == key.file && k.owner != key.owner {
                 if let c = h.ranges.first(where: { $0.conflicts(with: lock) }) {
@@ -176,7 +186,7 @@ public final class LockTable: Sendable {
     }
 
     func recordFlock(_ file: FileKey, _ id: ObjectIdentifier, exclusive: Bool?, pid: Int32) {
-        state.withLock { s in
+        shard(file).state.withLock { s in
             if let exclusive {
                 s.flocks[file, default: [:]][id] = FlockHolder(exclusive: exclusive, pid: pid)
             } else {
@@ -190,7 +200,7 @@ public final class LockTable: Sendable {
     /// the backing file `dev`/`ino`.
     public func isWriteLocked(dev: UInt64, ino: UInt64) -> Bool {
         let f = FileKey(dev: dev, ino: ino)
-        return state.withLock { s in
+        return shard(f).state.withLock { s in
             if s.flocks[f]?.values.contains(where: { $0.exclusive }) == true { return true }
             return s.records.contains { $0.key.file == f && $0.value.ranges.contains { $0.isWrite } }
         }
@@ -198,7 +208,9 @@ public final class LockTable: Sendable {
 
     /// How many owners hold record locks and how many open files hold flocks (for tests and logs).
     public var counts: (records: Int, flocks: Int) {
-        state.withLock { s in (s.records.count, s.flocks.values.reduce(0) { $0 + $1.count }) }
+        shards.reduce((0, 0)) { n, sh in
+            sh.state.withLock { s in (n.0 + s.records.count, n.1 + s.flocks.values.reduce(0) { $0 + $1.count }) }
+        }
     }
 
     /// POSIX semantics of one request on an owner's ranges: the new range replaces whatever part

@@ -22,30 +22,56 @@ public final class FilledTimes: Sendable {
         var shown: Int64
     }
 
-    /// Files filled, by inode. Lock: leaf.
-    private let files = Mutex<[UInt64: Times]>([:])
-    /// Whether `files` has anything (attributes of every node are given through `apply`).
-    private let any = Atomic<Bool>(false)
+    /// One part of the table: the files whose inode number falls in it. `apply` runs on every
+    /// getattr, setattr and lookup reply of the mount; with one lock for all, every request of
+    /// every thread met there once any placeholder had been filled. With the table in parts,
+    /// each with its own count, a request takes no lock at all when its part is empty and
+    /// otherwise one that few others want.
+    private final class Shard: Sendable {
+        /// Files filled, by inode. Lock: leaf.
+        let files = Mutex<[UInt64: Times]>([:])
+        /// How many files `files` has; written under its lock, read without it.
+        let count = Atomic<Int>(0)
+
+        /// Changes the files under the lock, and their count with them.
+        func update<T>(_ body: (inout [UInt64: Times]) -> T) -> T {
+            files.withLock { f in
+                let before = f.count
+                let r = body(&f)
+                if f.count != before { count.store(f.count, ordering: .releasing) }
+                return r
+            }
+        }
+    }
+
+    private static let shardCount = 64
+    private let shards: [Shard] = (0..<FilledTimes.shardCount).map { _ in Shard() }
     /// More entries than this are dropped all at once (a file shows its real ctime then).
     static let most = 100_000
+    private static let mostPerShard = most / shardCount
 
     public init() {}
 
+    @inline(__always)
+    private func shard(_ ino: UInt64) -> Shard { shards[Int(ino % UInt64(Self.shardCount))] }
+
     static func ns(_ t: timespec) -> Int64 { Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec) }
 
+    /// How many files show their placeholder's ctime now (for tests).
+    public var count: Int { shards.reduce(0) { $0 + $1.count.load(ordering: .acquiring) } }
+
     /// The placeholder `ino`, with ctime `before`, is being filled now.
-    func filling(ino: UInt64, before: timespec) {
-        files.withLock { f in
-            if f.count >= Self.most { f.removeAll() }
+    public func filling(ino: UInt64, before: timespec) {
+        shard(ino).update { f in
+            if f.count >= Self.mostPerShard { f.removeAll() }
             f[ino] = Times(real: nil, shown: Self.ns(before))
         }
-        any.store(true, ordering: .relaxed)
     }
 
     /// The file `ino` was filled (nil: the fill failed, it shows its real ctime): it has the
     /// ctime `after` now.
-    func filled(ino: UInt64, after: timespec?) {
-        files.withLock { f in
+    public func filled(ino: UInt64, after: timespec?) {
+        shard(ino).update { f in
             guard let after else {
                 f.removeValue(forKey: ino)
                 return
@@ -57,9 +83,11 @@ public final class FilledTimes: Sendable {
     /// Gives `st` (a backing file's attributes, for the kernel) the ctime its placeholder had,
     /// when it is a file filled since and unchanged since; forgets a file that changed.
     public func apply(_ st: inout stat) {
-        guard any.load(ordering: .relaxed), st.st_mode & S_IFMT == S_IFREG else { return }
-        let ino = UInt64(st.st_ino), real = Self.ns(st.st_ctim)
-        let shown = files.withLock { f -> Int64? in
+        guard st.st_mode & S_IFMT == S_IFREG else { return }
+        let ino = UInt64(st.st_ino), s = shard(ino)
+        guard s.count.load(ordering: .acquiring) > 0 else { return }
+        let real = Self.ns(st.st_ctim)
+        let shown = s.update { f -> Int64? in
             guard let t = f[ino] else { return nil }
             if t.real == nil || t.real == real { return t.shown }
             f.removeValue(forKey: ino)

@@ -53,9 +53,24 @@ public final class Uploader: Sendable {
     /// How busy the mount is (its FUSE adapter tells): a burst's uploads go once it is idle.
     public let activity = MountActivity()
     private let home: DriveHome
-    /// The running stores by root key; read on every save (a dictionary lookup under the lock).
-    /// Lock: leaf.
-    private let stores = Mutex<[String: Store]>([:])
+    /// The running stores by root key; read on every save, twice, and changed only when the
+    /// config changes. So it is kept in several copies, each under its own lock: a thread reads
+    /// the copy its thread id picks (with one lock, the saves of 8 parallel writers waited for
+    /// each other there), and a change (under `configSeen`, or at init) writes every copy, one
+    /// after the other. A thread always reads the same copy, so it never sees a store come
+    /// back after it saw it go. Lock: leaf (one copy at a time).
+    private final class StoresCopy: Sendable {
+        let stores = Mutex<[String: Store]>([:])
+    }
+    private let storesCopies: [StoresCopy] = (0..<16).map { _ in StoresCopy() }
+    /// The copy this thread reads.
+    private var storesHere: StoresCopy {
+        storesCopies[Int((UInt64(pthread_self()) &* 0x9E37_79B9_7F4A_7C15) >> 60)]
+    }
+    /// Makes every copy `s`.
+    private func setStores(_ s: [String: Store]) {
+        for c in storesCopies { c.stores.withLock { $0 = s } }
+    }
     /// The config file's mtime the store list was last built from. Lock: serializes reloads
     /// (held while stores start or stop; never taken under another lock).
     private let configSeen = Mutex<timespec>(timespec())
@@ -119,7 +134,7 @@ public final class Uploader: Sendable {
         self.indexWriteError = indexWriteError
         var s = [String: Store]()
         for store in config.stores { if let r = makeStore(store) { s[store.rootKey] = r } }
-        stores.withLock { $0 = s }
+        setStores(s)
         configSeen.withLock { $0 = Self.mtime(home.configPath) }
     }
 
@@ -156,9 +171,9 @@ public final class Uploader: Sendable {
     /// Set by the file system: how the sync engine asks about open files and tells the kernel.
     public func setSyncHooks(_ h: SyncHooks) { hooks.withLock { $0 = h } }
 
-    func store(_ rootKey: String) -> Store? { stores.withLock { $0[rootKey] } }
+    func store(_ rootKey: String) -> Store? { storesHere.stores.withLock { $0[rootKey] } }
 
-    func allStores() -> [String: Store] { stores.withLock { $0 } }
+    func allStores() -> [String: Store] { storesHere.stores.withLock { $0 } }
 
     /// Whether files under this root key are uploaded (stores are; app containers are not).
     public func uploads(_ rootKey: String) -> Bool { store(rootKey) != nil }
@@ -349,7 +364,8 @@ public final class Uploader: Sendable {
             seen = mtime
             let wanted = Dictionary(config.stores.map { ($0.rootKey, $0) }, uniquingKeysWith: { a, _ in a })
             var started = [(String, Store, Bool)](), ended = [(String, Store, Bool)]()
-            stores.withLock { s in
+            var s = storesCopies[0].stores.withLock { $0 }
+            do {
                 for (key, old) in s where wanted[key] != old.config {
                     s[key] = nil
                     ended.append((key, old, wanted[key] == nil))
@@ -361,6 +377,7 @@ public final class Uploader: Sendable {
                     started.append((key, r, previous == nil || previous?.config.remote != c.remote))
                 }
             }
+            setStores(s)
             for (key, old, removed) in ended {
                 old.stopped.store(true, ordering: .relaxed)
                 queue.work.signal()

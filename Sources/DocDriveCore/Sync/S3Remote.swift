@@ -20,7 +20,8 @@ import Glibc
 /// answers in memory: a second listing HEADs only what changed. An ETag is the content's MD5,
 /// so another item written with the same bytes (a file moved away and a copy of it uploaded
 /// under the old name) keeps the ETag; its time tells it apart, its HEAD gives its item id.
-/// `list(metadata: false)` skips the HEADs.
+/// `list(metadata: false)` skips the HEADs; `listQuickly` and `complete` are the two steps
+/// (RemoteListing), the listing's pages read on a thread of their own.
 ///
 /// Threads: every method blocks its caller (a worker thread, never a FUSE request thread or an
 /// event loop) until S3 answered. Locks (`heads`, the `Locked` boxes, the `Handoff`s of

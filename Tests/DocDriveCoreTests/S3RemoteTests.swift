@@ -203,6 +203,37 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertEqual(cheap.map(\.version), items.map(\.version))
     }
 
+    func testAQuickListingGivesEveryItemWithoutAHeadAndCompletesLikeAListing() throws {
+        // Given a folder marker and files another device wrote, with their metadata,
+        let writer = try makeRemote(pageSize: 4)
+        _ = try writer.makeFolder("Docs", meta: RemoteMeta(itemID: "folder-id", mode: 0o750))
+        for i in 0..<9 {
+            _ = try put(writer, StorePath("Docs/f\(i).txt"), "content \(i)",
+                        meta: RemoteMeta(itemID: "id\(i)", mtimeNanoseconds: 1_700_000_000_123_456_789 + Int64(i), mode: 0o640))
+        }
+        let full = try makeRemote(prefix: writer.keys.prefix, pageSize: 4).list()
+        // a device that never read them lists every item with no HEAD,
+        let r = try makeRemote(prefix: writer.keys.prefix, pageSize: 4)
+        let quick = try r.listQuickly()
+        XCTAssertEqual(r.headsSent, 0)
+        XCTAssertEqual(quick.items.map(\.path), full.map(\.path))
+        XCTAssertEqual(quick.items.map(\.version), full.map(\.version))
+        XCTAssertEqual(quick.items.map(\.size), full.map(\.size))
+        XCTAssertEqual(quick.pending, Set(["Docs"] + (0..<9).map { StorePath("Docs/f\($0).txt") }))
+        // each file with no id yet and the second the server wrote it as its time,
+        let f0 = try XCTUnwrap(quick.items.first { $0.path == "Docs/f0.txt" })
+        XCTAssertNil(f0.meta.itemID)
+        let written = try XCTUnwrap(f0.meta.mtimeNanoseconds)
+        XCTAssertEqual(written % 1_000_000_000, 0)
+        XCTAssertLessThan(abs(Double(written) / 1e9 - Date().timeIntervalSince1970), 600)
+        // and completing it HEADs each pending item once and gives what a listing gives.
+        XCTAssertEqual(try r.complete(quick), full)
+        XCTAssertEqual(r.headsSent, 10)
+        XCTAssertEqual(full.first { $0.path == "Docs/f3.txt" }?.meta.mtimeNanoseconds, 1_700_000_000_123_456_792)
+        // A second quick listing knows them all.
+        XCTAssertEqual(try r.listQuickly().pending, [])
+    }
+
     func testPicturesTravelBesideTheDocumentsAndAreBounded() throws {
         let r = try makeRemote()
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 7, count: 100)

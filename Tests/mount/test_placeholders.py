@@ -15,6 +15,7 @@ read whole files and their saves upload.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
@@ -117,6 +118,65 @@ def test_joined_store_lists_everything_and_downloads_only_what_is_opened(new_dri
     for k, v in files.items():
         assert (b.dir / k).read_bytes() == v, k
     assert sorted(downloads(b)) == sorted(k for k, v in files.items() if v)
+
+
+@pytest.mark.timeout(240)
+def test_a_joined_bucket_shows_before_the_metadata_is_read_and_takes_it_after(new_drive, weed_server, tmp_path):
+    """S3: the placeholders of a store just joined are made from the listing alone (key, size,
+    time), before the item ids, times and modes (HEAD each) are read; then they take them. A
+    front holds every HEAD of a document: the files show meanwhile, one opened meanwhile reads
+    whole, one renamed meanwhile moves on the remote as the same item, and once the HEADs pass
+    every file has A's item id, time and mode on B."""
+    from weed import FaultProxy
+    shared = SharedRemote("s3", tmp_path / "unused", weed_server)
+    a = Device(new_drive(), shared, "alpha").mount()
+    files = {}
+    for i in range(12):
+        rel = f"Reports/r{i:02}.txt" if i % 2 else f"Notes/n{i:02}.md"
+        files[rel] = (f"{rel} " * (10 + i)).encode()
+        write(a.dir / rel, files[rel])
+    os.chmod(a.dir / "Notes/n04.md", 0o640)
+    a.sync()
+    ids = {rel: os.getxattr(a.dir / rel, "user.docdrive.id") for rel in files}
+    proxy = FaultProxy(weed_server.port)
+    proxy.failing = False
+    documents = f"/{weed_server.bucket}/{shared.prefix}/"
+    proxy.hold = lambda method, path: method == "HEAD" and path.startswith(documents) and "/.docdrive" not in path
+    try:
+        fronted = copy.copy(shared)
+        fronted.store_args = lambda: ["--s3", proxy.endpoint, "--bucket", weed_server.bucket, "--prefix", shared.prefix, "--path-style"]
+        b = Device(new_drive(), fronted, "beta").mount()
+        sizes = {rel: len(v) for rel, v in files.items()}
+
+        def listed():
+            return {os.path.relpath(os.path.join(d, n), b.dir): os.stat(os.path.join(d, n)).st_size
+                    for d, _, names in os.walk(b.dir) for n in names}
+        assert wait_until(lambda: listed() == sizes, timeout=30), listed()
+        assert proxy.held > 0 and not proxy.unhold.is_set()
+        # Meanwhile: an open reads the whole file (its download brings its metadata), and a
+        # rename is a rename of that item.
+        assert (b.dir / "Reports/r03.txt").read_bytes() == files["Reports/r03.txt"]
+        os.rename(b.dir / "Reports/r05.txt", b.dir / "Reports/renamed.txt")
+        files["Reports/renamed.txt"] = files.pop("Reports/r05.txt")
+        ids["Reports/renamed.txt"] = ids.pop("Reports/r05.txt")
+        proxy.unhold.set()
+        b.sync()
+        a.sync()
+        b.sync()
+        for rel in files:
+            assert os.getxattr(b.dir / rel, "user.docdrive.id") == ids[rel], rel
+            sa, sb = os.stat(a.dir / rel), os.stat(b.dir / rel)
+            assert (sb.st_mtime_ns, sb.st_mode) == (sa.st_mtime_ns, sa.st_mode), rel
+        assert os.stat(b.dir / "Notes/n04.md").st_mode & 0o777 == 0o640
+        # The remote holds the same items under the same ids: the rename moved the object.
+        assert shared.ids() == {**{rel: ids[rel].decode() for rel in files}, **{k: v for k, v in shared.ids().items() if k in ("Reports", "Notes")}}
+        assert {k: v for k, v in shared.tree().items() if not k.endswith("/")} == files
+        assert os.getxattr(a.dir / "Reports/renamed.txt", "user.docdrive.id") == ids["Reports/renamed.txt"]
+        assert not (a.dir / "Reports/r05.txt").exists()
+        assert downloads(b) == ["Reports/r03.txt"]
+    finally:
+        proxy.unhold.set()
+        proxy.stop()
 
 
 @pytest.mark.timeout(240)

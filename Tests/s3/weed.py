@@ -197,6 +197,11 @@ class FaultProxy(_LoopbackFront):
         self.stall = None
         self.stalled = 0
         self.release = threading.Event()
+        # A function (method, path) -> bool: the requests it picks wait (before they are passed
+        # on) until `unhold` is set, at most 120 s; `held` counts them.
+        self.hold = None
+        self.held = 0
+        self.unhold = threading.Event()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -246,6 +251,10 @@ class FaultProxy(_LoopbackFront):
                     with proxy.lock:
                         proxy.faults += 1
                     return self._answer(500, b"<Error><Code>InternalError</Code><Message>injected</Message></Error>")
+                if proxy.hold and proxy.hold(self.command, self.path):
+                    with proxy.lock:
+                        proxy.held += 1
+                    proxy.unhold.wait(120)
                 c = http.client.HTTPConnection("127.0.0.1", target_port, timeout=120)
                 c.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
                 for k2, v in self.headers.items():

@@ -215,7 +215,9 @@ public final class DriveFileSystem: Sendable {
             hooks.isOpen = { dev, ino in OpenFiles.shared.isOpen(dev: dev, ino: ino) }
             hooks.hasUnsyncedWrites = { st in OpenFiles.shared.hasUnsyncedWrites(st) }
             hooks.changedBehindMount = { [weak self] folder, name in
-                guard let self else { return }
+                // Before the mount there is no kernel cache to drop (a store just joined makes
+                // its placeholders then, one call each).
+                guard let self, self.invalidator.withLock({ $0 }) != nil else { return }
                 let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)
                 guard fd >= 0 else { return }
                 defer { close(fd) }

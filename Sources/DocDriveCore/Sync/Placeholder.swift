@@ -64,9 +64,12 @@ public enum Placeholder {
         return dd_removexattr_path(fd, pinAttribute) == 0 || errno == ENODATA
     }
 
-    /// Makes `fd` (a new, empty file) the placeholder of `r`: its size, mode and time, no blocks.
+    /// Makes `fd` (a new, empty file, open for writing) the placeholder of `r`: its size, mode
+    /// and time, no blocks.
     static func fill(fd: Int32, as r: RemoteItem) -> Bool {
-        guard ftruncate(fd, off_t(r.size)) == 0, mark(fd: fd, version: r.version) else { return false }
+        // (fsetxattr: no path through /proc, as `mark` needs for an O_PATH descriptor.)
+        guard ftruncate(fd, off_t(r.size)) == 0,
+              Array(r.version.utf8).withUnsafeBytes({ dd_fsetxattr(fd, attribute, $0.baseAddress, $0.count, 0) }) == 0 else { return false }
         if let m = r.meta.mode { _ = fchmod(fd, mode_t(m & 0o7777)) }
         setTimes(fd, r.meta.mtimeNanoseconds)
         return true

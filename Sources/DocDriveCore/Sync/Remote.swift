@@ -43,6 +43,32 @@ public struct RemoteItem: Equatable, Sendable {
     }
 }
 
+/// A listing in two steps, for a remote whose listing does not carry each item's metadata (S3:
+/// the keys with their size, time and ETag come a thousand to a request; the item id, mode and
+/// time as the writer had them, and whether an object is a link, need a HEAD each). The first
+/// step (`Remote.listQuickly`) gives every item; `Remote.complete` looks up the pending ones.
+public struct RemoteListing: Sendable {
+    /// Every item of the store, sorted by path. A pending item's `meta` is empty but for
+    /// `mtimeNanoseconds`, the time the remote wrote it (S3: `LastModified`, to the second),
+    /// and its kind is `.file` or `.folder` (a link shows as a file until looked up).
+    public var items: [RemoteItem]
+    /// The items whose metadata is not known yet.
+    public var pending: Set<StorePath>
+    /// What the remote needs to look each pending item up.
+    let lookups: [StorePath: Lookup]
+
+    struct Lookup: Sendable {
+        var key: String
+        var modified: String?
+    }
+
+    init(items: [RemoteItem], lookups: [StorePath: Lookup] = [:]) {
+        self.items = items
+        self.lookups = lookups
+        self.pending = Set(lookups.keys)
+    }
+}
+
 /// What a conditional write or delete expects to find on the remote.
 public enum RemoteExpectation: Equatable, Sendable {
     /// Nothing at the path: create only (S3 `If-None-Match: *`, folder `RENAME_NOREPLACE`).
@@ -65,6 +91,20 @@ public protocol Remote: Sendable {
     /// Every item of the store (files, folders, links), with versions and metadata. Throws
     /// (never returns a partial or empty list) when the remote cannot be listed.
     func list() throws(DriveError) -> [RemoteItem]
+
+    /// `list()` in two steps (RemoteListing): every item now, the metadata of some later. Only
+    /// `complete`'s answer is what `list()` returns.
+    func listQuickly() throws(DriveError) -> RemoteListing
+
+    /// `listQuickly`, handing over the items of each part of the listing as it comes (with
+    /// those of them that are pending), in no promised order; an item may be handed over again
+    /// (changed by a later part: a folder's marker, or a folder where a file was). The
+    /// listing returned is what counts.
+    func listQuickly(pages: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(DriveError) -> RemoteListing
+
+    /// The items of `listing` with the metadata of its pending items looked up (what `list()`
+    /// would have returned then). Throws, as `list()`, when the remote cannot be reached.
+    func complete(_ listing: RemoteListing) throws(DriveError) -> [RemoteItem]
 
     /// The item at `path`, or nil when there is none.
     func item(at path: StorePath) throws(DriveError) -> RemoteItem?
@@ -118,4 +158,15 @@ public protocol Remote: Sendable {
 
 extension Remote {
     public func finishCleanup() {}
+
+    /// A remote whose listing carries the metadata: one step.
+    public func listQuickly() throws(DriveError) -> RemoteListing { RemoteListing(items: try list()) }
+
+    public func listQuickly(pages: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(DriveError) -> RemoteListing {
+        let listing = try listQuickly()
+        pages(listing.items, listing.pending)
+        return listing
+    }
+
+    public func complete(_ listing: RemoteListing) throws(DriveError) -> [RemoteItem] { listing.items }
 }

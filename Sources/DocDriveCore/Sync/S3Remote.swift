@@ -20,7 +20,8 @@ import Glibc
 /// answers in memory: a second listing HEADs only what changed. An ETag is the content's MD5,
 /// so another item written with the same bytes (a file moved away and a copy of it uploaded
 /// under the old name) keeps the ETag; its time tells it apart, its HEAD gives its item id.
-/// `list(metadata: false)` skips the HEADs.
+/// `list(metadata: false)` skips the HEADs; `listQuickly` and `complete` are the two steps
+/// (RemoteListing), the listing's pages read on a thread of their own.
 ///
 /// Threads: every method blocks its caller (a worker thread, never a FUSE request thread or an
 /// event loop) until S3 answered. Locks (`heads`, the `Locked` boxes, the `Handoff`s of
@@ -211,66 +212,185 @@ public final class S3Remote: Remote, Sendable {
     /// come from a HEAD unless this (key, ETag) was seen before; without, files are `.file`
     /// with the metadata known so far.
     public func list(metadata: Bool) throws(DriveError) -> [RemoteItem] {
-        let objects = try listObjects(keyPrefix: keys.keyPrefix)
+        let listing = try listQuickly()
+        return metadata ? try complete(listing) : listing.items
+    }
+
+    /// The keys alone (a request per thousand): what a HEAD answered before for the same key,
+    /// ETag and second is taken from memory; every other object (and folder marker) is pending,
+    /// with the listing's `LastModified` as its time.
+    public func listQuickly() throws(DriveError) -> RemoteListing { try listQuickly(pages: { _, _ in }) }
+
+    /// `listQuickly`, handing the items of each page of the listing (with the folders its keys
+    /// imply, not handed before) to `page` while the next page comes, with those of them that
+    /// are pending. A key of a later page may still make a file handed over a folder (a folder
+    /// wins over a file of the same name), and a folder handed over as implied may have its
+    /// marker (its metadata) in a later page: the listing returned is what counts.
+    public func listQuickly(pages page: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(DriveError) -> RemoteListing {
         var byPath = [StorePath: RemoteItem]()
-        var files = [(key: String, index: StorePath, modified: String?)]()
-        for o in objects {
-            guard let (path, isFolder) = keys.path(ofKey: o.key) else { continue }
+        var lookups = [StorePath: RemoteListing.Lookup]()
+        func add(_ o: Listed, _ added: inout [StorePath]) {
+            guard let (path, isFolder) = keys.path(ofKey: o.key) else { return }
+            let cached = cachedHead(o.key, etag: o.etag, modified: o.modified)
+            var pendingMeta = RemoteMeta()
+            pendingMeta.mtimeNanoseconds = o.modified.flatMap(Self.nanoseconds(ofSecond:))
             if isFolder {
                 // A marker carries the folder's metadata (its item id).
                 var item = RemoteItem(path: path, kind: .folder, version: "", size: 0)
-                if let h = cachedHead(o.key, etag: o.etag, modified: o.modified) { item.meta = h.meta } else { files.append((o.key, path, o.modified)) }
+                if let cached { item.meta = cached.meta } else { lookups[path] = .init(key: o.key, modified: o.modified) }
                 byPath[path] = item
+                added.append(path)
             } else if byPath[path]?.kind != .folder {
                 var item = RemoteItem(path: path, kind: .file, version: o.etag, size: o.size)
-                if let h = cachedHead(o.key, etag: o.etag, modified: o.modified) {
-                    item.meta = h.meta
-                    if h.link { item.kind = .symlink }
+                if let cached {
+                    item.meta = cached.meta
+                    if cached.link { item.kind = .symlink }
                 } else {
-                    files.append((o.key, path, o.modified))
+                    item.meta = pendingMeta
+                    lookups[path] = .init(key: o.key, modified: o.modified)
                 }
                 byPath[path] = item
+                added.append(path)
             }
             // Folders implied by the keys under them (objects other tools put) are folders too;
             // a folder wins over a file of the same name.
             var folder = path.folder
+            var implied = [StorePath]()
             while !folder.isEmpty {
                 if byPath[folder]?.kind == .folder { break }
                 byPath[folder] = RemoteItem(path: folder, kind: .folder, version: "", size: 0)
+                implied.append(folder)
                 folder = folder.folder
             }
+            added.append(contentsOf: implied)
         }
-        if metadata && !files.isEmpty {
-            let found = Locked<[StorePath: Head]>([:])
-            let failure = Locked<DriveError?>(nil)
-            let wanted = files
-            S3Parallel.forEach(wanted.count, width: 16) { i in
-                do throws(DriveError) {
-                    // Kept with the listing's time: the next listing compares with that.
-                    if let h = try self.head(wanted[i].key, listedModified: wanted[i].modified) { found.update { $0[wanted[i].index] = h } }
-                } catch {
-                    failure.update { if $0 == nil { $0 = error } }
+        try listObjects(keyPrefix: keys.keyPrefix) { objects in
+            var added = [StorePath]()
+            for o in objects { add(o, &added) }
+            var seen = Set<StorePath>()
+            let items = added.compactMap { p -> RemoteItem? in seen.insert(p).inserted ? byPath[p] : nil }
+            page(items, Set(items.lazy.map(\.path).filter { lookups[$0] != nil }))
+        }
+        return RemoteListing(items: byPath.values.sorted { $0.path < $1.path }, lookups: lookups)
+    }
+
+    /// HEADs the pending items of `listing`, 16 at once.
+    public func complete(_ listing: RemoteListing) throws(DriveError) -> [RemoteItem] {
+        if listing.lookups.isEmpty { return listing.items }
+        let found = Locked<[StorePath: Head]>([:])
+        let failure = Locked<DriveError?>(nil)
+        let wanted = Array(listing.lookups)
+        S3Parallel.forEach(wanted.count, width: 16) { i in
+            if failure.value != nil { return }
+            do throws(DriveError) {
+                // Kept with the listing's time: the next listing compares with that.
+                if let h = try self.head(wanted[i].value.key, listedModified: wanted[i].value.modified) {
+                    found.update { $0[wanted[i].key] = h }
                 }
-            }
-            if let e = failure.value { throw e }
-            for (path, h) in found.value {
-                guard var item = byPath[path] else { continue }
-                if item.kind == .folder {
-                    item.meta = h.meta
-                    byPath[path] = item
-                    continue
-                }
-                item.version = h.etag
-                item.size = h.size
-                item.meta = h.meta
-                item.kind = h.link ? .symlink : .file
-                byPath[path] = item
+            } catch {
+                failure.update { if $0 == nil { $0 = error } }
             }
         }
-        return byPath.values.sorted { $0.path < $1.path }
+        if let e = failure.value { throw e }
+        let heads = found.value
+        var items = listing.items
+        for i in items.indices where listing.lookups[items[i].path] != nil {
+            guard let h = heads[items[i].path] else {
+                // Gone since it was listed (a later listing will not have it): no metadata.
+                items[i].meta = RemoteMeta()
+                continue
+            }
+            if items[i].kind == .folder {
+                items[i].meta = h.meta
+                continue
+            }
+            items[i].version = h.etag
+            items[i].size = h.size
+            items[i].meta = h.meta
+            items[i].kind = h.link ? .symlink : .file
+        }
+        return items
+    }
+
+    /// Nanoseconds since 1970 of a second as `modifiedSecond` writes it ("YYYYMMDDHHMMSS", UTC).
+    static func nanoseconds(ofSecond second: String) -> Int64? {
+        let d = Array(second.utf8)
+        guard d.count == 14, d.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        func n(_ r: Range<Int>) -> Int32 { d[r].reduce(0) { $0 * 10 + Int32($1 - 0x30) } }
+        var t = tm()
+        t.tm_year = n(0..<4) - 1900
+        t.tm_mon = n(4..<6) - 1
+        t.tm_mday = n(6..<8)
+        t.tm_hour = n(8..<10)
+        t.tm_min = n(10..<12)
+        t.tm_sec = n(12..<14)
+        return Int64(timegm(&t)) * 1_000_000_000
     }
 
     struct Listed { var key: String; var etag: String; var size: Int64; var modified: String? }
+
+    /// Every object under `keyPrefix`, page by page (ListObjectsV2), each page handed to
+    /// `page` (on the calling thread) while the next one is asked for on another thread.
+    func listObjects(keyPrefix: String, pages page: ([Listed]) -> Void) throws(DriveError) {
+        // Pages fetched and not yet handed over (at most 4 ahead), the fetch's end or failure.
+        struct Ahead: Sendable { var pages = [[Listed]](); var done = false; var failure: DriveError? }
+        let ahead = Locked(Ahead())
+        let ready = DispatchSemaphore(value: 0)
+        let room = DispatchSemaphore(value: 4)
+        let stop = Locked(false)
+        let fetcher = Thread { [self] in
+            do throws(DriveError) {
+                var token: String?
+                repeat {
+                    room.wait()
+                    if stop.value { break }
+                    let (listed, next) = try listPage(keyPrefix: keyPrefix, token: token, maxKeys: pageSize)
+                    ahead.update { $0.pages.append(listed) }
+                    ready.signal()
+                    token = next
+                } while token != nil
+                ahead.update { $0.done = true }
+            } catch {
+                ahead.update { $0.failure = error; $0.done = true }
+            }
+            ready.signal()
+        }
+        fetcher.name = "docdrive-list"
+        fetcher.start()
+        defer { stop.update { $0 = true }; room.signal() }
+        while true {
+            ready.wait()
+            let (got, done, failure) = ahead.update { a -> ([[Listed]], Bool, DriveError?) in
+                let out = (a.pages, a.done, a.failure)
+                a.pages.removeAll()
+                return out
+            }
+            for p in got {
+                page(p)
+                room.signal()
+            }
+            if let failure { throw failure }
+            if done { return }
+        }
+    }
+
+    /// One page of a listing and the token of the next (nil after the last).
+    private func listPage(keyPrefix: String, token: String?, maxKeys: Int) throws(DriveError) -> ([Listed], String?) {
+        var out = [Listed]()
+        var query = [("list-type", "2"), ("prefix", keyPrefix), ("encoding-type", "url"), ("max-keys", String(maxKeys))]
+        if let token { query.append(("continuation-token", token)) }
+        let r = try client.send(.GET, key: nil, query: query)
+        guard r.status == 200 else { throw client.failure(r, "list \(displayName)") }
+        let xml = S3XML(r.body)
+        let urlEncoded = xml.value("EncodingType") == "url"
+        for c in xml.elements("Contents") {
+            guard var key = c.value("Key") else { continue }
+            if urlEncoded { key = Self.urlDecoded(key) }
+            out.append(Listed(key: key, etag: Self.unquoted(c.value("ETag") ?? ""), size: Int64(c.value("Size") ?? "") ?? 0,
+                              modified: c.value("LastModified").flatMap(Self.modifiedSecond)))
+        }
+        return (out, xml.value("IsTruncated") == "true" ? xml.value("NextContinuationToken") : nil)
+    }
 
     /// Every object under `keyPrefix`, page by page (ListObjectsV2).
     func listObjects(keyPrefix: String, limit: Int? = nil) throws(DriveError) -> [Listed] {

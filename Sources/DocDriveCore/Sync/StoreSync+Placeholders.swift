@@ -29,7 +29,9 @@ extension StoreSync {
     /// each would do (download as a placeholder, make the folder), without the queue. A path a
     /// worker holds, one where something is here now, one under a pinned folder (its content
     /// comes down) or one that cannot be placed is left to the queue. Returns the paths placed.
-    func placeNewPlaceholders(_ items: [RemoteItem]) -> Set<StorePath> {
+    /// `pending`: items whose metadata is not read yet (RemoteListing): each gets an id of its
+    /// own until `completePlaceholders` gives it the remote's.
+    func placeNewPlaceholders(_ items: [RemoteItem], pending: Set<StorePath> = [], logging: Bool = true) -> Set<StorePath> {
         guard let cachefd = try? openCache() else { return [] }
         defer { close(cachefd) }
         var folders = [StorePath: (fd: Int32, ino: Int64)]()  // open local folders
@@ -92,13 +94,136 @@ extension StoreSync {
                 }
             }
             told(r.path)
-            if r.kind == .file { hooks().arrived(key, r.path, id, false) }
+            if r.kind == .file, !pending.contains(r.path) { hooks().arrived(key, r.path, id, false) }
             placed.insert(r.path)
             if rows.count >= 2000, !flush() { return placed }
         }
         guard flush() else { return placed }
-        if !placed.isEmpty { logger.info("store \(name): \(placed.count) new items of the remote shown here (files as placeholders)") }
+        if logging, !placed.isEmpty { logger.info("store \(name): \(placed.count) new items of the remote shown here (files as placeholders)") }
         return placed
+    }
+
+    /// The first step of a poll of an on-demand store (`listing` from `Remote.listQuickly`):
+    /// the new items become placeholders before the metadata of the pending ones is read, with
+    /// the listing's size and time and an id of their own, so that a store just joined shows at
+    /// once. Not when an item this device knows is gone from the listing: a new item may then
+    /// be that item moved by another device, which only its metadata (its id) tells, and it is
+    /// placed after it is read, as before. Returns the pending items placed.
+    ///
+    /// Until `completePlaceholders` runs, such a placeholder is what a placeholder of an object
+    /// without DocDrive's metadata (another tool's) is: an item of this device's id, which the
+    /// sync takes the remote's id for as soon as a decision reads it (`takeID`); a rename here
+    /// moves it on the remote under that id (the base has it), a first open takes the remote's
+    /// id and time from the download.
+    func placeBeforeMetadata(_ listing: RemoteListing) -> Set<StorePath> {
+        guard let all = try? bases.all(root: key) else { return [] }
+        var listed = Set<StorePath>(minimumCapacity: listing.items.count)
+        for i in listing.items { listed.insert(i.path) }
+        guard all.allSatisfy({ listed.contains($0.path) }) else { return [] }
+        let known = Set(all.map(\.path))
+        let knownIDs = Set(all.compactMap(\.id))
+        let new = listing.items.filter {
+            ($0.kind == .folder || $0.kind == .file && $0.size > 0) && !known.contains($0.path)
+                && !($0.meta.itemID.map { knownIDs.contains($0) } ?? false)
+        }
+        guard !new.isEmpty else { return [] }
+        let placed = placeNewPlaceholders(new, pending: listing.pending)
+        if !placed.isEmpty { logger.info("store \(name): \(placed.count) items placed before their metadata was read") }
+        return placed.intersection(listing.pending)
+    }
+
+    /// The placeholders `placeBeforeMetadata` made (`paths`) take their metadata, now read
+    /// (`items`): the remote's item id (in the index and the base), mode and time. One that is
+    /// no longer the placeholder of the version it stood for (filled by an open, changed,
+    /// replaced), one that turned out a link, and one whose id another item here has (a copy
+    /// of it, or it moved) are left to their decision, which the poll queues (their id or kind
+    /// differs from the base's).
+    func completePlaceholders(_ paths: Set<StorePath>, _ items: [RemoteItem]) {
+        guard let cachefd = try? openCache(), let all = try? bases.all(root: key) else { return }
+        defer { close(cachefd) }
+        var byPath = [StorePath: RemoteItem](minimumCapacity: paths.count)
+        for i in items where paths.contains(i.path) { byPath[i.path] = i }
+        var baseOf = [StorePath: BaseRow](minimumCapacity: all.count)
+        var pathOfID = [String: StorePath](minimumCapacity: all.count)
+        for b in all {
+            baseOf[b.path] = b
+            if let id = b.id { pathOfID[id] = b.path }
+        }
+        var folders = [StorePath: (fd: Int32, ino: Int64)]()
+        defer { for f in folders.values where f.fd >= 0 { close(f.fd) } }
+        func folder(_ path: StorePath) -> (fd: Int32, ino: Int64)? {
+            if let f = folders[path] { return f.fd >= 0 ? f : nil }
+            var f: (fd: Int32, ino: Int64) = (-1, 0)
+            if case .success(let fd) = Beneath.openFolder(cachefd, path.names) {
+                var st = stat()
+                if fstat(fd, &st) == 0 { f = (fd, Int64(st.st_ino)) } else { close(fd) }
+            }
+            folders[path] = f
+            return f.fd >= 0 ? f : nil
+        }
+        var rows = [BaseRow]()
+        var done = 0
+        func flush() {
+            if (try? bases.putAll(root: key, rows)) != nil { done += rows.count }
+            rows.removeAll(keepingCapacity: true)
+        }
+        for path in paths.sorted(by: { $0.bytes.count < $1.bytes.count }) {
+            guard let r = byPath[path], let b = baseOf[path], b.kind == r.kind, b.remoteToken == r.version else { continue }
+            if let rid = r.meta.itemID, let other = pathOfID[rid], other != path { continue }
+            guard tryLock([path]) else { continue }
+            defer { unlock([path]) }
+            guard let dir = folder(path.folder) else { continue }
+            let name = path.lastName
+            guard let st = Self.takeAttributes(dir.fd, name, r, localToken: r.kind == .file ? b.localToken : nil) else { continue }
+            let id = r.meta.itemID ?? b.id
+            rows.append(BaseRow(path: path, id: id, kind: r.kind, localToken: r.kind == .file ? FolderRemote.version(st) : "",
+                                remoteToken: r.version))
+            if let rid = r.meta.itemID, rid != b.id {
+                index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: String(decoding: name, as: UTF8.self),
+                                      kind: r.kind == .folder ? .directory : .file, id: rid))
+            }
+            told(path)
+            if r.kind == .file, let id { hooks().arrived(key, path, id, false) }
+            if rows.count >= 2000 { flush() }
+        }
+        flush()
+        logger.info("store \(name): \(done) of \(paths.count) items placed before their metadata took it")
+    }
+
+    /// The placeholder `name` in the folder `dir` (or the folder, when `r` is one) takes the
+    /// mode and time of the remote item `r` it stands for: only while it is still the
+    /// placeholder of `r`'s version and, when `localToken` is given, unchanged since it was
+    /// placed. Returns its stat after, nil when it was left alone.
+    static func takeAttributes(_ dir: Int32, _ name: ArraySlice<UInt8>, _ r: RemoteItem, localToken: String?) -> stat? {
+        if r.kind == .file {
+            let fd = Beneath.withCName(name) { openat(dir, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+            guard fd >= 0 else { return nil }
+            defer { close(fd) }
+            var st = stat()
+            guard Placeholder.version(fd: fd) == r.version, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
+                  localToken.map({ FolderRemote.version(st) == $0 }) ?? true else { return nil }
+        }
+        if let m = r.meta.mode {
+            _ = Beneath.withCName(name) { fchmodat(dir, $0, mode_t(m & 0o7777), 0) }
+        }
+        if r.kind == .file, let ns = r.meta.mtimeNanoseconds {
+            var times = [timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT)),
+                         timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))]
+            _ = Beneath.withCName(name) { utimensat(dir, $0, &times, AT_SYMLINK_NOFOLLOW) }
+        }
+        return Beneath.stat(dir, name)
+    }
+
+    /// The placeholder at `path` takes the mode and time of `r` (`takeAttributes`); returns its
+    /// local version after, nil when it was left alone.
+    func placeholderTakesAttributes(_ path: StorePath, _ r: RemoteItem) -> String? {
+        guard let cachefd = try? openCache() else { return nil }
+        defer { close(cachefd) }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, path.folder.names) else { return nil }
+        defer { close(dir) }
+        guard let st = Self.takeAttributes(dir, path.lastName, r, localToken: nil) else { return nil }
+        told(path)
+        return FolderRemote.version(st)
     }
 
     /// Whether `path` or a folder above it carries the pin mark.
@@ -207,7 +332,10 @@ extension StoreSync {
             throw DriveError.io("cannot write the download of \(path)", .init(rawValue: errno))
         }
         if let m = got.meta.mode { _ = fchmod(fd, mode_t(m & 0o7777)) }
-        if got.version == version || got.meta.mtimeNanoseconds == nil {
+        // The remote's id, when the placeholder had one of this device's (placed before its
+        // metadata was read, `placeBeforeMetadata`): it takes the remote's id and time now.
+        let adopting = got.meta.itemID != nil && got.meta.itemID != base?.id
+        if got.version == version && !adopting || got.meta.mtimeNanoseconds == nil {
             Placeholder.setTimes(fd, Int64(before.st_mtim.tv_sec) * 1_000_000_000 + Int64(before.st_mtim.tv_nsec))
         } else {
             Placeholder.setTimes(fd, got.meta.mtimeNanoseconds)
@@ -222,6 +350,7 @@ extension StoreSync {
         // The base first: a crash before the attribute goes leaves a placeholder at this base.
         try bases.put(root: key, BaseRow(path: path, id: got.meta.itemID ?? base?.id, kind: .file,
                                          localToken: FolderRemote.version(after), remoteToken: got.version))
+        if adopting, let rid = got.meta.itemID { takeID(rid, for: LocalItem(path: path, kind: .file, st: after)) }
         guard Placeholder.clear(fd: fd) else {
             throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
         }

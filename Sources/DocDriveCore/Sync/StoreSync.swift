@@ -254,7 +254,7 @@ final class StoreSync: Sendable {
     }
 
     /// The local item becomes the item `id` (made on another device): one id on every device.
-    private func takeID(_ id: String, for l: LocalItem) {
+    func takeID(_ id: String, for l: LocalItem) {
         guard let cachefd = try? openCache() else { return }
         defer { close(cachefd) }
         guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) else { return }
@@ -270,9 +270,12 @@ final class StoreSync: Sendable {
 
     /// A file for a download, on the same file system as the cache (renamed into place after).
     func makeTemporary() throws(DriveError) -> (fd: Int32, path: String) {
-        _ = mkdir(downloads, 0o700)
         let path = downloads + "/" + ItemIndex.newID()
-        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | dd_O_NOFOLLOW, 0o600)
+        var fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | dd_O_NOFOLLOW, 0o600)
+        if fd < 0, errno == ENOENT {
+            _ = mkdir(downloads, 0o700)
+            fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | dd_O_NOFOLLOW, 0o600)
+        }
         guard fd >= 0 else { throw DriveError.io("cannot make a download file in \(downloads)", .init(rawValue: errno)) }
         return (fd, path)
     }
@@ -568,9 +571,15 @@ final class StoreSync: Sendable {
         switch plan.action {
         case .none:
             // One item, one id on every device: the remote's id is the item's.
-            if let l = local, let rid = remoteItem?.meta.itemID, rid != localID(l) {
+            if let l = local, let r = remoteItem, let rid = r.meta.itemID, rid != localID(l) {
                 takeID(rid, for: l)
-                if var b = base { b.id = rid; try bases.put(root: key, b) }
+                if var b = base {
+                    b.id = rid
+                    // A placeholder of an id of this device's (placed before its metadata was
+                    // read, and renamed here meanwhile) takes the remote's mode and time too.
+                    if l.placeholder, r.kind == .file, let token = placeholderTakesAttributes(path, r) { b.localToken = token }
+                    try bases.put(root: key, b)
+                }
             }
             return .synced
         case .adopt:
@@ -1076,12 +1085,60 @@ final class StoreSync: Sendable {
     /// Lists the remote and queues every path where it differs from the bases (changed, new,
     /// gone, moved). A remote that cannot be listed changes nothing: the store is offline.
     @discardableResult
-    func poll() -> Int {
+    func poll() -> Int { finishPoll(startPoll(placingEarly: false)) }
+
+    /// A poll begun: the remote's first listing step (RemoteListing), and the placeholders
+    /// made from it.
+    struct PollStart: Sendable {
+        fileprivate var listing: Result<RemoteListing, DriveError>
+        fileprivate var early: Set<StorePath>
+        /// Whether placeholders were made before the metadata was read.
+        var placedEarly: Bool { !early.isEmpty }
+    }
+
+    /// The first step of a poll: the listing alone (S3: the keys, without a HEAD each). With
+    /// `placingEarly` (the first poll at the mount), on demand, what is new on the remote (a
+    /// store just joined: all of it) shows at once, as placeholders, before each item's
+    /// metadata is read (`placeBeforeMetadata`): the daemon mounts after this step, and
+    /// `finishPoll` does the rest. (A later poll places what is new with its metadata read:
+    /// a few items, and nobody waits for it.)
+    func startPoll(placingEarly: Bool) -> PollStart {
         pollsStarted.add(1, ordering: .relaxed)
+        do {
+            guard placingEarly, content == .onDemand else { return PollStart(listing: .success(try remote.listQuickly()), early: []) }
+            if (try? bases.count(root: key)) == 0 {
+                // Nothing known here yet (a store just joined): every item is new, and each
+                // part of the listing becomes placeholders while the next one comes.
+                var early = Set<StorePath>()
+                var shown = 0
+                let listing = try remote.listQuickly { items, pending in
+                    let new = items.filter { $0.kind == .folder || $0.kind == .file && $0.size > 0 }
+                    guard !new.isEmpty else { return }
+                    let placed = placeNewPlaceholders(new, pending: pending, logging: false)
+                    shown += placed.count
+                    early.formUnion(placed.intersection(pending))
+                }
+                if shown > 0 { logger.info("store \(name): \(shown) new items of the remote shown here (files as placeholders)") }
+                if !early.isEmpty { logger.info("store \(name): \(early.count) items placed before their metadata was read") }
+                return PollStart(listing: .success(listing), early: early)
+            }
+            let listing = try remote.listQuickly()
+            let early = listing.pending.isEmpty ? [] : placeBeforeMetadata(listing)
+            return PollStart(listing: .success(listing), early: early)
+        } catch {
+            return PollStart(listing: .failure(error), early: [])
+        }
+    }
+
+    /// The rest of a poll begun by `startPoll` (polls run one at a time: one poll's two steps
+    /// are never apart by another poll).
+    @discardableResult
+    func finishPoll(_ start: PollStart) -> Int {
         defer { polls.add(1, ordering: .relaxed) }
         let items: [RemoteItem]
         do {
-            items = try remote.list()
+            items = try remote.complete(start.listing.get())
+            if !start.early.isEmpty { completePlaceholders(start.early, items) }
         } catch {
             let now = Date().timeIntervalSince1970
             let wasOnline = state.withLock { s -> Bool in

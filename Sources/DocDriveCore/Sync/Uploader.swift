@@ -316,7 +316,12 @@ public final class Uploader: Sendable {
         try? queue.enqueue(root: key, path: Self.wholeStore, due: 0)
         if !inBackground, (try? store.remote.checkReachable()) != nil {
             prepare(key, store)
-            reconcile(key, store)
+            // A store just joined (placeholders made from the first step of the first poll)
+            // mounts without waiting for the rest of that poll (S3: a HEAD per object), which
+            // the poller does before it polls again. Every other store mounts compared.
+            guard let first = startReconcile(key, store, placingEarly: true) else { return startWorkers(key, store) }
+            if first.placedEarly { return startWorkers(key, store, finishing: first) }
+            finishReconcile(key, store, first)
             startWorkers(key, store)
             return
         }
@@ -424,7 +429,8 @@ public final class Uploader: Sendable {
         if stale > 0 { logger.info("store \(store.config.name): removed \(stale) unfinished uploads left by a crash") }
     }
 
-    private func startWorkers(_ key: String, _ store: Store) {
+    /// `finishing`: the first poll, begun (`startReconcile`), which the poller finishes first.
+    private func startWorkers(_ key: String, _ store: Store, finishing first: StoreSync.PollStart? = nil) {
         let n = store.config.workers
         logger.info("store \(store.config.name): \(n) upload worker\(n == 1 ? "" : "s")\(store.limit.map { ", at most \($0.bytesPerSecond) bytes/s" } ?? "")")
         for i in 0..<n where !stopping.load(ordering: .relaxed) {
@@ -432,7 +438,7 @@ public final class Uploader: Sendable {
             w.name = "docdrive-upload-\(store.config.name)-\(i)"
             w.start()
         }
-        if !stopping.load(ordering: .relaxed) { startPoller(key, store) }
+        if !stopping.load(ordering: .relaxed) { startPoller(key, store, finishing: first) }
     }
 
     /// Stops taking new work after uploading what is queued, for at most `seconds`; returns
@@ -612,20 +618,31 @@ public final class Uploader: Sendable {
     /// differs from what this device and the remote last agreed on, then looks at the remote.
     /// Nothing is removed on either side here: each queued path is decided on its own.
     private func reconcile(_ key: String, _ store: Store) {
+        guard let start = startReconcile(key, store, placingEarly: false) else { return }
+        finishReconcile(key, store, start)
+    }
+
+    /// `reconcile` up to the first step of its poll (StoreSync.startPoll); nil when stopping.
+    private func startReconcile(_ key: String, _ store: Store, placingEarly: Bool) -> StoreSync.PollStart? {
         store.sync.compareLocal { stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) }
         // What failed before goes again now (its remote may be back, its file gone).
         try? queue.makeAllDue(root: key)
-        if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return }
-        store.sync.poll()
+        if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return nil }
+        return store.sync.startPoll(placingEarly: placingEarly)
+    }
+
+    private func finishReconcile(_ key: String, _ store: Store, _ start: StoreSync.PollStart) {
+        store.sync.finishPoll(start)
         try? queue.remove(root: key, path: Self.wholeStore)
         logger.info("store \(store.config.name): compared the local copy with the remote")
     }
 
     /// Looks at the remote every `poll` seconds (at once when `docdrive sync` asks) for what
     /// other devices changed.
-    private func startPoller(_ key: String, _ store: Store) {
+    private func startPoller(_ key: String, _ store: Store, finishing first: StoreSync.PollStart?) {
         let t = Thread { [self] in
             dd_background_thread()
+            if let first { finishReconcile(key, store, first) }
             var last = Date().timeIntervalSince1970
             while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
                 usleep(50_000)

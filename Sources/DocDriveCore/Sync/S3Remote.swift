@@ -459,17 +459,8 @@ public final class S3Remote: Remote, Sendable {
 
     /// The second before `second` ("YYYYMMDDHHMMSS", UTC), in the same form.
     static func secondBefore(_ second: String) -> String? {
-        let d = Array(second.utf8)
-        guard d.count == 14, d.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
-        func n(_ r: Range<Int>) -> Int32 { d[r].reduce(0) { $0 * 10 + Int32($1 - 0x30) } }
-        var t = tm()
-        t.tm_year = n(0..<4) - 1900
-        t.tm_mon = n(4..<6) - 1
-        t.tm_mday = n(6..<8)
-        t.tm_hour = n(8..<10)
-        t.tm_min = n(10..<12)
-        t.tm_sec = n(12..<14)
-        var before = timegm(&t) - 1
+        guard let ns = nanoseconds(ofSecond: second) else { return nil }
+        var before = time_t(ns / 1_000_000_000 - 1)
         var u = tm()
         guard gmtime_r(&before, &u) != nil else { return nil }
         func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }

@@ -519,7 +519,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
         # name's delete, while another device put its edit at the old name): healed since
         # (StoreSync.healDuplicateIDs). The runs after it also found a hung mount, a write to a
         # file a download had replaced, and this test's own look-then-O_TRUNC race (fixed;
-        # see the README). With those fixes, 46 of 46 S3 runs passed on 2026-11-26.
+        # see the README). With those fixes, 54 of 54 S3 runs passed on 2026-11-26.
         # Expected to fail until more runs show no other cause; not strict: a pass shows as XPASS.
         request.applymarker(pytest.mark.xfail(
             reason="S3: failed in about half the runs of seed 747277646 until 2026-11-25 (causes found since; see the comment)",

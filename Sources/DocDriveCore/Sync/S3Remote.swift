@@ -397,20 +397,9 @@ public final class S3Remote: Remote, Sendable {
         var out = [Listed]()
         var token: String?
         repeat {
-            var query = [("list-type", "2"), ("prefix", keyPrefix), ("encoding-type", "url"),
-                         ("max-keys", String(min(pageSize, limit ?? pageSize)))]
-            if let token { query.append(("continuation-token", token)) }
-            let r = try client.send(.GET, key: nil, query: query)
-            guard r.status == 200 else { throw client.failure(r, "list \(displayName)") }
-            let xml = S3XML(r.body)
-            let urlEncoded = xml.value("EncodingType") == "url"
-            for c in xml.elements("Contents") {
-                guard var key = c.value("Key") else { continue }
-                if urlEncoded { key = Self.urlDecoded(key) }
-                out.append(Listed(key: key, etag: Self.unquoted(c.value("ETag") ?? ""), size: Int64(c.value("Size") ?? "") ?? 0,
-                                  modified: c.value("LastModified").flatMap(Self.modifiedSecond)))
-            }
-            token = xml.value("IsTruncated") == "true" ? xml.value("NextContinuationToken") : nil
+            let (page, next) = try listPage(keyPrefix: keyPrefix, token: token, maxKeys: min(pageSize, limit ?? pageSize))
+            out += page
+            token = next
             if let limit, out.count >= limit { break }
         } while token != nil
         return out

@@ -34,21 +34,12 @@ extension StoreSync {
     func placeNewPlaceholders(_ items: [RemoteItem], pending: Set<StorePath> = [], logging: Bool = true) -> Set<StorePath> {
         guard let cachefd = try? openCache() else { return [] }
         defer { close(cachefd) }
-        var folders = [StorePath: (fd: Int32, ino: Int64)]()  // open local folders
-        defer { for f in folders.values where f.fd >= 0 { close(f.fd) } }
+        let folders = LocalFolders(cachefd)  // open local folders
+        defer { folders.closeAll() }
         var pinnedFolders = [StorePath: Bool]()
         var placed = Set<StorePath>()
         var rows = [BaseRow]()
-        func folder(_ path: StorePath) -> (fd: Int32, ino: Int64)? {
-            if let f = folders[path] { return f.fd >= 0 ? f : nil }
-            var f: (fd: Int32, ino: Int64) = (-1, 0)
-            if case .success(let fd) = Beneath.openFolder(cachefd, path.names) {
-                var st = stat()
-                if fstat(fd, &st) == 0 { f = (fd, Int64(st.st_ino)) } else { close(fd) }
-            }
-            folders[path] = f
-            return f.fd >= 0 ? f : nil
-        }
+        func folder(_ path: StorePath) -> (fd: Int32, ino: Int64)? { folders.open(path) }
         func pinned(_ path: StorePath) -> Bool {
             if let p = pinnedFolders[path] { return p }
             let p = isPinned(path)
@@ -149,18 +140,9 @@ extension StoreSync {
             baseOf[b.path] = b
             if let id = b.id { pathOfID[id] = b.path }
         }
-        var folders = [StorePath: (fd: Int32, ino: Int64)]()
-        defer { for f in folders.values where f.fd >= 0 { close(f.fd) } }
-        func folder(_ path: StorePath) -> (fd: Int32, ino: Int64)? {
-            if let f = folders[path] { return f.fd >= 0 ? f : nil }
-            var f: (fd: Int32, ino: Int64) = (-1, 0)
-            if case .success(let fd) = Beneath.openFolder(cachefd, path.names) {
-                var st = stat()
-                if fstat(fd, &st) == 0 { f = (fd, Int64(st.st_ino)) } else { close(fd) }
-            }
-            folders[path] = f
-            return f.fd >= 0 ? f : nil
-        }
+        let folders = LocalFolders(cachefd)
+        defer { folders.closeAll() }
+        func folder(_ path: StorePath) -> (fd: Int32, ino: Int64)? { folders.open(path) }
         var rows = [BaseRow]()
         var done = 0
         func flush() {
@@ -495,5 +477,31 @@ extension StoreSync {
                 body(dfd, e.name, child, st)
             }
         }
+    }
+}
+
+/// The local folders one pass over the placeholders opened (by store path), each opened once;
+/// a folder that is not there is remembered as such.
+private final class LocalFolders {
+    private let cachefd: Int32
+    private var opened = [StorePath: (fd: Int32, ino: Int64)]()
+
+    init(_ cachefd: Int32) { self.cachefd = cachefd }
+
+    /// The folder's descriptor and inode number, or nil when it is not there.
+    func open(_ path: StorePath) -> (fd: Int32, ino: Int64)? {
+        if let f = opened[path] { return f.fd >= 0 ? f : nil }
+        var f: (fd: Int32, ino: Int64) = (-1, 0)
+        if case .success(let fd) = Beneath.openFolder(cachefd, path.names) {
+            var st = stat()
+            if fstat(fd, &st) == 0 { f = (fd, Int64(st.st_ino)) } else { close(fd) }
+        }
+        opened[path] = f
+        return f.fd >= 0 ? f : nil
+    }
+
+    func closeAll() {
+        for f in opened.values where f.fd >= 0 { close(f.fd) }
+        opened = [:]
     }
 }

@@ -25,6 +25,10 @@ final class SyncDevice: @unchecked Sendable {
     let rootKey: String
     /// Paths the test holds "open for writing" (the mount would say so).
     let openForWriting = PathSet()
+    /// Paths whose file a process opens for writing right after the sync's plain checks: an
+    /// `isOpenForWriting` does not see it yet, but the check the open is ordered with
+    /// (`unlessOpenForWriting`, under the mount's open-files lock) does.
+    let openedInTheWindow = PathSet()
     /// What happens (once) right before this device's first decision of a path: another
     /// device's change at that moment.
     let beforeDeciding = PathActions()
@@ -44,13 +48,19 @@ final class SyncDevice: @unchecked Sendable {
         uploader = Uploader(home: home, config: config, index: index, logger: logger)
         var hooks = SyncHooks()
         let cache = home.cachePath("shared")
-        hooks.isOpenForWriting = { [openForWriting] dev, ino in
-            openForWriting.paths.withLock { paths in
+        let holds: @Sendable (PathSet, UInt64, UInt64) -> Bool = { set, dev, ino in
+            set.paths.withLock { paths in
                 paths.contains { p in
                     var st = stat()
                     return lstat(cache + "/" + p, &st) == 0 && UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
                 }
             }
+        }
+        hooks.isOpenForWriting = { [openForWriting] dev, ino in holds(openForWriting, dev, ino) }
+        hooks.unlessOpenForWriting = { [openForWriting, openedInTheWindow] dev, ino, body in
+            guard !holds(openForWriting, dev, ino), !holds(openedInTheWindow, dev, ino) else { return false }
+            body()
+            return true
         }
         // Open for writing here means written and not fsynced since (no test fsyncs).
         let open = hooks.isOpenForWriting
@@ -374,6 +384,42 @@ final class SyncEngineTests: XCTestCase {
             a.openForWriting.paths.withLock { $0.removeAll() }
             settleAll(a, b)
             XCTAssertEqual(b.read("f.txt"), "half and the rest", kind)
+        }
+    }
+
+    func testAFileOpenedForWritingWhileTheRemotesVersionArrivesKeepsWhatIsWrittenToIt() throws {
+        for (kind, remote) in try remotes() {
+            let (a, b) = try two(remote, kind, files: ["edited.txt": "v1", "deleted.txt": "v1"])
+            // Given a process on the second device that opens both files for writing just after
+            // the sync last checked that nobody had them open
+            let fds = ["edited.txt", "deleted.txt"].map { p -> (String, Int32) in
+                b.openedInTheWindow.paths.withLock { _ = $0.insert(p) }
+                return (p, open(b.cache + "/" + p, O_WRONLY))
+            }
+            for (_, fd) in fds { XCTAssertGreaterThanOrEqual(fd, 0, kind) }
+            // When the first device's change and delete arrive meanwhile
+            a.write("edited.txt", "v2 from the first device")
+            a.remove("deleted.txt")
+            a.settle()
+            b.settle()
+            // And the process then writes through what it opened, and closes
+            for (p, fd) in fds {
+                let bytes = Array("written by the process to \(p)".utf8)
+                XCTAssertEqual(pwrite(fd, bytes, bytes.count, 0), bytes.count, kind)
+                XCTAssertEqual(ftruncate(fd, off_t(bytes.count)), 0, kind)
+                close(fd)
+            }
+            b.openedInTheWindow.paths.withLock { $0.removeAll() }
+            for (p, _) in fds { b.note(p) }
+            settleAll(a, b)
+            settleAll(a, b)
+            // Then what the process wrote is on both devices, and so is the other device's version
+            for (name, d) in [("first", a), ("second", b)] {
+                let texts = Set(d.tree().values)
+                XCTAssertTrue(texts.contains("written by the process to edited.txt"), "\(kind), \(name) device: \(d.tree())")
+                XCTAssertTrue(texts.contains("v2 from the first device"), "\(kind), \(name) device: \(d.tree())")
+                XCTAssertEqual(d.read("deleted.txt"), "written by the process to deleted.txt", "\(kind), \(name) device")
+            }
         }
     }
 

@@ -122,7 +122,8 @@ public struct FileSystemOptions: Sendable {
 ///    file's locks and the table change together.
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
 ///    `Coordinator.held`, `grantSet`, `appViews`, `invalidator`, `Namespace.layout/roots`,
-///    `OpenFile.seenVersion`, `Inode.cachedVersion`, an `OpenFiles` shard, the uploader's `stores` copies (one at a time), `noted`,
+///    `OpenFile.seenVersion`, `Inode.cachedVersion`, an `OpenFiles` shard (a sync worker holds
+///    it across one rename or unlink in the local copy, `unlessOpenForWriting`), the uploader's `stores` copies (one at a time), `noted`,
 ///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
 ///    on a request thread by an open of a placeholder, which only queues its download, and by
 ///    an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`, released before its
@@ -212,6 +213,7 @@ public final class DriveFileSystem: Sendable {
         if let uploader {
             var hooks = SyncHooks()
             hooks.isOpenForWriting = { dev, ino in OpenFiles.shared.isOpenForWriting(dev: dev, ino: ino) }
+            hooks.unlessOpenForWriting = { dev, ino, body in OpenFiles.shared.unlessOpenForWriting(dev: dev, ino: ino, body) }
             hooks.isOpen = { dev, ino in OpenFiles.shared.isOpen(dev: dev, ino: ino) }
             hooks.hasUnsyncedWrites = { st in OpenFiles.shared.hasUnsyncedWrites(st) }
             hooks.changedBehindMount = { [weak self] folder, name in

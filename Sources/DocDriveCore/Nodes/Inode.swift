@@ -956,6 +956,18 @@ final class OpenFiles: Sendable {
         shard(dev: dev, ino: ino).state.withLock { $0[FileKey(dev: dev, ino: ino)]?.writers.isEmpty == false }
     }
 
+    /// Runs `body` (which renames over or unlinks the backing file) only if no process has the
+    /// file open for writing through the mount, under the part's lock, so that no open counts
+    /// itself in between: an open after it finds the file unlinked. The body is one system call
+    /// on the backing folder and takes no lock of the drive's.
+    func unlessOpenForWriting(dev: UInt64, ino: UInt64, _ body: () -> Void) -> Bool {
+        shard(dev: dev, ino: ino).state.withLock { s in
+            guard s[FileKey(dev: dev, ino: ino)]?.writers.isEmpty != false else { return false }
+            body()
+            return true
+        }
+    }
+
     /// Open for writing through the mount and changed since its last fsync (`st`: as it is now).
     func hasUnsyncedWrites(_ st: stat) -> Bool {
         let dev = UInt64(st.st_dev), ino = UInt64(st.st_ino)

@@ -15,6 +15,10 @@ import Glibc
 public struct SyncHooks: Sendable {
     /// Whether a process has the backing file (dev, ino) open for writing through the mount.
     public var isOpenForWriting: @Sendable (UInt64, UInt64) -> Bool = { _, _ in false }
+    /// Runs the body (a rename over, or an unlink of, the backing file (dev, ino)) only if no
+    /// process has that file open for writing through the mount, checked and done under the
+    /// lock an open takes to count itself: false, without running it, if one has.
+    public var unlessOpenForWriting: @Sendable (UInt64, UInt64, () -> Void) -> Bool = { _, _, body in body(); return true }
     /// Whether a process has the backing file (dev, ino) open through the mount at all.
     public var isOpen: @Sendable (UInt64, UInt64) -> Bool = { _, _ in false }
     /// Whether a process has the backing file open for writing through the mount and wrote it
@@ -221,6 +225,17 @@ final class StoreSync: Sendable {
     func isBusyLocally(_ item: LocalItem?) -> Bool {
         guard let item, item.kind == .file else { return false }
         return hooks().isOpenForWriting(UInt64(item.st.st_dev), UInt64(item.st.st_ino))
+    }
+
+    /// Runs `change`, which renames over or unlinks the local file `st` (as it is now), unless a
+    /// process has that file open for writing through the mount: false then, and nothing done.
+    /// The check and the change are one step under the open-files lock. Checked first and
+    /// changed after, an open for writing in between would keep the old file, which no name
+    /// holds any more, and its writes would be lost; opened after, it finds the file unlinked
+    /// and answers ESTALE, and the kernel looks the name up again (FileSystem's open).
+    func unlessOpenForWriting(_ st: stat?, _ change: () -> Void) -> Bool {
+        guard let st, st.st_mode & S_IFMT == S_IFREG else { change(); return true }
+        return hooks().unlessOpenForWriting(UInt64(st.st_dev), UInt64(st.st_ino), change)
     }
 
     private func folderPath(_ path: StorePath) -> String {
@@ -853,7 +868,16 @@ final class StoreSync: Sendable {
                 placedToken = FolderRemote.version(st)
                 // Where nothing was, a file a process made meanwhile is not replaced.
                 let flags: UInt32 = now == nil ? UInt32(dd_RENAME_NOREPLACE) : 0
-                let moved = Beneath.withCName(name) { dd_renameat2(AT_FDCWD, tmp.path, dir, $0, flags) }
+                var moved: Int32 = -1
+                var failure: Int32 = 0
+                let free = unlessOpenForWriting(now) {
+                    moved = Beneath.withCName(name) { dd_renameat2(AT_FDCWD, tmp.path, dir, $0, flags) }
+                    failure = moved == 0 ? 0 : errno
+                }
+                guard free else {
+                    throw DriveError(.remoteChanged, "\(r.path) was opened for writing here while the remote's version was downloaded.")
+                }
+                errno = failure
                 if moved != 0, errno == EEXIST {
                     throw DriveError(.remoteChanged, "\(r.path) was made here while the remote's version was downloaded.")
                 }
@@ -1037,8 +1061,16 @@ final class StoreSync: Sendable {
                 guard let now = Beneath.stat(dir, name), FolderRemote.version(now) == base.localToken, !isBusyLocally(l) else {
                     throw DriveError(.remoteChanged, "\(l.path) changed here; it is not deleted.")
                 }
-                guard Beneath.withCName(name, { unlinkat(dir, $0, 0) }) == 0 || errno == ENOENT else {
-                    throw DriveError.io("cannot remove \(l.path) from the local copy", .init(rawValue: errno))
+                var removed: Int32 = -1
+                var failure: Int32 = 0
+                guard unlessOpenForWriting(now, {
+                    removed = Beneath.withCName(name) { unlinkat(dir, $0, 0) }
+                    failure = removed == 0 ? 0 : errno
+                }) else {
+                    throw DriveError(.remoteChanged, "\(l.path) was opened for writing here; it is not deleted.")
+                }
+                guard removed == 0 || failure == ENOENT else {
+                    throw DriveError.io("cannot remove \(l.path) from the local copy", .init(rawValue: failure))
                 }
             }
             do {

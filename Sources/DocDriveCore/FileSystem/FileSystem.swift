@@ -122,7 +122,7 @@ public struct FileSystemOptions: Sendable {
 ///    file's locks and the table change together.
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
 ///    `Coordinator.held`, `grantSet`, `appViews`, `invalidator`, `Namespace.layout/roots`,
-///    `OpenFile.seenVersion`, `Inode.cachedVersion`, an `OpenFiles` shard (a sync worker holds
+///    `OpenFile.seenVersion`, `Inode.versions`, an `OpenFiles` shard (a sync worker holds
 ///    it across one rename or unlink in the local copy, `unlessOpenForWriting`), the uploader's `stores` copies (one at a time), `noted`,
 ///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
 ///    on a request thread by an open of a placeholder, which only queues its download, and by

@@ -97,8 +97,11 @@ public final class Inode: Sendable {
     /// content and attributes are the target's.
     public let reference: ReferenceLink?
 
+    /// The versions a file keeps once it is opened or created through the mount (nil until
+    /// then: most nodes are only looked up, and two versions inline were a third of a node).
+    private let versions = Mutex<OpenedVersions?>(nil)
     /// Content version (mtime, ctime, size) the kernel's page cache holds, to decide keep_cache.
-    let cachedVersion = Mutex<FileVersion?>(nil)
+    var cachedVersion: VersionField { VersionField(node: self, which: .cached) }
     /// The backing file was found to have no `security.capability`: the kernel asks for it
     /// before every write (to drop it), and the answer is kept until one is set through the mount.
     let hasNoCapability = Atomic<Bool>(false)
@@ -106,7 +109,34 @@ public final class Inode: Sendable {
     /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
     let mappableOpens = Atomic<Int>(0)
     /// The content version of the last fsync through the mount (see `hasUnsyncedWrites`).
-    let fsyncedVersion = Mutex<FileVersion?>(nil)
+    var fsyncedVersion: VersionField { VersionField(node: self, which: .fsynced) }
+
+    /// What `versions` holds, only under its lock.
+    private final class OpenedVersions {
+        var cached: FileVersion?
+        var fsynced: FileVersion?
+    }
+
+    /// One of a node's versions, read and changed under the node's `versions` lock (a leaf),
+    /// which is made at the first change.
+    struct VersionField {
+        enum Which { case cached, fsynced }
+        let node: Inode
+        let which: Which
+
+        func withLock<R>(_ body: (inout FileVersion?) -> R) -> R {
+            node.versions.withLock { box in
+                var value: FileVersion?
+                if let box { value = which == .cached ? box.cached : box.fsynced }
+                let result = body(&value)
+                if box == nil, value == nil { return result }
+                let b = box ?? OpenedVersions()
+                if which == .cached { b.cached = value } else { b.fsynced = value }
+                box = b
+                return result
+            }
+        }
+    }
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
          fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,

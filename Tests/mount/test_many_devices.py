@@ -502,28 +502,12 @@ def test_devices_leave_each_others_upload_temps_alone(new_drive, shared_folder):
 
 @pytest.mark.timeout(900)
 def test_random_operations_on_three_devices(new_drive, shared, request):
-    if shared.kind == "s3":
-        # Failed on S3 in about half the runs of seed 747277646 until 2026-11-25. One cause is
-        # fixed: a file renamed here whose old name's sync left the move to the new name's,
-        # which then did not move it (the new name taken on the remote meanwhile, or the file
-        # renamed on or deleted first), stayed on the remote under its old name (the "copy on
-        # the other devices only" failures). After the first half of the fix (e2420aa) 17 random
-        # S3 runs passed and seed 747277646 failed 2 of 6: once that way (the second half,
-        # 336cda8, fixed it), once a version gamma closed was lost: the test itself moved a file
-        # over the one its device had just downloaded (a download between its look and its
-        # rename; renames and moves are RENAME_NOREPLACE since 81f8731). After both, that seed
-        # passed 5 of 5. On 2026-11-26, 38 of 40 runs passed: seed 1556627443 met the case the
-        # duplicate check below now shows rather than counts (a version renamed on one device
-        # and edited at its old name on another, kept twice); seed 2035179136 ended with one id
-        # at two paths on the remote (renamed into a folder as a new upload after its old
-        # name's delete, while another device put its edit at the old name): healed since
-        # (StoreSync.healDuplicateIDs). The runs after it also found a hung mount, a write to a
-        # file a download had replaced, and this test's own look-then-O_TRUNC race (fixed;
-        # see the README). With those fixes, 54 of 54 S3 runs passed on 2026-11-26.
-        # Expected to fail until more runs show no other cause; not strict: a pass shows as XPASS.
-        request.applymarker(pytest.mark.xfail(
-            reason="S3: failed in about half the runs of seed 747277646 until 2026-11-25 (causes found since; see the comment)",
-            strict=False))
+    # History (see the README): on S3 this failed in about half the runs of seed 747277646
+    # until 2026-11-25, and the runs since found a move left to another path's sync, one item
+    # id at two paths (now healed), a hung mount, writes to a file a download had replaced,
+    # a truncation that never went up, and this test's own look-then-O_TRUNC race. After the
+    # last fix (an open for writing between a download's check and its rename, 2026-11-26),
+    # 40 of 40 S3 runs passed; it is strict on both remotes since.
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
     nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))
     print(f"seed {seed} ({nops} operations); replay with DOCDRIVE_SYNC_SEED={seed}")

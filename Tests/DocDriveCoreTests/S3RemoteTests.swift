@@ -388,6 +388,26 @@ final class S3RemoteTests: XCTestCase {
         }
     }
 
+    func testCredentialsRenewedInTheCredentialsFileAreTakenWithoutARestart() throws {
+        // Given a store whose credentials file holds keys the server refuses (expired ones)
+        let path = NSTemporaryDirectory() + "s3-credentials-\(UUID().uuidString)"
+        files.append(path)
+        func writeCredentials(secret: String) throws {
+            let text = "[default]\naws_access_key_id = \(Self.env["AWS_ACCESS_KEY_ID"] ?? "")\naws_secret_access_key = \(secret)\n"
+            FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
+        }
+        try writeCredentials(secret: "an-expired-secret")
+        let settings = S3Settings(endpoint: endpoint, bucket: bucket, prefix: "t-\(UUID().uuidString.prefix(8))", pathStyle: true,
+                                  credentialsFile: path)
+        let r = try S3Remote(settings: settings, device: "testdevice")
+        XCTAssertThrowsError(try r.checkBucket()) { e in XCTAssertTrue("\(e)".contains("refused the secret key"), "\(e)") }
+        // When fresh ones are written there (as `aws sso login` or a credential helper does)
+        try writeCredentials(secret: Self.env["AWS_SECRET_ACCESS_KEY"] ?? "")
+        // Then the same remote works again: the refused request was signed again with them
+        XCTAssertNoThrow(try r.checkBucket())
+        XCTAssertNoThrow(try put(r, "renewed.txt", "after the renewal"))
+    }
+
     func testAClockTooFarOffIsOneSentence() throws {
         var client = try makeRemote().client
         client.now = { Date().addingTimeInterval(3 * 3600) }

@@ -4,6 +4,7 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
+import Synchronization
 import NIOCore
 import NIOHTTP1
 
@@ -27,9 +28,46 @@ public struct S3RetryPolicy: Sendable {
     }
 }
 
+/// The credentials requests are signed with, and where to read them again: temporary
+/// credentials (a session token) expire, and whatever renews them (`aws sso login`, a
+/// credential helper, an administrator) writes new ones into the credentials file. A request
+/// the server refuses for its credentials is signed again with what the source holds now, when
+/// that differs; otherwise its refusal is the sentence.
+public final class S3Signer: Sendable {
+    /// Lock: leaf.
+    private let current: Mutex<SigV4>
+    private let reload: (@Sendable () throws(DriveError) -> SigV4.Credentials)?
+    let region: String
+
+    public init(credentials: SigV4.Credentials, region: String,
+                reload: (@Sendable () throws(DriveError) -> SigV4.Credentials)? = nil) {
+        current = Mutex(SigV4(credentials: credentials, region: region))
+        self.reload = reload
+        self.region = region
+    }
+
+    var signer: SigV4 { current.withLock { $0 } }
+
+    /// Reads the credentials again; true if they changed (the request is worth another try).
+    func renew() -> Bool {
+        guard let reload, let fresh = try? reload() else { return false }
+        return current.withLock { s in
+            let old = s.credentials
+            guard fresh.accessKeyID != old.accessKeyID || fresh.secretAccessKey != old.secretAccessKey
+                    || fresh.sessionToken != old.sessionToken else { return false }
+            s = SigV4(credentials: fresh, region: region)
+            return true
+        }
+    }
+
+    /// The S3 error codes that mean the credentials, not the request, were refused.
+    static let credentialCodes: Set<String> = ["ExpiredToken", "InvalidToken", "TokenRefreshRequired",
+                                               "InvalidAccessKeyId", "SignatureDoesNotMatch"]
+}
+
 public struct S3Client: Sendable {
     public let settings: S3Settings
-    let signer: SigV4
+    let signing: S3Signer
     public var retry: S3RetryPolicy
     /// The clock requests are signed with (tests move it to provoke a skew).
     public var now: @Sendable () -> Date = { Date() }
@@ -38,12 +76,14 @@ public struct S3Client: Sendable {
     private let hostHeader: String
     private let base: String  // scheme://host[:port]
 
-    public init(settings: S3Settings, credentials: SigV4.Credentials, retry: S3RetryPolicy = S3RetryPolicy()) throws(DriveError) {
+    /// `reload`: where the credentials are read again when the server refuses them (see S3Signer).
+    public init(settings: S3Settings, credentials: SigV4.Credentials, retry: S3RetryPolicy = S3RetryPolicy(),
+                reload: (@Sendable () throws(DriveError) -> SigV4.Credentials)? = nil) throws(DriveError) {
         if let p = settings.problem(store: "this") {
             throw DriveError(.invalidConfig, p.prefix(1).uppercased() + p.dropFirst() + ".")
         }
         self.settings = settings
-        self.signer = SigV4(credentials: credentials, region: settings.region)
+        self.signing = S3Signer(credentials: credentials, region: settings.region, reload: reload)
         self.retry = retry
         let url = URL(string: settings.endpoint)!
         scheme = url.scheme!.lowercased()
@@ -73,6 +113,7 @@ public struct S3Client: Sendable {
               body: S3Body = .empty, sink: ((HTTPResponseHead, ByteBuffer) throws -> Void)? = nil, retries: Bool = true,
               beforeRetry: (() throws(DriveError) -> Void)? = nil) throws(DriveError) -> S3Response {
         var attempt = 0
+        var renewed = false
         while true {
             let outcome: Result<S3Response, any Error>
             do {
@@ -86,7 +127,15 @@ public struct S3Client: Sendable {
                 let code = r.status
                 let s3Code = S3XML(r.body).value("Code")
                 let transient = code >= 500 || code == 429 || s3Code == "RequestTimeout" || s3Code == "SlowDown"
-                if !transient { return r }
+                if !transient {
+                    // Refused for its credentials: once more with fresh ones, if there are any.
+                    if (code == 400 || code == 403), let c = s3Code, S3Signer.credentialCodes.contains(c), !renewed,
+                       signing.renew() {
+                        renewed = true
+                        continue
+                    }
+                    return r
+                }
                 why = "answered \(code)\(s3Code.map { " " + $0 } ?? "")"
             case .failure(let e):
                 if let local = e as? S3LocalFailure { throw Self.describe(local) }
@@ -113,7 +162,7 @@ public struct S3Client: Sendable {
         case .file: payloadHash = SigV4.unsignedPayload
         }
         headers.append(("x-amz-content-sha256", payloadHash))
-        let signed = signer.sign(method: method.rawValue, path: path, query: query, headers: headers, payloadHash: payloadHash, date: now())
+        let signed = signing.signer.sign(method: method.rawValue, path: path, query: query, headers: headers, payloadHash: payloadHash, date: now())
         var http = HTTPHeaders()
         for (n, v) in signed.headers { http.add(name: n, value: v) }
         if body.length > 0 || method == .PUT || method == .POST { http.replaceOrAdd(name: "Content-Length", value: String(body.length)) }
@@ -144,7 +193,7 @@ public struct S3Client: Sendable {
         case (_, "RequestTimeTooSkewed"):
             return DriveError(.unreachable, "This machine's clock is too far from the S3 server's at \(endpointName)\(skewDetail(r)); set the clock right (enable NTP) and try again.")
         case (_, "ExpiredToken"), (_, "InvalidToken"):
-            return DriveError(.unreachable, "The S3 session token (AWS_SESSION_TOKEN) was refused by \(endpointName): it has expired or is not valid.")
+            return DriveError(.unreachable, "The S3 session token was refused by \(endpointName): it has expired or is not valid; put fresh credentials in the credentials file (they are read again at the next request), or restart the drive with a new AWS_SESSION_TOKEN.")
         case (403, _):
             return DriveError(.unreachable, "The S3 server at \(endpointName) refused access to the bucket \(bucket) (\(code.isEmpty ? "403" : code)): the key lacks the permission to \(what).")
         case (404, _):

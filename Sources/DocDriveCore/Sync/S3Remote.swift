@@ -87,8 +87,11 @@ public final class S3Remote: Remote, Sendable {
     /// The remote of a store's settings, with credentials from where `SigV4.Credentials.load`
     /// looks.
     public convenience init(settings: S3Settings, device: String) throws(DriveError) {
-        let credentials = try SigV4.Credentials.load(credentialsFile: settings.credentialsFile)
-        self.init(client: try S3Client(settings: settings, credentials: credentials), device: device)
+        let file = settings.credentialsFile
+        let credentials = try SigV4.Credentials.load(credentialsFile: file)
+        self.init(client: try S3Client(settings: settings, credentials: credentials,
+                                       reload: { () throws(DriveError) in try SigV4.Credentials.load(credentialsFile: file) }),
+                  device: device)
     }
 
     public var displayName: String { client.settings.displayName }

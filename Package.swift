@@ -64,7 +64,7 @@ let package = Package(
         ),
         .testTarget(
             name: "DocDriveCoreTests",
-            dependencies: ["DocDriveCore", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["DocDriveCore", "CDocDriveSys", .product(name: "Crypto", package: "swift-crypto")]
         ),
     ]
 )

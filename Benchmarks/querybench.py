@@ -118,12 +118,18 @@ def drop_caches():
         pass
 
 
+def process_cpu(pid):
+    """CPU seconds of the whole process (threads that ended included)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def thread_cpu(pid, name="docdrive-query"):
-    """CPU seconds of the daemon's threads called `name` (the query index's; None: all of them)."""
+    """CPU seconds of the daemon's threads called `name` (the query index's)."""
     total = 0.0
     for t in os.listdir(f"/proc/{pid}/task"):
         try:
-            if name is None or Path(f"/proc/{pid}/task/{t}/comm").read_text().strip() == name:
+            if Path(f"/proc/{pid}/task/{t}/comm").read_text().strip() == name:
                 f = Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()
                 total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
         except FileNotFoundError:
@@ -142,14 +148,14 @@ def metadata_round(mnt: Path, tag: str, pid=None, top="Work"):
     def timed(key, fn):
         drop_caches()
         c = thread_cpu(pid) if pid else 0
-        a = thread_cpu(pid, None) if pid else 0
+        a = process_cpu(pid) if pid else 0
         t = time.perf_counter()
         fn()
         took = time.perf_counter() - t
         if pid:
             time.sleep(0.3)  # the index's batch after the last change (at most 80 ms)
             cpu[key] = thread_cpu(pid) - c
-            daemon_cpu[key] = thread_cpu(pid, None) - a
+            daemon_cpu[key] = process_cpu(pid) - a
         return took
 
     create = timed("create", lambda: [os.close(os.open(p, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)) for p in names])

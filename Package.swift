@@ -6,7 +6,10 @@ let package = Package(
     name: "DocDrive",
     platforms: [.macOS(.v15)],
     products: [
-        .executable(name: "docdrive", targets: ["docdrive"]),
+        // `docdrive`, the command users type: answers plain queries, execs docdrive-full for the rest.
+        .executable(name: "docdrive", targets: ["DocDriveFront"]),
+        // The full program (every command, the daemon), installed beside it.
+        .executable(name: "docdrive-full", targets: ["docdrive"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -27,10 +30,13 @@ let package = Package(
         ),
         // Linux syscalls and constants that Glibc's Swift overlay does not expose.
         .target(name: "CDocDriveSys"),
+        // What the front and the daemon must agree on for the query fast path (no Foundation).
+        .target(name: "DocDriveWire"),
         .target(
             name: "DocDriveCore",
             dependencies: [
                 "CDocDriveSys",
+                "DocDriveWire",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -50,6 +56,13 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // `docdrive`: Glibc and DocDriveWire only, linked statically (no shared object to load, no
+        // relocations of the Swift runtime's: it starts in about 0.5 ms; see its main.swift).
+        .executableTarget(
+            name: "DocDriveFront",
+            dependencies: ["DocDriveWire"],
+            linkerSettings: [.unsafeFlags(["-static-executable"])]
+        ),
         .executableTarget(
             name: "docdrive",
             dependencies: [
@@ -64,7 +77,7 @@ let package = Package(
         ),
         .testTarget(
             name: "DocDriveCoreTests",
-            dependencies: ["DocDriveCore", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["DocDriveCore", "CDocDriveSys", .product(name: "Crypto", package: "swift-crypto")]
         ),
     ]
 )

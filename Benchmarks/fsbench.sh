@@ -303,9 +303,13 @@ NATIVE="$W/native"
 MFS_BRANCH="$W/mergerfs-branch"; MFS_MNT="$W/mergerfs"
 DD_HOME="$W/docdrive-home"; DD_REMOTE="$W/docdrive-remote"; DD_MNT="$W/docdrive"
 mkdir -p "$NATIVE" "$MFS_BRANCH" "$MFS_MNT" "$DD_REMOTE" "$DD_MNT"
-# A private copy, so a rebuild during the run does not change the binary under us.
+# A private copy, so a rebuild during the run does not change the binary under us: `docdrive`
+# and the full program it runs for every command but plain queries, `docdrive-full`, beside it.
 BIN_ORIG="$BIN"
-cp "$BIN" "$W/docdrive-bin" && BIN="$W/docdrive-bin" || die "cannot copy $BIN"
+mkdir -p "$W/bin" && cp "$BIN" "$W/bin/docdrive" && BIN="$W/bin/docdrive" || die "cannot copy $BIN"
+if [ -e "$(dirname "$BIN_ORIG")/docdrive-full" ]; then
+    cp "$(dirname "$BIN_ORIG")/docdrive-full" "$W/bin/" || die "cannot copy docdrive-full"
+fi
 DEV=$(df --output=source "$W" | tail -n 1)
 INFLIGHT="/sys/class/block/$(basename "$DEV")/inflight"
 if [ "$(cat "/sys/fs/ext4/$(basename "$DEV")/journal_task" 2>/dev/null)" = "<none>" ]; then

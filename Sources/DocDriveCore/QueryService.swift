@@ -1,6 +1,7 @@
 // QueryService: `docdrive query` inside the daemon: one answer, or a stream of changes for
 // `--watch`, on a control socket connection.
 import CDocDriveSys
+import DocDriveWire
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -100,24 +101,12 @@ public final class QueryService: Sendable {
         connection.send(raw(result))
     }
 
-    /// The answer to the command's fast path (`QueryFastPath`, which reads it without Foundation):
-    /// "=" and the protocol version, the mount point, then the count or every mount-relative path,
-    /// each ended by NUL. An error is the usual JSON line (the command then asks again the usual
-    /// way, and reports it).
+    /// The answer to the `docdrive` front's fast path (QueryWire.rawAnswer, which it reads without
+    /// Foundation): "=" and the protocol version, the mount point, then the count or every
+    /// mount-relative path, each ended by NUL. An error is the usual JSON line (the front then
+    /// hands the command to the full program, which asks again and reports it).
     func raw(_ result: QueryAnswer) -> Data {
-        var out = Data("=\(ControlProtocol.version)".utf8)
-        out.append(0)
-        out.append(contentsOf: mountpoint.utf8)
-        out.append(0)
-        if let n = result.count {
-            out.append(contentsOf: String(n).utf8)
-            out.append(0)
-        }
-        for p in result.paths ?? [] {
-            out.append(contentsOf: p.utf8)
-            out.append(0)
-        }
-        return out
+        Data(QueryWire.rawAnswer(mountpoint: mountpoint, count: result.count, paths: result.paths ?? []))
     }
 
     /// query-watch: the current results, then one line per batch of changes until the command goes.

@@ -23,9 +23,8 @@ struct Desktop: ParsableCommand {
 
     /// The extension's text, with this docdrive's path in it (the menu items run it).
     static func extensionText() -> String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return String(decoding: PackageResources.docdrive_files_py, as: UTF8.self)
-            .replacingOccurrences(of: "\"@DOCDRIVE@\"", with: ControlProtocol.jsonString(exe))
+        String(decoding: PackageResources.docdrive_files_py, as: UTF8.self)
+            .replacingOccurrences(of: "\"@DOCDRIVE@\"", with: ControlProtocol.jsonString(Executable.commandPath))
     }
 
     struct Install: ParsableCommand {

@@ -26,9 +26,9 @@ struct DocDrive: ParsableCommand {
     /// fuse.docdrive, which runs `docdrive HOME MOUNTPOINT -o OPTIONS`: that is
     /// `docdrive mount --home HOME MOUNTPOINT -o OPTIONS`.
     static func main() {
+        // `docdrive query` in its plain forms never gets here: the front (DocDriveFront), the program
+        // users run as `docdrive`, answers it and execs this one for everything else.
         let args = Array(CommandLine.arguments.dropFirst())
-        // `docdrive query` in its plain forms answers before ArgumentParser starts (QueryFastPath).
-        if args.first == "query", let status = QueryFastPath.run(args.dropFirst()) { Glibc.exit(status) }
         main(MountHelperArguments.rewrite(args, subcommands: configuration.subcommands.map { $0._commandName }) ?? args)
     }
 }

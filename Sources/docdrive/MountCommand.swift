@@ -191,7 +191,7 @@ struct Mount: ParsableCommand {
         guard pipe(&fds) == 0 else { throw DriveError(.io, "Cannot create a pipe: \(String(cString: strerror(errno))).") }
         _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
         _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let exe = Executable.fullPath
         let args = [exe, "mount", mp, "--home", home.path, "-o", opts, "--upload-grace", String(uploadGrace), "--ready-fd", "3"]
             + (noPassthrough ? ["--no-passthrough"] : [])
         var cargs: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]

@@ -62,7 +62,7 @@ struct Service: ParsableCommand {
                 let home = drive.driveHome
                 _ = try home.loadConfig()
                 let mp = DriveHome.absolute(mountpoint ?? (NSHomeDirectory() + "/Drive"))
-                let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().path
+                let bin = Executable.commandPath
                 let folder = Service.unitFolder()
                 let name = Service.unitName(home)
                 let unit = Service.unitText(binary: bin, home: home.path, mountpoint: mp, uploadGrace: uploadGrace, system: geteuid() == 0)

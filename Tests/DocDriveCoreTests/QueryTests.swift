@@ -2,6 +2,7 @@
 // query index's SQL over a made-up set of rows.
 import Foundation
 import XCTest
+import CDocDriveSys
 import DocDriveCore
 
 final class QueryTests: XCTestCase {
@@ -231,5 +232,110 @@ final class QueryTests: XCTestCase {
         let one = names.first { $0.count >= 3 }!
         _ = try idx.apply(upserts: [], deletes: [QueryKey(root: "store:t", path: one)], subtreeDeletes: [])
         XCTAssertFalse(try found(.word(one)).contains(one))
+    }
+}
+
+// MARK: the names in memory
+
+final class QueryNamesTests: XCTestCase {
+    func makeIndex() throws -> (QueryIndex, String) {
+        let dir = NSTemporaryDirectory() + "/query-names-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return (try QueryIndex(path: dir + "/q.sqlite", itemIndexPath: nil), dir)
+    }
+
+    func row(_ path: String, kind: String = "other") -> QueryRow {
+        QueryRow(root: "store:t", path: path, name: path, kind: kind, size: 0, mtime: 0, tags: "", ref: false, targetRoot: nil, targetPath: nil)
+    }
+
+    func testScanFindsEveryEntryThatContainsTheWord() {
+        // Given random NUL-ended entries over a small alphabet (long ones too: the scan compares
+        // 16 positions at a time, so words cross those blocks and the buffer's end)
+        var rng = SplitMix64(seed: 5)
+        let letters = Array("abcé-".utf8)
+        for round in 0..<200 {
+            let entries = (0..<(1 + Int(rng.next() % 60))).map { _ in
+                (0..<(1 + Int(rng.next() % 40))).map { _ in letters[Int(rng.next() % UInt64(letters.count))] }
+            }
+            let buf = entries.reduce(into: [UInt8]()) { b, e in b += e; b.append(0) }
+            let needle = (0..<(1 + Int(rng.next() % 4))).map { _ in letters[Int(rng.next() % UInt64(letters.count))] }
+            var starts = [UInt32](), at = 0
+            for e in entries {
+                starts.append(UInt32(at))
+                at += e.count + 1
+            }
+            let expected = zip(entries, starts).filter { e, _ in
+                e.count >= needle.count && (0...(e.count - needle.count)).contains { Array(e[$0..<($0 + needle.count)]) == needle }
+            }.map(\.1)
+            // When it scans with room for every hit, and with room for one fewer
+            var out = [UInt32](repeating: 0, count: entries.count)
+            let n = dd_scan_entries(buf, buf.count, needle, needle.count, &out, out.count)
+            // Then it names exactly those entries, in order, and says when they are more than the room
+            XCTAssertEqual(Array(out[0..<n]), expected, "round \(round)")
+            if !expected.isEmpty {
+                var small = [UInt32](repeating: 0, count: expected.count - 1)
+                XCTAssertEqual(dd_scan_entries(buf, buf.count, needle, needle.count, &small, small.count), expected.count, "round \(round)")
+            }
+        }
+    }
+
+    func testNamesInMemoryAnswerAsTheSQLScanDoes() throws {
+        // Given 3,000 random names in one store, read into memory, then changed (rows deleted,
+        // the last rowids given to new rows, rows rewritten) without a rebuild
+        let (idx, dir) = try makeIndex()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var rng = SplitMix64(seed: 23)
+        let syllables = ["re", "port", "zé", "bra", "ta", "x", "-", " ", "plan", "Ä"]
+        func name() -> String { (0..<(1 + Int(rng.next() % 6))).map { _ in syllables[Int(rng.next() % UInt64(syllables.count))] }.joined() }
+        var names = Set((0..<3000).map { _ in name() })
+        _ = try idx.apply(upserts: names.sorted().map { row($0) }, deletes: [], subtreeDeletes: [])
+        try idx.rebuildNames()
+        let sorted = names.sorted()
+        let dropped = Array(sorted.suffix(200)) + sorted.prefix(100)
+        _ = try idx.apply(upserts: [], deletes: dropped.map { QueryKey(root: "store:t", path: $0) }, subtreeDeletes: [])
+        names.subtract(dropped)
+        let added = Set((0..<300).map { _ in name() + "new" }).subtracting(names)
+        _ = try idx.apply(upserts: added.map { row($0) } + names.prefix(50).map { row($0, kind: "text") }, deletes: [], subtreeDeletes: [])
+        names.formUnion(added)
+        let parser = QueryParser()
+        // Then every word finds, through the names in memory, what the SQL scan finds and what the
+        // names contain (folded), alone and with another term
+        var inMemory = 0
+        for i in 0..<150 {
+            let word = (0..<(1 + Int(rng.next() % 2))).map { _ in syllables[Int(rng.next() % UInt64(syllables.count))] }.joined()
+            for expr in ["\"\(word)\"", "\"\(word)\" -kind:text", "\"\(word)\" OR kind:text"] {
+                let node = try parser.parse(expr)
+                if idx.nameCandidates(node) != nil { inMemory += 1 }
+                let memory = Set(try idx.search(node, scopes: []).map(\.path))
+                idx.clearNames()
+                let sql = Set(try idx.search(node, scopes: []).map(\.path))
+                let counted = try idx.count(node, scopes: [])
+                try idx.rebuildNames()
+                XCTAssertEqual(memory, sql, "\(i): \(expr)")
+                XCTAssertEqual(counted, sql.count, "\(i): \(expr)")
+                if expr.hasPrefix("\"") && !expr.contains("kind") {
+                    XCTAssertEqual(memory, names.filter { QueryParser.fold($0).contains(QueryParser.fold(word)) }, "\(i): \(expr)")
+                }
+            }
+        }
+        // And the names in memory answered most of them (not the OR, and not the words with more
+        // rows than they name)
+        XCTAssertGreaterThan(inMemory, 150)
+    }
+
+    func testARowidGivenAgainIsFound() throws {
+        // Given names in memory whose last row is deleted, and a new row that gets its rowid again
+        let (idx, dir) = try makeIndex()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        _ = try idx.apply(upserts: [row("first.txt"), row("zebra.odt")], deletes: [], subtreeDeletes: [])
+        try idx.rebuildNames()
+        _ = try idx.apply(upserts: [], deletes: [QueryKey(root: "store:t", path: "zebra.odt")], subtreeDeletes: [])
+        _ = try idx.apply(upserts: [row("quagga.odt")], deletes: [], subtreeDeletes: [])
+        // Then the new name is found, and the old one no more
+        let parser = QueryParser()
+        XCTAssertNotNil(idx.nameCandidates(try parser.parse("quagga")))
+        XCTAssertEqual(try idx.search(parser.parse("quagga"), scopes: []).map(\.path), ["quagga.odt"])
+        XCTAssertEqual(try idx.search(parser.parse("zebra"), scopes: []).map(\.path), [])
+        XCTAssertEqual(try idx.count(parser.parse("zebra"), scopes: []), 0)
     }
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import subprocess
 import time
 import uuid
@@ -220,6 +221,38 @@ def test_the_plain_forms_print_what_the_full_command_finds(tree, drive):
     # An error from the daemon is reported by the full command: one sentence, its exit code.
     p = t.query("--in", "nowhere-at-all", "report", check=False)
     assert p.returncode == 4 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, p
+
+
+def test_the_front_answers_plain_forms_alone_and_hands_the_rest_over(tree, drive, tmp_path):
+    # `docdrive` (DocDriveFront) answers the plain forms itself and execs docdrive-full, from its own
+    # folder, for everything else. A copy of it alone in a folder (no docdrive-full beside it)
+    # still answers plain queries, and says in one sentence what is missing for the rest.
+    t = tree
+    make_files(t)
+    assert wait_until(lambda: "Notes/tagged.txt" in t.here(), 5) is not None
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy2(os.path.realpath(drive.bin), alone / "docdrive")
+    env = drive.env()
+    scopes = ["--in", f"Notes/{t.n}", "--in", f"Work/{t.n}"]
+    full = {i["path"] for i in json.loads(t.query(*scopes, "--json", "report").stdout)}
+    assert full
+    p = subprocess.run([alone / "docdrive", "query", *scopes, "report"], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and set(p.stdout.splitlines()) == full, p
+    p = subprocess.run([alone / "docdrive", "query", *scopes, "--count", "report"], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stdout == f"{len(full)}\n", p
+    for args in (["query", "--json", "report"], ["--version"], ["status"]):
+        p = subprocess.run([alone / "docdrive", *args], env=env, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 1 and p.stdout == "", (args, p)
+        assert p.stderr == f"docdrive: cannot run {alone}/docdrive-full: No such file or directory (install docdrive-full beside docdrive)\n", p.stderr
+    # Beside it, docdrive-full gets the same arguments, argv[0] included, and its exit codes: the
+    # usage error of an unknown command is 64, the usage line names `docdrive`.
+    shutil.copy2(Path(os.path.realpath(drive.bin)).parent / "docdrive-full", alone / "docdrive-full")
+    p = subprocess.run([alone / "docdrive", "no-such-command"], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 64 and "docdrive" in p.stderr, p
+    p = subprocess.run(["bash", "-c", '(exec -a my-docdrive "$0" query --json report >/dev/null); echo "$?"', alone / "docdrive"],
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert p.stdout == "0\n", p
 
 
 def test_malformed_expressions_exit_4_with_one_sentence(drive):

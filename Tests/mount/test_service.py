@@ -94,6 +94,8 @@ def test_service_install_writes_a_notify_unit_and_uninstall_removes_it(new_drive
     assert "Type=notify" in text and "TimeoutStopSec=42" in text
     exec_line = next(l for l in text.splitlines() if l.startswith("ExecStart="))
     assert f'mount --home "{d.home}" --upload-grace 12 --foreground "{d.mnt}"' in exec_line, exec_line
+    # The unit runs the `docdrive` command (which execs docdrive-full beside it), by its real path.
+    assert exec_line.startswith(f'ExecStart="{os.path.realpath(d.bin)}" mount '), exec_line
     assert ("multi-user.target" if os.geteuid() == 0 else "default.target") in text
     if shutil.which("systemd-analyze"):
         v = run(["systemd-analyze", "verify", str(unit)], check=False)

@@ -1,6 +1,7 @@
 // ControlProtocol: the messages of the control socket, shared by the daemon and the commands:
 // one request type with a case per command, a typed answer per command, one error answer, and
 // the protocol's version, carried in every request and every answer.
+import DocDriveWire
 import Foundation
 
 /// The wire format: one JSON object per line, a request's fields beside its command.
@@ -12,7 +13,8 @@ import Foundation
 /// Version 1 was the dictionaries before these types; it had no "version" field, so a message
 /// without one is version 1. A daemon and a command of different versions do nothing but say so.
 public enum ControlProtocol {
-    public static let version = 2
+    /// Kept in DocDriveWire, which the `docdrive` front shares.
+    public static let version = QueryWire.protocolVersion
     /// The longest request line the daemon reads (a bookmark token is at most 8 KiB).
     public static let maxRequest = 64 * 1024
 
@@ -613,41 +615,15 @@ extension DriveError.Code: Codable {
 // MARK: the query fast path's request
 
 extension ControlRequest.Query {
-    /// `.query(self)`'s request line, with the keys and version `line()` writes, made with plain
-    /// String operations: `docdrive query`'s fast path (QueryFastPath) must not start Foundation's
-    /// JSON, whose first use costs more than the query (process start is most of the command).
-    /// One protocol all the same: ControlProtocolTests decodes it and compares.
+    /// `.query(self)`'s request line as the `docdrive` front writes it (QueryWire, no Foundation):
+    /// with the keys and version `line()` writes. ControlProtocolTests decodes it and compares.
     public func fastPathLine() -> String {
-        func list(_ a: [String]) -> String { "[" + a.map(ControlProtocol.jsonString).joined(separator: ",") + "]" }
-        var s = #"{"version":"# + String(ControlProtocol.version) + #","command":"query","expr":"# + list(expr) + #","in":"# + list(scopes)
-        if let sort { s += #","sort":"# + ControlProtocol.jsonString(sort.rawValue) }
-        if let descending { s += #","descending":"# + (descending ? "true" : "false") }
-        if let limit { s += #","limit":"# + String(limit) }
-        return s + #","count":"# + (count ? "true" : "false") + #","pathsOnly":"# + (pathsOnly ? "true" : "false")
-            + #","raw":"# + (raw ? "true" : "false") + "}\n"
+        QueryWire.requestLine(expr: expr, scopes: scopes, sort: sort?.rawValue, descending: descending, limit: limit,
+                              count: count, pathsOnly: pathsOnly, raw: raw)
     }
 }
 
 extension ControlProtocol {
     /// A JSON string, as JSONEncoder writes it (slashes unescaped).
-    public static func jsonString(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if u.value < 0x20 {
-                    let hex = String(u.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(u)
-                }
-            }
-        }
-        return out + "\""
-    }
+    public static func jsonString(_ s: String) -> String { QueryWire.jsonString(s) }
 }

@@ -2,6 +2,7 @@
 // reach it: a Unix socket in the drive home (mode 0600, only the daemon's own user or root), one
 // request line per connection (ControlProtocol), decoded here and handed to the daemon's switch.
 import CDocDriveSys
+import DocDriveWire
 import Foundation
 import Logging
 import Synchronization
@@ -12,7 +13,7 @@ import Glibc
 
 extension DriveHome {
     public var controlSocketPath: String { runPath + "/" + Self.controlSocketName }
-    public static let controlSocketName = "control.sock"
+    public static let controlSocketName = QueryWire.controlSocketName
 }
 
 /// The daemon's side. Each connection is served on its own thread (a copy may take a while).

@@ -1,30 +1,26 @@
-// QueryFastPath: `docdrive query` in its plain forms (paths, -0, --count), answered before
-// ArgumentParser is set up and without Foundation's JSON or the mount record.
+// QueryFastPath: `docdrive query` in its plain forms (paths, -0, --count), answered by the front
+// over the control socket, without starting the full program.
 //
-// Why: the whole command is mostly the process starting. perf of `docdrive --version` put a
-// third of its time in the dynamic loader and a quarter in the Swift runtime's protocol
-// conformance scans, which ArgumentParser's reflection (String(describing:), Mirror, `as?`)
-// and JSONSerialization's casts start. Everything here is plain String and Glibc.
 // Anything it does not handle (--json, --watch, --help, a path as a scope, an unknown option, an
-// error from the daemon) returns nil and the usual command runs, with its messages and exit
-// codes: an error costs one more round trip, never a different answer.
+// error from the daemon, no daemon) returns nil and the full program runs the command, with its
+// messages and exit codes: an error costs one more round trip, never a different answer.
 //
-// One protocol all the same: the line it sends is a `ControlRequest.query`, raw set, with the
-// keys and the version field JSONEncoder writes (`Query.fastPathLine`, written by hand;
-// ControlProtocolTests decodes it and compares). The daemon answers a raw query with the bytes
-// `QueryService.raw` makes, which begin with "=" and the protocol version: a daemon of another
-// version answers otherwise (an older one ignores the version), and the usual command then
-// reports the mismatch.
-import DocDriveCore
+// One protocol all the same: the line it sends is a `ControlRequest.query` with raw set, written by
+// QueryWire with the keys JSONEncoder writes (ControlProtocolTests decodes it and compares); the
+// daemon answers a raw query with QueryWire's raw answer, which begins with "=" and the protocol
+// version: a daemon of another version answers otherwise, and the full program reports it.
+import DocDriveWire
 #if canImport(Glibc)
 import Glibc
 #endif
 
 enum QueryFastPath {
-    /// The exit status, or nil when the usual command must answer.
+    static let sorts: Set<String> = ["name", "size", "modified"]
+
+    /// The exit status, or nil when the full program must answer.
     static func run(_ args: ArraySlice<String>) -> Int32? {
         var expression = [String](), scopes = [String](), seen = Set<String>()
-        var sort: QuerySort?, reverse = false, limit: Int?, count = false, nul = false, home: String?
+        var sort: String?, reverse = false, limit: Int?, count = false, nul = false, home: String?
         var i = args.startIndex
         while i < args.endIndex {
             let a = args[i]
@@ -37,7 +33,7 @@ enum QueryFastPath {
                 expression.append(a)
                 continue
             }
-            // --name=value or --name value; a flag given twice goes to the usual command.
+            // --name=value or --name value; a flag given twice goes to the full program.
             let parts = a.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             let name = String(parts[0])
             var inline = parts.count == 2 ? String(parts[1]) : nil
@@ -53,8 +49,8 @@ enum QueryFastPath {
                 guard let v = value(), let s = scope(v) else { return nil }
                 scopes.append(s)
             case "--sort":
-                guard let v = value(), let s = QuerySort(rawValue: v) else { return nil }
-                sort = s
+                guard let v = value(), sorts.contains(v) else { return nil }
+                sort = v
             case "--limit":
                 guard let v = value(), let n = Int(v), n >= 0 else { return nil }
                 limit = n
@@ -70,22 +66,20 @@ enum QueryFastPath {
         if count && nul { return nil }
         guard let home = home ?? homeFromEnvironment() else { return nil }
 
-        let natural = sort != .name  // size and modified: largest and newest first
-        let request = ControlRequest.Query(expr: expression, scopes: scopes, sort: sort, descending: sort.map { _ in reverse ? !natural : natural },
-                                           limit: limit, count: count, pathsOnly: true, raw: true)
-        guard let answer = ask(home + "/run", request.fastPathLine()), answer.first == UInt8(ascii: "=") else { return nil }
+        let natural = sort != "name"  // size and modified: largest and newest first
+        let line = QueryWire.requestLine(expr: expression, scopes: scopes, sort: sort, descending: sort.map { _ in reverse ? !natural : natural },
+                                         limit: limit, count: count, pathsOnly: true, raw: true)
+        guard let answer = ask(home + "/run", line), let (mountpoint, fields) = QueryWire.parseRaw(answer) else { return nil }
 
-        // "=" and the version, NUL, the mount point, NUL, then the count or each path, NUL-ended.
-        let fields = answer.dropFirst().split(separator: 0, omittingEmptySubsequences: false).dropLast()
-        guard fields.count >= 2, Array(fields[fields.startIndex]) == Array(String(ControlProtocol.version).utf8) else { return nil }
-        var base = Array(fields[fields.startIndex + 1])
+        var base = Array(mountpoint)
         if base.last == UInt8(ascii: "/") { base.removeLast() }
         var out = [UInt8]()
         if count {
-            guard fields.count == 3 else { return nil }
-            out = Array(fields[fields.startIndex + 2]) + [0x0A]
+            guard fields.count == 1 else { return nil }
+            out = Array(fields[0]) + [0x0A]
         } else {
-            for p in fields.dropFirst(2) {
+            out.reserveCapacity(fields.reduce(0) { $0 + $1.count + base.count + 2 })
+            for p in fields {
                 out += base
                 out.append(UInt8(ascii: "/"))
                 out += p
@@ -102,7 +96,7 @@ enum QueryFastPath {
         return s
     }
 
-    /// `DriveHome.fromEnvironment`, without ProcessInfo.
+    /// `DriveHome.fromEnvironment`, without Foundation.
     static func homeFromEnvironment() -> String? {
         func env(_ name: String) -> String? {
             guard let p = getenv(name) else { return nil }
@@ -125,16 +119,13 @@ enum QueryFastPath {
         return path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
     }
 
-    /// Sends the request to the daemon's control socket (as `ControlClient` does) and reads the
-    /// whole answer; nil if there is no daemon or it fails.
+    /// Sends the request to the daemon's control socket and reads the whole answer; nil if there
+    /// is no daemon or it fails.
     static func ask(_ runPath: String, _ request: String) -> [UInt8]? {
         let s = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { return nil }
         defer { close(s) }
-        let r = UnixSocket.withAddress(folder: runPath, name: DriveHome.controlSocketName) {
-            connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-        }
-        guard r == 0 else { return nil }
+        guard connect(s, folder: runPath, name: QueryWire.controlSocketName) == 0 else { return nil }
         var tv = timeval(tv_sec: 600, tv_usec: 0)
         setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         guard writeAll(s, Array(request.utf8)) else { return nil }
@@ -146,6 +137,29 @@ enum QueryFastPath {
             if n < 0 { return nil }
             if n == 0 { return answer }
             answer += buf[0..<n]
+        }
+    }
+
+    /// connect(2) to `folder/name`; through "/proc/self/fd/N/NAME" when the path is longer than
+    /// sun_path holds (as the daemon binds it, UnixSocket.withAddress).
+    static func connect(_ s: Int32, folder: String, name: String) -> Int32 {
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let capacity = MemoryLayout.size(ofValue: addr.sun_path)
+        var dir: Int32 = -1
+        defer { if dir >= 0 { close(dir) } }
+        var path = Array((folder + "/" + name).utf8)
+        if path.count >= capacity {
+            dir = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard dir >= 0 else { return -1 }
+            path = Array("/proc/self/fd/\(dir)/\(name)".utf8)
+        }
+        withUnsafeMutableBytes(of: &addr.sun_path) { p in
+            for (i, b) in path.enumerated() { p[i] = b }
+            p[path.count] = 0
+        }
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(s, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
     }
 

@@ -309,6 +309,32 @@ def test_changes_travel_both_ways_and_renames_keep_the_id(new_drive, shared):
     assert conflict_copies(a.dir) == [] and conflict_copies(b.dir) == []
 
 
+@pytest.mark.timeout(180)
+def test_a_file_renamed_away_then_made_again_under_its_name_keeps_one_id_everywhere(new_drive, shared):
+    # Given a document on two devices
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "doc.txt", b"v1")
+    a.sync(); b.sync()
+    doc_id = os.getxattr(a.dir / "doc.txt", "user.docdrive.id")
+    # When one device renames it and, once the rename is on the remote and within the few
+    # seconds an editor's rename-away save takes, makes a new file under the old name (the
+    # mount gives the new file the document's id, as for vim's save, and the renamed file a
+    # fresh one, until the sync sees that the remote knows the renamed file by the old id)
+    renamed = time.monotonic()
+    os.rename(a.dir / "doc.txt", a.dir / "moved.txt")
+    a.sync()
+    write(a.dir / "doc.txt", b"a new file under the old name")
+    assert time.monotonic() - renamed < 5, "the new file came too late to count as a save"
+    assert os.getxattr(a.dir / "doc.txt", "user.docdrive.id") == doc_id
+    for _ in range(3):
+        a.sync(); b.sync()
+    # Then both devices know both files, each by the same id as the other device
+    assert tree(a.dir) == tree(b.dir)
+    ia, ib = ids(a.dir), ids(b.dir)
+    assert ia == ib, f"ids differ: {ia} against {ib}"
+    assert len(set(ia.values())) == len(ia), ia
+
+
 @pytest.mark.timeout(120)
 def test_changes_arrive_without_sync_within_the_poll_interval(new_drive, shared):
     a, b = devices(new_drive, shared, 2)

@@ -111,15 +111,21 @@ extension DriveFileSystem {
     /// entry renamed away must still be where it went, as what it was.
     func vacatedFor(create p: Inode, name: UnsafePointer<CChar>) -> VacatedNames.Former? {
         guard let v = vacated.take(folder: p, name: name), let dfd = try? v.folder.acquire() else { return nil }
-        defer { v.folder.release() }
+        let still: Bool
         switch v.former {
         case .file(let ino):
             let st = v.name.withUnsafeBufferPointer { try? Sys.stat(dfd, $0.baseAddress!) }
-            guard let st, UInt64(st.st_ino) == ino, st.st_mode & S_IFMT == S_IFREG else { return nil }
+            still = st.map { UInt64($0.st_ino) == ino && $0.st_mode & S_IFMT == S_IFREG } ?? false
         case .reference:
             let file = v.name.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } + ReservedNames.referenceSuffix
-            guard faccessat(dfd, file, F_OK, Sys.AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
+            still = faccessat(dfd, file, F_OK, Sys.AT_SYMLINK_NOFOLLOW) == 0
         }
+        v.folder.release()
+        guard still else { return nil }
+        // The file renamed away gives its id to the new one and takes a fresh one: a store
+        // looks at it again, or (its rename already on the remote under the old id) it would
+        // keep the fresh id here while the remote and every other device know it by the old.
+        if case .file = v.former { v.name.withUnsafeBufferPointer { noteChanged(parent: v.folder, name: $0.baseAddress!) } }
         return v.former
     }
 

@@ -274,43 +274,56 @@ public final class S3Remote: Remote, Sendable {
         return RemoteListing(items: byPath.values.sorted { $0.path < $1.path }, lookups: lookups)
     }
 
-    /// HEADs the pending items of `listing`, 16 at once.
+    /// HEADs the pending items of `listing`, 16 at once, a part (`completePart` items) at a
+    /// time: each part's answers go into the items before the next part is asked for, so that
+    /// no second map of every answer is held beside `heads` (a store of 100,000 items just
+    /// joined: about 25 MB).
     public func complete(_ listing: RemoteListing) throws(DriveError) -> [RemoteItem] {
         if listing.lookups.isEmpty { return listing.items }
-        let found = Locked<[StorePath: Head]>([:])
-        let failure = Locked<DriveError?>(nil)
-        let wanted = Array(listing.lookups)
-        S3Parallel.forEach(wanted.count, width: 16) { i in
-            if failure.value != nil { return }
-            do throws(DriveError) {
-                // Kept with the listing's time: the next listing compares with that.
-                if let h = try self.head(wanted[i].value.key, listedModified: wanted[i].value.modified) {
-                    found.update { $0[wanted[i].key] = h }
-                }
-            } catch {
-                failure.update { if $0 == nil { $0 = error } }
-            }
-        }
-        if let e = failure.value { throw e }
-        let heads = found.value
         var items = listing.items
-        for i in items.indices where listing.lookups[items[i].path] != nil {
-            guard let h = heads[items[i].path] else {
-                // Gone since it was listed (a later listing will not have it): no metadata.
-                items[i].meta = RemoteMeta()
-                continue
+        let wanted = items.indices.filter { listing.lookups[items[$0].path] != nil }
+        var from = 0
+        while from < wanted.count {
+            let part = wanted[from..<min(from + Self.completePart, wanted.count)].map { i in
+                (i, listing.lookups[items[i].path]!)
             }
-            if items[i].kind == .folder {
+            from += part.count
+            let found = Locked<[Int: Head]>([:])
+            let failure = Locked<DriveError?>(nil)
+            S3Parallel.forEach(part.count, width: 16) { j in
+                if failure.value != nil { return }
+                do throws(DriveError) {
+                    // Kept with the listing's time: the next listing compares with that.
+                    if let h = try self.head(part[j].1.key, listedModified: part[j].1.modified) {
+                        found.update { $0[part[j].0] = h }
+                    }
+                } catch {
+                    failure.update { if $0 == nil { $0 = error } }
+                }
+            }
+            if let e = failure.value { throw e }
+            let heads = found.value
+            for (i, _) in part {
+                guard let h = heads[i] else {
+                    // Gone since it was listed (a later listing will not have it): no metadata.
+                    items[i].meta = RemoteMeta()
+                    continue
+                }
+                if items[i].kind == .folder {
+                    items[i].meta = h.meta
+                    continue
+                }
+                items[i].version = h.etag
+                items[i].size = h.size
                 items[i].meta = h.meta
-                continue
+                items[i].kind = h.link ? .symlink : .file
             }
-            items[i].version = h.etag
-            items[i].size = h.size
-            items[i].meta = h.meta
-            items[i].kind = h.link ? .symlink : .file
         }
         return items
     }
+
+    /// How many pending items `complete` HEADs before it writes their answers into the items.
+    static let completePart = 2048
 
     /// Nanoseconds since 1970 of a second as `modifiedSecond` writes it ("YYYYMMDDHHMMSS", UTC).
     static func nanoseconds(ofSecond second: String) -> Int64? {

@@ -227,7 +227,14 @@ public final class S3Remote: Remote, Sendable {
     /// wins over a file of the same name), and a folder handed over as implied may have its
     /// marker (its metadata) in a later page: the listing returned is what counts.
     public func listQuickly(pages page: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(DriveError) -> RemoteListing {
-        var byPath = [StorePath: RemoteItem]()
+        // The items in one array, found by path through their place in it (a map of the items
+        // themselves and then a sorted copy of its values held every item twice at the end).
+        var items = [RemoteItem]()
+        var at = [StorePath: Int]()
+        func put(_ item: RemoteItem) {
+            if let k = at[item.path] { items[k] = item } else { at[item.path] = items.count; items.append(item) }
+        }
+        func kind(_ path: StorePath) -> SyncEntry.Kind? { at[path].map { items[$0].kind } }
         var lookups = [StorePath: RemoteListing.Lookup]()
         func add(_ o: Listed, _ added: inout [StorePath]) {
             guard let (path, isFolder) = keys.path(ofKey: o.key) else { return }
@@ -238,9 +245,9 @@ public final class S3Remote: Remote, Sendable {
                 // A marker carries the folder's metadata (its item id).
                 var item = RemoteItem(path: path, kind: .folder, version: "", size: 0)
                 if let cached { item.meta = cached.meta } else { lookups[path] = .init(key: o.key, modified: o.modified) }
-                byPath[path] = item
+                put(item)
                 added.append(path)
-            } else if byPath[path]?.kind != .folder {
+            } else if kind(path) != .folder {
                 var item = RemoteItem(path: path, kind: .file, version: o.etag, size: o.size)
                 if let cached {
                     item.meta = cached.meta
@@ -249,7 +256,7 @@ public final class S3Remote: Remote, Sendable {
                     item.meta = pendingMeta
                     lookups[path] = .init(key: o.key, modified: o.modified)
                 }
-                byPath[path] = item
+                put(item)
                 added.append(path)
             }
             // Folders implied by the keys under them (objects other tools put) are folders too;
@@ -257,8 +264,8 @@ public final class S3Remote: Remote, Sendable {
             var folder = path.folder
             var implied = [StorePath]()
             while !folder.isEmpty {
-                if byPath[folder]?.kind == .folder { break }
-                byPath[folder] = RemoteItem(path: folder, kind: .folder, version: "", size: 0)
+                if kind(folder) == .folder { break }
+                put(RemoteItem(path: folder, kind: .folder, version: "", size: 0))
                 implied.append(folder)
                 folder = folder.folder
             }
@@ -268,10 +275,12 @@ public final class S3Remote: Remote, Sendable {
             var added = [StorePath]()
             for o in objects { add(o, &added) }
             var seen = Set<StorePath>()
-            let items = added.compactMap { p -> RemoteItem? in seen.insert(p).inserted ? byPath[p] : nil }
-            page(items, Set(items.lazy.map(\.path).filter { lookups[$0] != nil }))
+            let handed = added.compactMap { p -> RemoteItem? in seen.insert(p).inserted ? at[p].map { items[$0] } : nil }
+            page(handed, Set(handed.lazy.map(\.path).filter { lookups[$0] != nil }))
         }
-        return RemoteListing(items: byPath.values.sorted { $0.path < $1.path }, lookups: lookups)
+        at = [:]
+        items.sort { $0.path < $1.path }
+        return RemoteListing(items: items, lookups: lookups)
     }
 
     /// HEADs the pending items of `listing`, 16 at once, a part (`completePart` items) at a

@@ -1154,10 +1154,6 @@ final class StoreSync: Sendable {
     @discardableResult
     func finishPoll(_ start: PollStart) -> Int {
         defer { polls.add(1, ordering: .relaxed) }
-        // After a poll of a large store most of what it held is free, in several threads'
-        // malloc arenas that glibc keeps; handing those pages back keeps the daemon's resident
-        // memory near what it uses (measured with 100,000 items: see README, joining).
-        defer { trimMalloc() }
         let items: [RemoteItem]
         let early: Set<StorePath>
         do {

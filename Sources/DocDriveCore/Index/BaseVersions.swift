@@ -13,6 +13,14 @@ public struct BaseRow: Equatable, Sendable {
     public var localToken: String
     public var remoteToken: String
 
+    public init(path: StorePath, id: String?, kind: SyncEntry.Kind, localToken: String, remoteToken: String) {
+        self.path = path
+        self.id = id
+        self.kind = kind
+        self.localToken = localToken
+        self.remoteToken = remoteToken
+    }
+
     public var base: SyncBase {
         SyncBase(path: path.description, kind: kind, localToken: localToken, remoteToken: remoteToken)
     }

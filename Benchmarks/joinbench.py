@@ -9,7 +9,10 @@ an on-demand store) and measures, from the start of `docdrive mount`:
   * listed: until `find ROOT -type f | wc -l` counts every object (find is run again and again;
     the time is the end of the first complete one);
   * settled: until `docdrive sync` returns (every item's metadata read and applied, the queue
-    empty), and the daemon's peak RSS (VmHWM) then.
+    empty);
+  * then two more polls (`docdrive sync` twice: every key listed and compared with its base
+    again, as every poll of the mount does), and the daemon's peak RSS (VmHWM) after them, with
+    its RSS sampled every 0.25 s from the mount on (the highest sample and the last one).
 Nothing is downloaded: every file must show its size with no blocks.
 
 Weed: by default one is started for the run (Tests/s3/weed.py) and stopped after. With
@@ -27,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -92,6 +96,17 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
         cli("mount", str(mnt))
         pid = json.loads((home / "run" / "mount.json").read_text())["pid"]
         root = mnt / SHOWN
+        samples: list[int] = []
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.is_set():
+                kb = proc_kb(pid, "VmRSS")
+                if kb:
+                    samples.append(kb)
+                sampling.wait(0.25)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         deadline = time.monotonic() + timeout
         peak_listing = 0
         while True:
@@ -105,6 +120,11 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
         listed = time.monotonic() - t0
         cli("sync", "--timeout", str(int(timeout)))
         settled = time.monotonic() - t0
+        settled_hwm = proc_kb(pid, "VmHWM")
+        for _ in range(2):
+            cli("sync", "--timeout", str(int(timeout)))
+        sampling.set()
+        sampler.join()
         for i in (0, n // 2, n - 1):  # listed with their real sizes and times, nothing downloaded
             st = (root / f"f{i:06d}.txt").stat()
             if st.st_size != 4096 or st.st_blocks != 0:
@@ -115,7 +135,9 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
                               capture_output=True, text=True).stdout for i in (0, 1)}
         if len(ids) != 2 or "" in ids:
             raise SystemExit(f"item ids after the join: {ids}")
-        return {"listed": listed, "settled": settled, "rss": proc_kb(pid, "VmHWM") << 10, "rss_listed": peak_listing << 10}
+        return {"listed": listed, "settled": settled, "rss": proc_kb(pid, "VmHWM") << 10, "rss_listed": peak_listing << 10,
+                "hwm_settled": settled_hwm << 10, "rss_sampled": max(samples, default=0) << 10,
+                "rss_last": (samples[-1] if samples else 0) << 10}
     finally:
         if pid and is_mounted(mnt):
             subprocess.run([bin, "unmount", str(mnt)], env=env, capture_output=True, timeout=120)
@@ -162,7 +184,9 @@ def main() -> int:
                     time.sleep(args.pause)
                     m = join(b, base / f"drive-{k}", endpoint, bucket, prefix(n), n)
                     print(f"round {r + 1} {n:7} objects {b}: listed {m['listed']:6.2f} s (RSS {m['rss_listed'] >> 20} MiB), "
-                          f"settled {m['settled']:6.2f} s, peak RSS {m['rss'] >> 20} MiB", flush=True)
+                          f"settled {m['settled']:6.2f} s (peak RSS {m['hwm_settled'] >> 20} MiB), "
+                          f"after 2 more polls: peak RSS {m['rss'] >> 20} MiB (highest sample {m['rss_sampled'] >> 20} MiB, "
+                          f"last {m['rss_last'] >> 20} MiB)", flush=True)
                     subprocess.run(["sync"])
     finally:
         if w:

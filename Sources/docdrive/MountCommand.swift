@@ -104,6 +104,7 @@ struct Mount: ParsableCommand {
             Self.clearDeadMount(of: home)
             let mp = try Self.prepareMountpoint(mountpoint, nonempty: nonempty)
             if foreground || readyFD != nil {
+                limitMallocArenas(2)
                 let fuseOptions = list.filter { $0 != "nonempty" }.joined(separator: ",")
                 try Daemon(home: home, config: config, mountpoint: mp, options: fuseOptions, readyFD: readyFD, uploadGrace: uploadGrace,
                            passthrough: !noPassthrough).run()

@@ -32,6 +32,28 @@ final class ItemIndexTests: XCTestCase {
         XCTAssertEqual(rec.parentIno, 7)
     }
 
+    func testBasesAreReadOneAtATimeAsAllReadsThem() throws {
+        // Given bases of two stores, one of them with 3,000 items (more than one batch)
+        let index = try ItemIndex(path: dir + "/bases.sqlite")
+        defer { index.stop() }
+        let rows = (0..<3000).map { i in
+            BaseRow(path: StorePath("d\(i % 7)/f\(i).txt"), id: i % 5 == 0 ? nil : "id-\(i)", kind: i % 11 == 0 ? .folder : .file,
+                    localToken: "4096:\(i).0:\(i)", remoteToken: "etag-\(i)")
+        }
+        try index.bases.putAll(root: "store:a", rows)
+        try index.bases.put(root: "store:b", BaseRow(path: "x.txt", id: "other", kind: .file, localToken: "1", remoteToken: "2"))
+        // When the first store's bases are read one row at a time
+        var seen = [BaseRow]()
+        try index.bases.forEach(root: "store:a") { seen.append($0) }
+        // Then every base of that store comes once, as written, and none of the other store
+        let byPath = Dictionary(uniqueKeysWithValues: seen.map { ($0.path, $0) })
+        XCTAssertEqual(seen.count, rows.count)
+        XCTAssertEqual(byPath.count, rows.count)
+        for r in rows { XCTAssertEqual(byPath[r.path], r) }
+        XCTAssertEqual(try index.bases.all(root: "store:a").count, rows.count)
+        XCTAssertEqual(try index.bases.all(root: "store:b").map(\.id), ["other"])
+    }
+
     func testIdsAreDistinctVersion4UUIDs() throws {
         let index = try ItemIndex(path: dir + "/ids.sqlite")
         defer { index.stop() }

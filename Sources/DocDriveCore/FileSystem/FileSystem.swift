@@ -128,7 +128,9 @@ public struct FileSystemOptions: Sendable {
 ///    on a request thread by an open of a placeholder, which only queues its download, and by
 ///    an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`, released before its
 ///    body runs; no job, waiter or thread start runs under it, only an ending thread's rename), `FilledTimes`' shards (`Shard.files`), each
-///    store's `Readahead.state`, `StatusMarks.marked` (the status socket's marks).
+///    store's `Readahead.state`, `StatusMarks.marked` (the status socket's marks), a poll's
+///    `StoreSync.PollStart.held` (taken once, by `finishPoll`). `BaseVersions.forEach` runs
+///    its body inside an index read: the sync's bodies take no lock and use no index there.
 /// 7. In the adapter, a `Passthrough` shard's `nodes` (one at a time) is held across the
 ///    backing-id ioctl and the taking of the node's content path (`Inode.acquire`, which takes
 ///    `Inode.slot`, 4, and may reopen the file), so it comes before 4 and its leaves; no other

@@ -13,6 +13,14 @@ public struct BaseRow: Equatable, Sendable {
     public var localToken: String
     public var remoteToken: String
 
+    public init(path: StorePath, id: String?, kind: SyncEntry.Kind, localToken: String, remoteToken: String) {
+        self.path = path
+        self.id = id
+        self.kind = kind
+        self.localToken = localToken
+        self.remoteToken = remoteToken
+    }
+
     public var base: SyncBase {
         SyncBase(path: path.description, kind: kind, localToken: localToken, remoteToken: remoteToken)
     }
@@ -89,7 +97,19 @@ public final class BaseVersions: Sendable {
     }
 
     public func all(root: String) throws(DriveError) -> [BaseRow] {
-        try read { db in try Row.fetchAll(db, sql: "SELECT * FROM syncBase WHERE root = ?", arguments: [root]).map(Self.row) }
+        var out = [BaseRow]()
+        try forEach(root: root) { out.append($0) }
+        return out
+    }
+
+    /// Calls `body` with each base of `root`, one row at a time (a store of 100,000 items: no
+    /// array of GRDB rows, about 700 bytes each, beside the bases made of them). `body` runs
+    /// inside the read and must not use the index.
+    public func forEach(root: String, _ body: (BaseRow) throws -> Void) throws(DriveError) {
+        try read { db in
+            let rows = try Row.fetchCursor(db, sql: "SELECT * FROM syncBase WHERE root = ?", arguments: [root])
+            while let r = try rows.next() { try body(Self.row(r)) }
+        }
     }
 
     public func count(root: String) throws(DriveError) -> Int {

@@ -129,17 +129,38 @@ extension StoreSync {
     /// replaced), one that turned out a link, and one whose id another item here has (a copy
     /// of it, or it moved) are left to their decision, which the poll queues (their id or kind
     /// differs from the base's).
-    func completePlaceholders(_ paths: Set<StorePath>, _ items: [RemoteItem]) {
-        guard let cachefd = try? openCache(), let all = try? bases.all(root: key) else { return }
+    ///
+    /// `at`: each item's place in `items` by path. The bases are read one at a time; what is
+    /// kept of each placeholder's is its local version and whether its id is the remote's
+    /// (a join of 100,000 items held a map of every base and every item here: over 100 MB).
+    func completePlaceholders(_ paths: Set<StorePath>, _ items: [RemoteItem], at: [StorePath: Int]) {
+        guard let cachefd = try? openCache() else { return }
         defer { close(cachefd) }
-        var byPath = [StorePath: RemoteItem](minimumCapacity: paths.count)
-        for i in items where paths.contains(i.path) { byPath[i.path] = i }
-        var baseOf = [StorePath: BaseRow](minimumCapacity: all.count)
-        var pathOfID = [String: StorePath](minimumCapacity: all.count)
-        for b in all {
-            baseOf[b.path] = b
-            if let id = b.id { pathOfID[id] = b.path }
+        // The remote ids of the placeholders' items (the items' own strings): an id two of them
+        // have is -1 (neither takes it here: their decisions do).
+        var itemOfID = [String: Int](minimumCapacity: paths.count)
+        for p in paths {
+            guard let k = at[p], let rid = items[k].meta.itemID else { continue }
+            itemOfID[rid] = itemOfID[rid] == nil ? k : -1
         }
+        struct Waiting {
+            var item: Int
+            var localToken: String
+            /// The base's id when the remote item has none (another tool's object).
+            var baseID: String?
+            var sameID: Bool
+        }
+        var waiting = [Waiting]()
+        var elsewhere = Set<Int>()  // items whose remote id a base at another path has
+        let read: Void? = try? bases.forEach(root: key) { b in
+            if let id = b.id, let k = itemOfID[id], k >= 0, items[k].path != b.path { elsewhere.insert(k) }
+            guard paths.contains(b.path), let k = at[b.path] else { return }
+            let r = items[k]
+            guard b.kind == r.kind, b.remoteToken == r.version else { return }
+            waiting.append(Waiting(item: k, localToken: b.localToken, baseID: r.meta.itemID == nil ? b.id : nil,
+                                   sameID: r.meta.itemID == nil || r.meta.itemID == b.id))
+        }
+        guard read != nil else { return }
         let folders = LocalFolders(cachefd)
         defer { folders.closeAll() }
         func folder(_ path: StorePath) -> (fd: Int32, ino: Int64)? { folders.open(path) }
@@ -149,18 +170,20 @@ extension StoreSync {
             if (try? bases.putAll(root: key, rows)) != nil { done += rows.count }
             rows.removeAll(keepingCapacity: true)
         }
-        for path in paths.sorted(by: { $0.bytes.count < $1.bytes.count }) {
-            guard let r = byPath[path], let b = baseOf[path], b.kind == r.kind, b.remoteToken == r.version else { continue }
-            if let rid = r.meta.itemID, let other = pathOfID[rid], other != path { continue }
+        waiting.sort { items[$0.item].path.bytes.count < items[$1.item].path.bytes.count }
+        for w in waiting {
+            let r = items[w.item]
+            let path = r.path
+            if let rid = r.meta.itemID, itemOfID[rid] == -1 || elsewhere.contains(w.item) { continue }
             guard tryLock([path]) else { continue }
             defer { unlock([path]) }
             guard let dir = folder(path.folder) else { continue }
             let name = path.lastName
-            guard let st = Self.takeAttributes(dir.fd, name, r, localToken: r.kind == .file ? b.localToken : nil) else { continue }
-            let id = r.meta.itemID ?? b.id
+            guard let st = Self.takeAttributes(dir.fd, name, r, localToken: r.kind == .file ? w.localToken : nil) else { continue }
+            let id = r.meta.itemID ?? w.baseID
             rows.append(BaseRow(path: path, id: id, kind: r.kind, localToken: r.kind == .file ? FolderRemote.version(st) : "",
                                 remoteToken: r.version))
-            if let rid = r.meta.itemID, rid != b.id {
+            if let rid = r.meta.itemID, !w.sameID {
                 index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: String(decoding: name, as: UTF8.self),
                                       kind: r.kind == .folder ? .directory : .file, id: rid))
             }

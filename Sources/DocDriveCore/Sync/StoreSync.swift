@@ -1121,11 +1121,25 @@ final class StoreSync: Sendable {
 
     /// A poll begun: the remote's first listing step (RemoteListing), and the placeholders
     /// made from it.
-    struct PollStart: Sendable {
-        fileprivate var listing: Result<RemoteListing, DriveError>
-        fileprivate var early: Set<StorePath>
+    /// `finishPoll` takes what it holds (once): the first poll's start is held by the poller
+    /// thread for as long as it runs, and must not keep a listing of every item (a store of
+    /// 100,000: about 40 MB) for the life of the mount.
+    final class PollStart: Sendable {
+        private let held: Mutex<(listing: Result<RemoteListing, DriveError>, early: Set<StorePath>)?>
         /// Whether placeholders were made before the metadata was read.
-        var placedEarly: Bool { !early.isEmpty }
+        let placedEarly: Bool
+
+        fileprivate init(listing: Result<RemoteListing, DriveError>, early: Set<StorePath>) {
+            held = Mutex((listing, early))
+            placedEarly = !early.isEmpty
+        }
+
+        fileprivate func take() -> (listing: Result<RemoteListing, DriveError>, early: Set<StorePath>)? {
+            held.withLock { h in
+                defer { h = nil }
+                return h
+            }
+        }
     }
 
     /// The first step of a poll: the listing alone (S3: the keys, without a HEAD each). With
@@ -1164,13 +1178,20 @@ final class StoreSync: Sendable {
 
     /// The rest of a poll begun by `startPoll` (polls run one at a time: one poll's two steps
     /// are never apart by another poll).
+    ///
+    /// Memory: a store of 100,000 items is compared with its bases without a map of each side.
+    /// The items are indexed by path (their place in the listing) and by id (the items' own
+    /// strings), and the bases are read one row at a time (`BaseVersions.forEach`), each
+    /// compared with its item as it comes; what is left is a mark per item.
     @discardableResult
     func finishPoll(_ start: PollStart) -> Int {
         defer { polls.add(1, ordering: .relaxed) }
         let items: [RemoteItem]
+        let early: Set<StorePath>
         do {
-            items = try remote.complete(start.listing.get())
-            if !start.early.isEmpty { completePlaceholders(start.early, items) }
+            guard let taken = start.take() else { return 0 }
+            early = taken.early
+            items = try remote.complete(taken.listing.get())
         } catch {
             let now = Date().timeIntervalSince1970
             let wasOnline = state.withLock { s -> Bool in
@@ -1182,6 +1203,19 @@ final class StoreSync: Sendable {
             if wasOnline { logger.warning("store \(name): offline: \(error.message)") }
             return 0
         }
+        var at = [StorePath: Int](minimumCapacity: items.count)
+        var byID = [String: StorePath]()
+        var several = [String: [RemoteItem]]()
+        for (k, i) in items.enumerated() {
+            at[i.path] = k
+            if let id = i.meta.itemID {
+                if let first = byID[id], let f = at[first].map({ items[$0] }), f.kind != .folder, i.kind != .folder {
+                    several[id, default: [f]].append(i)
+                }
+                byID[id] = i.path
+            }
+        }
+        if !early.isEmpty { completePlaceholders(early, items, at: at) }
         let wasOffline = state.withLock { s -> Bool in
             let was = s.offlineSince != nil
             s.offlineSince = nil
@@ -1194,29 +1228,18 @@ final class StoreSync: Sendable {
             logger.info("store \(name): the remote answers again")
             try? queue.makeAllDue(root: key)
         }
-        var byPath = [StorePath: RemoteItem](minimumCapacity: items.count)
-        var byID = [String: StorePath]()
-        var several = [String: [RemoteItem]]()
-        for i in items {
-            byPath[i.path] = i
-            if let id = i.meta.itemID {
-                if let first = byID[id], let f = byPath[first], f.kind != .folder, i.kind != .folder {
-                    several[id, default: [f]].append(i)
-                }
-                byID[id] = i.path
-            }
-        }
         remoteIDs.withLock { $0 = byID }
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
         listed.withLock { $0 = Set(items.map(\.path.hashValue)) }
-        guard let all = try? bases.all(root: key) else { return 0 }
         var changed = Set<StorePath>()
-        var known = Set<StorePath>()
+        // Per item: whether a base has its path; the ids of the items that a base has too.
+        var known = [Bool](repeating: false, count: items.count)
         var knownIDs = Set<String>()
-        for b in all {
-            known.insert(b.path)
-            if let id = b.id { knownIDs.insert(id) }
-            if let r = byPath[b.path] {
+        let compared: Void? = try? bases.forEach(root: key) { b in
+            if let id = b.id, let p = byID[id], let k = at[p], let rid = items[k].meta.itemID { knownIDs.insert(rid) }
+            if let k = at[b.path] {
+                known[k] = true
+                let r = items[k]
                 // Another item id with the same version: another item with the same bytes (S3's
                 // version is the content's MD5), whose id this device must take.
                 if r.version != b.remoteToken || r.kind != b.kind || r.meta.itemID.map({ $0 != b.id }) ?? false { changed.insert(b.path) }
@@ -1228,14 +1251,17 @@ final class StoreSync: Sendable {
                 if let id = b.id, let to = byID[id] { changed.insert(to) }
             }
         }
-        for i in items where !known.contains(i.path) { changed.insert(i.path) }
+        guard compared != nil else { return 0 }
+        for k in items.indices where !known[k] { changed.insert(items[k].path) }
         changed.formUnion(healed)
         // On demand, the files that are new here (a store just joined: all of them) become
         // placeholders at once, without a decision each.
         if content == .onDemand {
-            let new = items.filter {
-                ($0.kind == .folder || $0.kind == .file && $0.size > 0) && !known.contains($0.path)
-                    && !($0.meta.itemID.map { knownIDs.contains($0) } ?? false)
+            let new = items.indices.compactMap { k -> RemoteItem? in
+                let i = items[k]
+                guard (i.kind == .folder || i.kind == .file && i.size > 0) && !known[k]
+                        && !(i.meta.itemID.map { knownIDs.contains($0) } ?? false) else { return nil }
+                return i
             }
             if !new.isEmpty { changed.subtract(placeNewPlaceholders(new)) }
         }

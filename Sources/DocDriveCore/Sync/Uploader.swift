@@ -633,6 +633,7 @@ public final class Uploader: Sendable {
 
     private func finishReconcile(_ key: String, _ store: Store, _ start: StoreSync.PollStart) {
         store.sync.finishPoll(start)
+        trimMalloc()
         try? queue.remove(root: key, path: Self.wholeStore)
         logger.info("store \(store.config.name): compared the local copy with the remote")
     }
@@ -651,6 +652,10 @@ public final class Uploader: Sendable {
                 guard wanted || now - last >= store.config.poll else { continue }
                 last = now
                 store.sync.poll()
+                // After a poll of a large store most of what it held is free (now that
+                // `finishPoll` returned), much of it in pages glibc keeps: they go back, so that
+                // the daemon's resident memory stays near what it uses (README, joining).
+                trimMalloc()
                 store.sync.clearResolvedConflicts()
             }
         }

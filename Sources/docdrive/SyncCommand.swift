@@ -32,16 +32,25 @@ struct Sync: ParsableCommand {
             // Both directions: the daemon looks at the remotes (other devices' changes are
             // queued), the queue drains, and again until a look finds nothing new.
             var offline = [String]()
+            var answeredBefore = false
             rounds: for round in 0..<20 {
                 var sawWork = false
                 let left = timeout.map { max(0.5, $0 - Date().timeIntervalSince(start)) } ?? 120
                 var answer: SyncPollAnswer?
-                do throws(DriveError) {
-                    answer = try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left), timeout: Int(left) + 10)
-                } catch where error.code == .protocolMismatch {
-                    throw error  // the daemon runs, but cannot be asked to look at the remotes
-                } catch {}
+                // Not mounted: only the uploads this device queued are waited for. A daemon that
+                // answered the round before and is gone now has stopped mid-sync. Any other failure
+                // (no answer, an unreadable one, a protocol mismatch) is the sync's.
+                switch Result(catching: { () throws(DriveError) in
+                    try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left), timeout: Int(left) + 10)
+                }) {
+                case .success(let a): answer = a
+                case .failure(let e) where e.code == .notMounted && !answeredBefore: break
+                case .failure(let e) where e.code == .notMounted:
+                    throw DriveError(.notMounted, "The drive's daemon stopped during the sync; see its log \(home.logPath).")
+                case .failure(let e): throw e
+                }
                 if let answer {
+                    answeredBefore = true
                     offline = answer.stores.compactMap { name, state in
                         state.offlineSince == nil ? nil : "\(name): \(state.offlineReason ?? "offline")"
                     }.sorted()

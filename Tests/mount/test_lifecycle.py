@@ -169,6 +169,30 @@ def test_killed_daemon_leaves_a_dead_mount_that_mount_and_unmount_clear(new_driv
 
 
 @pytest.mark.timeout(60)
+def test_sync_fails_when_the_daemon_dies_while_it_waits(new_drive):
+    """`docdrive sync` must not say everything is on the remotes when the daemon it asked is
+    killed before answering: it fails with a sentence."""
+    d = new_drive().mount()
+    os.kill(d.pid, signal.SIGSTOP)  # the sync's request waits, unanswered
+    sync = subprocess.Popen([d.bin, "sync", "--timeout", "30"], env=d.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)
+        assert sync.poll() is None, "sync returned while the daemon was stopped"
+        os.kill(d.pid, signal.SIGKILL)
+        out, errs = sync.communicate(timeout=40)
+    finally:
+        if sync.poll() is None:
+            sync.kill()
+            sync.wait()
+    assert wait_until(lambda: not pid_alive(d.pid), 10)
+    assert sync.returncode != 0, f"sync succeeded with its daemon gone: {out}{errs}"
+    assert "Everything is on the remotes" not in out
+    assert "daemon" in errs and "\n" == errs[-1:] and errs.count("\n") == 1, errs
+    d.unmount(timeout=30)
+
+
+@pytest.mark.timeout(60)
 def test_read_only_mount(new_drive):
     d = new_drive()
     (d.notes_backing / "doc.txt").write_text("read me")

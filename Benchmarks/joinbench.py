@@ -87,6 +87,7 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
             raise SystemExit(f"docdrive {' '.join(args)} failed ({p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
         return p.stdout
     pid = 0
+    keep = False
     try:
         cli("init")
         cli("store", "add", STORE, "--name", SHOWN, "--s3", endpoint, "--bucket", bucket, "--prefix", prefix, "--path-style")
@@ -125,6 +126,8 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
             cli("sync", "--timeout", str(int(timeout)))
         sampling.set()
         sampler.join()
+        if not proc_kb(pid, "VmRSS"):
+            raise SystemExit(f"the daemon (pid {pid}) is gone after the polls; its log: {home / 'run' / 'daemon.log'}")
         for i in (0, n // 2, n - 1):  # listed with their real sizes and times, nothing downloaded
             st = (root / f"f{i:06d}.txt").stat()
             if st.st_size != 4096 or st.st_blocks != 0:
@@ -138,12 +141,15 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
         return {"listed": listed, "settled": settled, "rss": proc_kb(pid, "VmHWM") << 10, "rss_listed": peak_listing << 10,
                 "hwm_settled": settled_hwm << 10, "rss_sampled": max(samples, default=0) << 10,
                 "rss_last": (samples[-1] if samples else 0) << 10}
+    except BaseException:
+        keep = True
+        raise
     finally:
         if pid and is_mounted(mnt):
             subprocess.run([bin, "unmount", str(mnt)], env=env, capture_output=True, timeout=120)
         if is_mounted(mnt):
             subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, timeout=30)
-        if not is_mounted(mnt):
+        if not is_mounted(mnt) and not keep:
             shutil.rmtree(base, ignore_errors=True)
 
 
@@ -166,6 +172,7 @@ def main() -> int:
     sizes = [int(s) for s in args.objects.split(",")]
     base = Path(tempfile.mkdtemp(prefix="docdrive-joinbench-"))
     w = None
+    failed = True
     try:
         endpoint, bucket = args.endpoint, args.bucket
         if not endpoint:
@@ -188,10 +195,14 @@ def main() -> int:
                           f"after 2 more polls: peak RSS {m['rss'] >> 20} MiB (highest sample {m['rss_sampled'] >> 20} MiB, "
                           f"last {m['rss_last'] >> 20} MiB)", flush=True)
                     subprocess.run(["sync"])
+        failed = False
     finally:
         if w:
             w.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        if failed:
+            print(f"kept {base} (the drive homes and their daemons' logs)", file=sys.stderr)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

@@ -177,4 +177,28 @@ final class FileSystemTests: XCTestCase {
         XCTAssertEqual(e.attr.st_mode & S_IFMT, S_IFLNK)
         XCTAssertThrowsError(try fs.open(e.inode.nodeID, flags: O_RDONLY))
     }
+
+    /// The entry invalidation is read once per change the sync shows (a store of 100,000 items
+    /// joined: 100,000 reads). Each read must hand out the function that was set, not one
+    /// wrapped once more at every read: the stack its call runs on stays as deep.
+    func testReadingTheEntryInvalidatorDoesNotWrapItAgain() {
+        final class Depths: @unchecked Sendable {
+            let lock = NSLock()
+            var seen = [Int]()
+        }
+        let depths = Depths()
+        fs.setEntryInvalidator { _, _ in
+            let n = Thread.callStackReturnAddresses.count
+            depths.lock.withLock { depths.seen.append(n) }
+        }
+        guard let first = fs.entryInvalidator else { return XCTFail("no invalidator after it was set") }
+        first(1, "a")
+        for _ in 0..<2_000 { XCTAssertNotNil(fs.entryInvalidator) }
+        guard let later = fs.entryInvalidator else { return XCTFail("the invalidator is gone") }
+        later(1, "a")
+        let d = depths.lock.withLock { depths.seen }
+        XCTAssertEqual(d.count, 2)
+        XCTAssertLessThan(d.last! - d.first!, 8, "the call ran \(d.last! - d.first!) frames deeper after 2,000 reads")
+    }
+
 }

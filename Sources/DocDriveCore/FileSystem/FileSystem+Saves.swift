@@ -252,7 +252,7 @@ extension DriveFileSystem {
     func invalidateLater(folder fd: Int32, name: String) {
         guard let st = try? Sys.stat(fd: fd) else { return }
         let ids = table.nodeIDs(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
-        guard !ids.isEmpty, let f = invalidator.withLock({ $0 }) else { return }
+        guard !ids.isEmpty, let f = entryInvalidator else { return }
         Self.kernelNotices.async {
             for id in ids { f(id, name) }
         }

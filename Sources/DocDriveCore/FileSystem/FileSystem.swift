@@ -173,7 +173,8 @@ public final class DriveFileSystem: Sendable {
     /// Grants as "app NUL root NUL item", for the per-app view's check. Lock: leaf.
     let grantSet = Mutex<Set<String>>([])
     /// The adapter's way to drop a cached kernel entry (set once the session exists). Lock: leaf.
-    let invalidator = Mutex<(@Sendable (UInt64, String) -> Void)?>(nil)
+    /// Read it with `entryInvalidator` only: see `EntryInvalidator`.
+    let invalidator = Mutex<EntryInvalidator?>(nil)
     /// Folder paths for the notes of removals (see FolderPathCache).
     let folderPaths = FolderPathCache()
     /// The advisory locks processes hold through the mount (see FileSystem+Locks).
@@ -221,7 +222,7 @@ public final class DriveFileSystem: Sendable {
             hooks.changedBehindMount = { [weak self] folder, name in
                 // Before the mount there is no kernel cache to drop (a store just joined makes
                 // its placeholders then, one call each).
-                guard let self, self.invalidator.withLock({ $0 }) != nil else { return }
+                guard let self, self.entryInvalidator != nil else { return }
                 let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)
                 guard fd >= 0 else { return }
                 defer { close(fd) }

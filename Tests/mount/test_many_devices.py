@@ -531,17 +531,11 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     # History (see the README): on S3 this failed in about half the runs of seed 747277646
     # until 2026-11-25, and the runs since found a move left to another path's sync, one item
     # id at two paths (now healed), a hung mount, writes to a file a download had replaced,
-    # a truncation that never went up, and this test's own look-then-O_TRUNC race. After the
-    # last fix (an open for writing between a download's check and its rename, 2026-11-26),
-    # 40 of 40 S3 runs passed; then seed 2961438107 ended with one device showing another item
-    # id for one file whose content every device and the remote agreed on (no version lost;
-    # the id that device showed appears in no daemon's log: its index no longer knew the
-    # file's inode). Not understood yet, so on S3 a failure is expected (not strict: a pass
-    # shows as XPASS); strict on the folder remote.
-    if shared.kind == "s3":
-        request.applymarker(pytest.mark.xfail(
-            reason="S3: seed 2961438107 (2026-11-26) ended with one device's item id for one file differing from the remote's",
-            strict=False))
+    # a truncation that never went up, this test's own look-then-O_TRUNC race, an open for
+    # writing between a download's check and its rename, and a file renamed away from under
+    # an editor-style save that kept a fresh id (seed 2961438107, fixed 2026-11-26). Since that
+    # fix: 47 of 47 S3 runs passed (7 on 2026-11-26 08:39-08:49 UTC, 40 on 10:26-11:03 UTC).
+    # Strict on both remotes.
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
     nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))
     print(f"seed {seed} ({nops} operations); replay with DOCDRIVE_SYNC_SEED={seed}")

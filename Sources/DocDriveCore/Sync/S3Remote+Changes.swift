@@ -66,7 +66,7 @@ extension S3Remote {
         let r = try client.send(.DELETE, key: key, headers: [("If-Match", "\"\(etag)\"")])
         switch r.status {
         case 200, 204, 404:
-            heads.withLock { _ = $0.removeValue(forKey: Array(key.utf8)) }
+            heads.forget(key)
         case 412 where try head(key) == nil, 409 where try head(key) == nil:
             // If-Match on a key that is gone fails (SeaweedFS): gone already is fine.
             break

@@ -122,10 +122,8 @@ extension S3Remote {
         case 200:
             // A completed multipart upload gives its ETag in the body.
             let etag = Self.unquoted(r.header("ETag") ?? S3XML(r.body).value("ETag") ?? "")
-            heads.withLock {
-                $0[Array(key.utf8)] = Head(etag: etag, size: size, meta: meta, link: kind == .symlink, upload: token,
-                                           answered: r.header("Date").flatMap(Self.modifiedSecond))
-            }
+            heads.keep(Head(etag: etag, size: size, meta: meta, link: kind == .symlink, upload: token,
+                            answered: r.header("Date").flatMap(Self.modifiedSecond)), for: key)
             return RemoteItem(path: path, kind: kind, version: etag, size: size, meta: meta)
         case 412 where retried && token != nil, 409 where retried && token != nil, 404 where retried && token != nil:
             // An earlier attempt may have succeeded with its answer lost (a retried complete

@@ -34,8 +34,8 @@ public final class S3Remote: Remote, Sendable {
     /// Keys per listing page (S3's maximum is 1000; tests make it small to page).
     public let pageSize: Int
     /// HEAD answers by key (its bytes: Strings that are canonically equivalent are equal),
-    /// valid while the key's ETag is the same. Lock: leaf.
-    let heads = Mutex<[[UInt8]: Head]>([:])
+    /// valid while the key's ETag is the same.
+    let heads = S3HeadCache()
     /// HEAD requests sent (the one cost of a listing beyond its pages; tests count them).
     public var headsSent: Int { headCount.load(ordering: .relaxed) }
     private let headCount = Atomic<Int>(0)
@@ -254,6 +254,7 @@ public final class S3Remote: Remote, Sendable {
                 var item = RemoteItem(path: path, kind: .file, version: o.etag, size: o.size)
                 if let cached {
                     item.meta = cached.meta
+                    item.version = cached.etag  // the same ETag, one string for both
                     if cached.link { item.kind = .symlink }
                 } else {
                     item.meta = pendingMeta
@@ -454,14 +455,13 @@ public final class S3Remote: Remote, Sendable {
         let h = Head(etag: Self.unquoted(r.header("ETag") ?? ""), size: Int64(r.header("Content-Length") ?? "") ?? 0,
                      meta: meta, link: link, upload: upload,
                      modified: listedModified ?? r.header("Last-Modified").flatMap(Self.modifiedSecond))
-        heads.withLock { $0[Array(key.utf8)] = h }
-        return h
+        return heads.keep(h, for: key)
     }
 
     /// The HEAD answer kept for `key`, while it is the object a listing shows: same ETag, and
     /// written in the same second (an answer of unknown time is looked up again).
     func cachedHead(_ key: String, etag: String, modified: String?) -> Head? {
-        guard let h = heads.withLock({ $0[Array(key.utf8)] }), h.etag == etag else { return nil }
+        guard let h = heads[key], h.etag == etag else { return nil }
         guard let modified else { return h }
         if let m = h.modified { return m == modified ? h : nil }
         // Written here: the listing shows it if it was written in the second the server answered

@@ -1,0 +1,55 @@
+// S3HeadCache: the HEAD answers an S3 remote keeps, by key, so that a listing needs no HEAD for
+// an object whose ETag and time it already knows.
+import Synchronization
+
+/// Memory: a store of 100,000 items keeps 100,000 answers. In the map each is a reference (8
+/// bytes), not the answer itself (about 150 bytes inline): a Swift dictionary has up to twice as
+/// many slots as entries, and holds the old and the new storage while it grows, so the answers
+/// inline cost about 40 MB of slots and 60 MB at the last growth (heaptrack of a join: the
+/// largest single peak consumer). The writing device's id and name, the same on most answers,
+/// are kept once (one string each, shared by every answer that has them).
+final class S3HeadCache: Sendable {
+    private final class Entry: Sendable {
+        let head: S3Remote.Head
+        init(_ head: S3Remote.Head) { self.head = head }
+    }
+
+    private struct State {
+        var byKey = [[UInt8]: Entry]()
+        /// Device ids and names seen, each kept once.
+        var strings = Set<String>()
+    }
+
+    /// Lock: leaf.
+    private let state = Mutex(State())
+
+    subscript(key: String) -> S3Remote.Head? {
+        state.withLock { $0.byKey[Array(key.utf8)]?.head }
+    }
+
+    /// Keeps `head` for `key`; returns it as kept (the device's strings shared).
+    @discardableResult
+    func keep(_ head: S3Remote.Head, for key: String) -> S3Remote.Head {
+        state.withLock { s in
+            var h = head
+            h.meta.deviceID = h.meta.deviceID.map { Self.shared($0, in: &s.strings) }
+            h.meta.deviceName = h.meta.deviceName.map { Self.shared($0, in: &s.strings) }
+            s.byKey[Array(key.utf8)] = Entry(h)
+            return h
+        }
+    }
+
+    func forget(_ key: String) {
+        state.withLock { _ = $0.byKey.removeValue(forKey: Array(key.utf8)) }
+    }
+
+    var count: Int { state.withLock { $0.byKey.count } }
+
+    /// The copy of `string` kept in `strings` (the first one seen). At most a few thousand are
+    /// kept: past that (a bucket written by very many devices) a string is kept as it is.
+    private static func shared(_ string: String, in strings: inout Set<String>) -> String {
+        if let kept = strings.firstIndex(of: string) { return strings[kept] }
+        if strings.count < 4096 { strings.insert(string) }
+        return string
+    }
+}

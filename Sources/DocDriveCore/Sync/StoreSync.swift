@@ -284,11 +284,15 @@ final class StoreSync: Sendable {
     }
 
     /// A file for a download, on the same file system as the cache (renamed into place after).
-    func makeTemporary() throws(DriveError) -> (fd: Int32, path: String) {
-        let path = downloads + "/" + ItemIndex.newID()
+    /// `sub`: a folder of its own in the downloads folder (`placingFolder`), for threads that
+    /// make files at once (a folder's new entries are made one at a time).
+    func makeTemporary(in sub: String? = nil) throws(DriveError) -> (fd: Int32, path: String) {
+        let folder = sub.map { downloads + "/" + $0 } ?? downloads
+        let path = folder + "/" + ItemIndex.newID()
         var fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | dd_O_NOFOLLOW, 0o600)
         if fd < 0, errno == ENOENT {
             _ = mkdir(downloads, 0o700)
+            if sub != nil { _ = mkdir(folder, 0o700) }
             fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | dd_O_NOFOLLOW, 0o600)
         }
         guard fd >= 0 else { throw DriveError.io("cannot make a download file in \(downloads)", .init(rawValue: errno)) }
@@ -320,8 +324,8 @@ final class StoreSync: Sendable {
     }
 
     /// A placeholder of the remote file `r` in a temporary file (placed like a download).
-    func placeholderFile(_ r: RemoteItem) throws(DriveError) -> (fd: Int32, path: String, item: RemoteItem) {
-        let tmp = try makeTemporary()
+    func placeholderFile(_ r: RemoteItem, in sub: String? = nil) throws(DriveError) -> (fd: Int32, path: String, item: RemoteItem) {
+        let tmp = try makeTemporary(in: sub)
         guard Placeholder.fill(fd: tmp.fd, as: r) else {
             let e = errno
             close(tmp.fd)
@@ -1361,10 +1365,23 @@ final class StoreSync: Sendable {
 
     /// Removes the downloads a crash interrupted (call before any worker of the store runs).
     func removeStaleDownloads() {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: downloads) else { return }
+        guard var names = try? FileManager.default.contentsOfDirectory(atPath: downloads) else { return }
+        // The placing folders' files too (placeholders being made), and the folders.
+        var folders = [String]()
+        for n in names where n.hasPrefix(Self.placingPrefix) {
+            let sub = (try? FileManager.default.contentsOfDirectory(atPath: downloads + "/" + n)) ?? []
+            names.append(contentsOf: sub.map { n + "/" + $0 })
+            folders.append(n)
+        }
         for n in names { unlink(downloads + "/" + n) }
-        if !names.isEmpty { logger.info("store \(name): removed \(names.count) unfinished downloads left by a crash") }
+        for f in folders { rmdir(downloads + "/" + f) }
+        let files = names.count - folders.count
+        if files > 0 { logger.info("store \(name): removed \(files) unfinished downloads left by a crash") }
     }
+
+    /// The downloads folder's folder for the placing thread `k` (`makeTemporary(in:)`).
+    static let placingPrefix = "placing-"
+    static func placingFolder(_ k: Int) -> String { placingPrefix + String(k) }
 
     /// Conflict copies the user removed or renamed: their conflict is over.
     func clearResolvedConflicts() {

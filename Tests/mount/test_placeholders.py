@@ -624,3 +624,23 @@ def test_a_documents_picture_reaches_a_device_that_has_only_its_placeholder(new_
     a.sync()
     b.sync()
     assert wait_until(lambda: xattr(b.dir / "Reports" / "memo.odt", "user.docdrive.thumbnail") == png2, 30), b.d.log_tail()
+
+
+@pytest.mark.timeout(120)
+def test_what_a_crash_left_in_the_downloads_folder_is_removed_at_the_next_mount(new_drive, shared_folder):
+    """A download and placeholders being made (the join makes them beforehand, in folders of
+    their own in the downloads folder) that a killed daemon left are removed when the store
+    starts, and nothing of them shows."""
+    a, b, files = filled_store(new_drive, shared_folder)
+    b.d.unmount()
+    dl = b.d.home / "stores" / "shared" / "downloads"
+    leftovers = [dl / "0b1e2d3c-download", dl / "placing-0" / "a-placeholder", dl / "placing-1" / "another"]
+    for p in leftovers:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"half")
+    b.mount()
+    b.sync()
+    assert not any(p.exists() for p in leftovers), [str(p) for p in leftovers if p.exists()]
+    assert not (dl / "placing-0").exists() and not (dl / "placing-1").exists()
+    assert "removed 3 unfinished downloads left by a crash" in b.d.log_path.read_text()
+    assert sorted(str(p.relative_to(b.dir)) for p in b.dir.rglob("*") if p.is_file()) == sorted(files)

@@ -205,10 +205,10 @@ extension DriveFileSystem {
 /// The adapter's entry invalidation, in a struct. A function type stored directly as a
 /// `Mutex`'s value (`Mutex<(@Sendable (UInt64, String) -> Void)?>`) is kept in its generic
 /// form, and every `withLock { $0 }` (an `inout` access) converted it to the concrete form and
-/// back, writing back a function that wraps the old one in two reabstraction thunks. A mount
-/// that placed 100,000 placeholders read it once per item: each call then ran through 200,000
-/// thunks (60 % of the daemon's CPU in the polls after), and the daemon died of a stack
-/// overflow in a later one. A struct's field keeps its concrete form: nothing is rewritten.
+/// back, writing back a function that wraps the old one in two reabstraction thunks. After a
+/// join of 100,000 items (each placeholder that took its metadata read it twice) every call ran
+/// through hundreds of thousands of thunks (60 % of the daemon's CPU), and the daemon died (a
+/// stack overflow, likely). A struct's field keeps its concrete form: nothing is rewritten.
 struct EntryInvalidator: Sendable {
     let invalidate: @Sendable (UInt64, String) -> Void
 }

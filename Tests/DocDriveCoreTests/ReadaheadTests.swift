@@ -76,4 +76,41 @@ final class ReadaheadTests: XCTestCase {
         XCTAssertEqual(r.openedPlaceholder(e[7].path, now: Readahead.streakSeconds + 1.3, scan: { _ in e }), [])
         XCTAssertEqual(r.openedFile(ino: started[1].ino, now: Readahead.streakSeconds + 1.4), [])
     }
+
+    /// A folder of `n` (coprime to 7) listed in another order than its names, as ext4 lists:
+    /// the listing's i-th file is f(7i mod n).
+    private func listedOutOfNameOrder(_ n: Int) -> [Readahead.Candidate] {
+        let files = folder(n)
+        return (0..<n).map { files[($0 * 7) % n] }
+    }
+
+    func testOpensInNameOrderReadAheadInNameOrderAndOpensInListingOrderInListingOrder() {
+        let files = listedOutOfNameOrder(50)
+        let byName = files.sorted { $0.path < $1.path }
+        // A shell glob (`cat D/*`): the opens go by name.
+        let r = Readahead()
+        _ = r.openedPlaceholder(byName[0].path, now: 0, scan: { _ in files })
+        let ahead = r.openedPlaceholder(byName[1].path, now: 0.1, scan: { _ in files })
+        XCTAssertEqual(ahead, Array(byName[2..<(2 + Readahead.firstWindow)]), "read ahead in the names' order")
+        // `cp -r`: the opens go by the listing.
+        let l = Readahead()
+        _ = l.openedPlaceholder(files[0].path, now: 0, scan: { _ in files })
+        XCTAssertEqual(l.openedPlaceholder(files[1].path, now: 0.1, scan: { _ in files }),
+                       Array(files[2..<(2 + Readahead.firstWindow)]), "read ahead in the listing's order")
+    }
+
+    func testFilesThatAreHereTellTheOrderButAreNotReadAhead() {
+        // Names f0..f9 listed in reverse; the first two were downloaded already (no fetch).
+        var files = folder(10).reversed().map { $0 }
+        for i in files.indices where files[i].path == StorePath("D/f0") || files[i].path == StorePath("D/f1") { files[i].fetch = false }
+        let r = Readahead()
+        _ = r.openedPlaceholder(StorePath("D/f1"), now: 0, scan: { _ in files })
+        let ahead = r.openedPlaceholder(StorePath("D/f2"), now: 0.1, scan: { _ in files })
+        // f1 then f2 is one step in name order and nine in the listing's: name order.
+        XCTAssertEqual(ahead.map(\.path), (3..<(3 + Readahead.firstWindow)).map { StorePath("D/f\($0)") })
+        XCTAssertFalse(ahead.contains { !$0.fetch })
+        // Round the end: after f9 comes f0, which is here already, so f3's run goes on past it.
+        XCTAssertEqual(Readahead.inReadingOrder(files, previous: StorePath("D/f8"), current: StorePath("D/f9")).map(\.path),
+                       (2...8).map { StorePath("D/f\($0)") })
+    }
 }

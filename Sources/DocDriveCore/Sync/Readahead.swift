@@ -1,8 +1,10 @@
 // Readahead: file-level readahead for an on-demand store's small placeholders. A program that
 // opens the files of a folder one after another (grep -r, cp -r, tar, a photo viewer) would
 // wait for one download per file; once two placeholders of one folder were opened in a row,
-// the folder's other small placeholders download ahead, in the order the folder lists them
-// (the order those programs read in), a few at a time. What is downloaded ahead and not opened
+// the folder's other small placeholders download ahead, a few at a time, in the order the
+// program reads in: the folder's listing (cp -r, tar, grep -r, find) or its names sorted by
+// their bytes (shell globs, rsync, file managers), whichever puts the first open closer
+// before the second. What is downloaded ahead and not opened
 // yet never exceeds what the program opened in the sequence (at least `firstWindow`): a
 // guess costs at most as much as what was asked for. One open alone (`cat`) never downloads
 // anything else; a store with a cache limit, or `readahead: off`, never reads ahead.
@@ -12,13 +14,16 @@ import Synchronization
 /// The readahead state of one store. Bookkeeping only: the caller scans folders and downloads.
 /// Lock: `state` is a leaf.
 public final class Readahead: Sendable {
-    /// A placeholder of the folder that may be downloaded ahead.
+    /// A file of the folder; `fetch`: a small placeholder, which may be downloaded ahead
+    /// (the others only tell the order the program reads in).
     public struct Candidate: Equatable, Sendable {
         public var path: StorePath
         public var ino: UInt64
-        public init(path: StorePath, ino: UInt64) {
+        public var fetch: Bool
+        public init(path: StorePath, ino: UInt64, fetch: Bool = true) {
             self.path = path
             self.ino = ino
+            self.fetch = fetch
         }
     }
 
@@ -34,6 +39,8 @@ public final class Readahead: Sendable {
     private struct State {
         var folder: StorePath?
         var last = 0.0
+        /// The file opened last in this sequence.
+        var lastOpened: StorePath?
         /// Distinct files of `folder` opened in this sequence.
         var opened = Set<StorePath>()
         /// Whether the folder was scanned: the sequence reads ahead.
@@ -55,11 +62,11 @@ public final class Readahead: Sendable {
     public let active = Atomic<Bool>(false)
 
     /// An open of the placeholder `path` asked for its content. `scan` lists the folder's
-    /// small placeholders (in listing order), called only when a sequence starts. Returns what
-    /// to download ahead now.
+    /// files (in listing order), called only when a sequence starts. Returns what to download
+    /// ahead now.
     public func openedPlaceholder(_ path: StorePath, now: Double, scan: (StorePath) -> [Candidate]) -> [Candidate] {
         let folder = path.folder
-        let wantScan = state.withLock { s -> Bool in
+        let (wantScan, previous) = state.withLock { s -> (Bool, StorePath?) in
             // Still downloading ahead: a hit (after a pause too, the sequence goes on).
             let hit = s.folder == folder ? s.ahead.first(where: { $0.value == path })?.key : nil
             if hit == nil, s.folder != folder || now - s.last >= Self.streakSeconds {
@@ -69,14 +76,10 @@ public final class Readahead: Sendable {
             if let hit { s.ahead.removeValue(forKey: hit) }
             s.last = now
             s.opened.insert(path)
-            return !s.reading && !s.stopped && s.opened.count >= 2
+            defer { s.lastOpened = path }
+            return (!s.reading && !s.stopped && s.opened.count >= 2, s.lastOpened)
         }
-        var found: [Candidate]?
-        if wantScan {
-            let all = scan(folder)
-            let after = (all.firstIndex { $0.path == path }).map { $0 + 1 } ?? 0
-            found = Array(all[after...] + all[..<after])
-        }
+        let found = wantScan ? Self.inReadingOrder(scan(folder), previous: previous, current: path) : nil
         return state.withLock { s -> [Candidate] in
             defer { active.store(s.reading, ordering: .relaxed) }
             if let found, s.folder == folder, !s.reading {
@@ -114,6 +117,24 @@ public final class Readahead: Sendable {
             }
             return Self.topUp(&s)
         }
+    }
+
+    /// The small placeholders of `files` (a folder's, in listing order) after `current`, in
+    /// the order a program that opened `previous` and then `current` reads in: the listing's,
+    /// or the names' byte order when `previous` is closer before `current` there (ties: the
+    /// listing). The list goes round to the start of the folder after its end.
+    public static func inReadingOrder(_ files: [Candidate], previous: StorePath?, current: StorePath) -> [Candidate] {
+        let byName = files.sorted { $0.path < $1.path }
+        /// How many places after `previous` `current` is in `list` (round), nil if not there.
+        func gap(_ list: [Candidate]) -> Int? {
+            guard let previous, previous != current, let i = list.firstIndex(where: { $0.path == previous }),
+                  let j = list.firstIndex(where: { $0.path == current }) else { return nil }
+            return (j - i + list.count) % list.count
+        }
+        let list: [Candidate]
+        if let n = gap(byName), n < gap(files) ?? Int.max { list = byName } else { list = files }
+        let after = (list.firstIndex { $0.path == current }).map { $0 + 1 } ?? 0
+        return (list[after...] + list[..<after]).filter { $0.fetch && $0.path != current }
     }
 
     /// The next candidates, while the downloads at once and the files ahead stay in bounds.

@@ -328,17 +328,19 @@ extension StoreSync {
         return fd
     }
 
-    /// The placeholders of `folder` small enough to be read ahead (Readahead.swift).
-    func smallPlaceholders(in folder: StorePath) -> [Readahead.Candidate] {
+    /// The files of `folder` in its listing's order, those small placeholders that may be read
+    /// ahead marked (Readahead.swift).
+    func filesForReadahead(in folder: StorePath) -> [Readahead.Candidate] {
         guard let cachefd = try? openCache() else { return [] }
         defer { close(cachefd) }
         guard case .success(let dir) = Beneath.openFolder(cachefd, folder.names) else { return [] }
         defer { close(dir) }
         var out = [Readahead.Candidate]()
         for e in Beneath.names(dir) ?? [] where !FolderRemote.isOwnName(e.name) {
-            guard let st = Beneath.stat(dir, e.name[...]), st.st_mode & S_IFMT == S_IFREG, st.st_blocks == 0,
-                  st.st_size > 0, Int64(st.st_size) <= Readahead.smallFile, Placeholder.isPlaceholder(dir, e.name[...]) else { continue }
-            out.append(.init(path: folder.appending(e.name), ino: UInt64(st.st_ino)))
+            guard let st = Beneath.stat(dir, e.name[...]), st.st_mode & S_IFMT == S_IFREG else { continue }
+            let small = st.st_blocks == 0 && st.st_size > 0 && Int64(st.st_size) <= Readahead.smallFile
+            out.append(.init(path: folder.appending(e.name), ino: UInt64(st.st_ino),
+                             fetch: small && Placeholder.isPlaceholder(dir, e.name[...])))
         }
         return out
     }

@@ -25,7 +25,7 @@ extension Uploader {
         if opened, readsAhead(store) {
             let now = ProcessInfo.processInfo.systemUptime
             store.readaheadWork.async { [self] in
-                let more = store.sync.readahead.openedPlaceholder(path, now: now) { store.sync.smallPlaceholders(in: $0) }
+                let more = store.sync.readahead.openedPlaceholder(path, now: now) { store.sync.filesForReadahead(in: $0) }
                 fetchAhead(root, store, more)
             }
         }

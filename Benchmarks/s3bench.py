@@ -18,9 +18,13 @@ rclone and aws are timed as whole commands (wall time), memory their peak RSS (G
 With `--direction down` (issue 16) it measures downloads instead: the same data is put into the
 bucket once (aws s3 cp), and then, each round, "docdrive on demand" joins it in a fresh drive
 home (`store add` on a bucket with content: an on-demand store, every file a placeholder) and,
-once mounted and listed, reads every file through the mount, one after another (the first open
-of each downloads it): the time of those reads; against `rclone copy` and `aws s3 cp
---recursive` from the bucket into a fresh local folder (whole commands).
+once mounted and listed, and the join's metadata reads done (`docdrive sync`; `--no-settle`
+reads at once), reads every file through the mount, one after another (the first open of each
+downloads it, or finds it downloaded ahead), in each of `--orders` (a fresh join each: the
+mount's listing, the names' byte order, the source folder's order): the time of those reads;
+against `rclone copy` and `aws s3 cp --recursive` from the bucket into a fresh local folder
+(whole commands). A store downloads up to twice its workers at once, so for downloads rclone
+gets `--transfers 2N` and aws `max_concurrent_requests 2N`.
 
 Workloads: 2,000 files of 4 KiB, and one file of 1 GiB (sizes can be made smaller for a quick
 look). Every tool gets the same parallelism: `--workers N` files at once (the store's workers,
@@ -232,10 +236,14 @@ def through_mount(bin: str, base: Path, w: Weed, env: dict, src: Path, prefix: s
 
 
 def on_demand(bin: str, base: Path, w: Weed, env: dict, prefix: str, files: dict[str, int], workers: int,
-              timeout: float = 900) -> dict:
+              order: str = "source", settle: bool = True, timeout: float = 900) -> dict:
     """Joins `prefix` (already in the bucket) on demand in a fresh drive home, mounts it, waits
-    until every file is listed, then reads every file through the mount one after another:
-    the seconds of those reads (each first open downloads its file) and the daemon's peak RSS."""
+    until every file is listed (and, with `settle`, until `docdrive sync` says the join's
+    metadata reads are done), then reads every file through the mount one after another, in
+    `order`: the seconds of those reads (each first open downloads its file) and the daemon's
+    peak RSS. Orders: "listing" (each folder as the mount lists it: cp -r, tar, grep -r, find),
+    "name" (paths sorted by their bytes: shell globs, rsync, file managers), "source" (the
+    order of the folder the files were uploaded from: unrelated to both)."""
     home, mnt = base / "home", base / "mnt"
     base.mkdir()
     mnt.mkdir()
@@ -263,13 +271,24 @@ def on_demand(bin: str, base: Path, w: Weed, env: dict, prefix: str, files: dict
                 raise SystemExit("the joined store never listed every file")
             time.sleep(0.2)
         listed = time.monotonic() - t0
+        if settle:
+            cli("sync")
+        settled = time.monotonic() - t0
         for rel, size in files.items():  # listed with their real sizes, nothing downloaded
             st = (root / rel).stat()
             if st.st_size != size or st.st_blocks != 0:
                 raise SystemExit(f"{rel}: {st.st_size} bytes, {st.st_blocks} blocks before any open")
+        if order == "listing":
+            paths = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+        elif order == "name":
+            paths = sorted(files, key=lambda rel: rel.encode())
+        else:
+            paths = list(files)
+        if sorted(paths) != sorted(files):
+            raise SystemExit("the mount does not list the files that were uploaded")
         t1 = time.monotonic()
         read = 0
-        for rel in files:
+        for rel in paths:
             with open(root / rel, "rb") as f:
                 while True:
                     b = f.read(1 << 20)
@@ -279,7 +298,7 @@ def on_demand(bin: str, base: Path, w: Weed, env: dict, prefix: str, files: dict
         t2 = time.monotonic()
         if read != sum(files.values()):
             raise SystemExit(f"read {read} bytes of {sum(files.values())}")
-        return {"seconds": t2 - t1, "rss": proc_kb(pid, "VmHWM") << 10, "listed": listed}
+        return {"seconds": t2 - t1, "rss": proc_kb(pid, "VmHWM") << 10, "listed": listed, "settled": settled}
     finally:
         if pid and is_mounted(mnt):
             subprocess.run([bin, "unmount", str(mnt)], env=denv, capture_output=True, timeout=120)
@@ -302,10 +321,21 @@ def main() -> int:
     ap.add_argument("--tools", default=None, help="a comma-separated subset of: " + ", ".join(TOOLS)
                     + " (uploads), " + ", ".join(DOWN_TOOLS) + " (downloads)")
     ap.add_argument("--direction", choices=["up", "down"], default="up")
+    ap.add_argument("--orders", default="listing,name,source",
+                    help="downloads: the orders DocDrive's mount is read in, each a row (listing, name, source)")
+    ap.add_argument("--no-settle", action="store_true",
+                    help="downloads: read as soon as every file is listed, while the join still reads metadata")
     args = ap.parse_args()
     down = args.direction == "down"
     tools_wanted = [t.strip() for t in (args.tools or ",".join(DOWN_TOOLS if down else TOOLS)).split(",") if t.strip()]
-    if "docdrive on demand" in tools_wanted and os.geteuid() != 0:
+    orders = [o.strip() for o in args.orders.split(",") if o.strip()]
+    if not orders or any(o not in ("listing", "name", "source") for o in orders):
+        raise SystemExit(f"--orders: a comma-separated list of listing, name, source (not {args.orders!r})")
+    if down and "docdrive on demand" in tools_wanted:
+        # One row per order the mount is read in.
+        i = tools_wanted.index("docdrive on demand")
+        tools_wanted[i:i + 1] = [f"docdrive on demand, {o} order" for o in orders]
+    if any(t.startswith("docdrive on demand") for t in tools_wanted) and os.geteuid() != 0:
         raise SystemExit("the mounted variant needs root (passthrough, as the users' mounts)")
     if "docdrive mount" in tools_wanted and os.geteuid() != 0:
         raise SystemExit("the mounted variant needs root (passthrough, as the users' mounts)")
@@ -317,7 +347,7 @@ def main() -> int:
         with Weed(base / "weed") as w:
             env = w.env()
             cfg = base / "aws-config"
-            cfg.write_text(f"[default]\ns3 =\n  max_concurrent_requests = {args.workers}\n  multipart_threshold = 16MB\n"
+            cfg.write_text(f"[default]\ns3 =\n  max_concurrent_requests = {2 * args.workers if down else args.workers}\n  multipart_threshold = 16MB\n"
                            f"  multipart_chunksize = 16MB\n")
             env["AWS_CONFIG_FILE"] = str(cfg)
             # rclone reads its S3 keys from RCLONE_S3_*, and its AWS SDK refuses a CA bundle
@@ -342,7 +372,7 @@ def main() -> int:
                 return {
                     "rclone": ["rclone", "copy", f":s3:{w.bucket}/{prefix}", str(dest), "--s3-provider", "Other",
                                "--s3-endpoint", w.endpoint, "--s3-force-path-style", "--s3-region", "us-east-1",
-                               "--transfers", str(args.workers), "--multi-thread-streams", "4", "--exclude", ".docdrive*/**",
+                               "--transfers", str(2 * args.workers), "--multi-thread-streams", "4", "--exclude", ".docdrive*/**",
                                "--exclude", ".docdrive*", "-q"],
                     "aws s3 cp": ["aws", "--endpoint-url", w.endpoint, "s3", "cp", f"s3://{w.bucket}/{prefix}", str(dest),
                                   "--recursive", "--exclude", ".docdrive*", "--only-show-errors"],
@@ -362,8 +392,10 @@ def main() -> int:
                         k = r % len(tools_wanted)
                         for tool in tools_wanted[k:] + tools_wanted[:k]:
                             n += 1
-                            if tool == "docdrive on demand":
-                                m = on_demand(args.bin, base / f"drive-{n}", w, env, prefix, files, args.workers)
+                            if tool.startswith("docdrive on demand"):
+                                order = tool.split(", ")[1].split()[0]
+                                m = on_demand(args.bin, base / f"drive-{n}", w, env, prefix, files, args.workers,
+                                              order=order, settle=not args.no_settle)
                             else:
                                 dest = base / f"dest-{n}"
                                 seconds, rss, _ = run(download(tool, prefix, dest), rclone_env if tool == "rclone" else env)
@@ -375,8 +407,9 @@ def main() -> int:
                                 shutil.rmtree(dest, ignore_errors=True)
                                 m = {"seconds": seconds, "rss": rss}
                             results.setdefault((name, tool), []).append(m)
-                            extra = f"  (listed {m['listed']:.2f} s after the mount began)" if "listed" in m else ""
-                            print(f"round {r + 1} {name:5} {tool:18} {m['seconds']:7.2f} s  peak RSS {m['rss'] >> 20} MiB{extra}",
+                            extra = (f"  (listed {m['listed']:.2f} s, settled {m['settled']:.2f} s after the mount began)"
+                                     if "listed" in m else "")
+                            print(f"round {r + 1} {name:5} {tool:34} {m['seconds']:7.2f} s  peak RSS {m['rss'] >> 20} MiB{extra}",
                                   file=sys.stderr, flush=True)
                             subprocess.run(["sync"])
                             Path("/proc/sys/vm/drop_caches").write_text("3")
@@ -412,7 +445,8 @@ def main() -> int:
             secs = statistics.median(m["seconds"] for m in ms)
             rss = max(m["rss"] for m in ms)
             label = tool + (" (last close → on server)" if tool == "docdrive mount" else
-                            " (every file read through the mount, one after another)" if tool == "docdrive on demand" else "")
+                            " (every file read through the mount, one after another)" if tool.startswith("docdrive on demand")
+                            else "")
             ratio = f"{rclone / secs:.2f}×" if rclone else "-"
             print(f"| {sizes[name]} | {label} | {secs:.2f} | {total / secs / 1e6:.1f} | {rss / 1e6:.0f} MB | {ratio} |")
             if tool == "docdrive mount":

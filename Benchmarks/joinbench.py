@@ -74,7 +74,10 @@ def fill(endpoint: str, bucket: str, prefix: str, n: int) -> None:
     print(f"put {n} objects under {prefix}/ in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
 
 
-def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, timeout: float = 900) -> dict:
+def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, timeout: float = 900,
+         keep_home: bool = False) -> dict:
+    """One join in a fresh drive home under `base`; the home is removed after it (unless it
+    failed, or `keep_home`: the caller removes it later)."""
     home, mnt = base / "home", base / "mnt"
     base.mkdir(parents=True)
     mnt.mkdir()
@@ -149,7 +152,7 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
             subprocess.run([bin, "unmount", str(mnt)], env=env, capture_output=True, timeout=120)
         if is_mounted(mnt):
             subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, timeout=30)
-        if not is_mounted(mnt) and not keep:
+        if not is_mounted(mnt) and not keep and not keep_home:
             shutil.rmtree(base, ignore_errors=True)
 
 
@@ -164,7 +167,7 @@ def main() -> int:
     ap.add_argument("--bin", action="append", help="docdrive binaries to compare (default: this tree's release build)")
     ap.add_argument("--endpoint", help="an S3 server already running (the objects stay there)")
     ap.add_argument("--bucket", default="docdrive-test")
-    ap.add_argument("--pause", type=float, default=40, help="seconds before each join (see above)")
+    ap.add_argument("--pause", type=float, default=65, help="seconds before each join (see below)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the mount needs root (passthrough, as the users' mounts)")
@@ -180,16 +183,20 @@ def main() -> int:
             endpoint, bucket = w.endpoint, w.bucket
         for n in sizes:
             fill(endpoint, bucket, prefix(n), n)
+        subprocess.run(["sync"])
         k = 0
         for r in range(args.rounds):
             for n in sizes:
                 for b in bins:
                     k += 1
-                    # ext4 without a journal (this machine's /tmp) skips, at each new inode, the
-                    # inodes deleted in the last 30 s, one block read each: the files of the
-                    # drive before would cost the next join seconds, so they get time to age.
+                    # ext4 without a journal (this machine's disk) skips, at each new inode, the
+                    # inodes deleted in the last 60 s (360 s while their inode table block is
+                    # not written back), one block lookup each (fs/ext4/ialloc.c,
+                    # recently_deleted): 100,000 files deleted just before would cost the join
+                    # seconds. So the drive homes stay until the run ends, and each join waits
+                    # until what was deleted before the run (after a `sync`) is older than that.
                     time.sleep(args.pause)
-                    m = join(b, base / f"drive-{k}", endpoint, bucket, prefix(n), n)
+                    m = join(b, base / f"drive-{k}", endpoint, bucket, prefix(n), n, keep_home=True)
                     print(f"round {r + 1} {n:7} objects {b}: listed {m['listed']:6.2f} s (RSS {m['rss_listed'] >> 20} MiB), "
                           f"settled {m['settled']:6.2f} s (peak RSS {m['hwm_settled'] >> 20} MiB), "
                           f"after 2 more polls: peak RSS {m['rss'] >> 20} MiB (highest sample {m['rss_sampled'] >> 20} MiB, "

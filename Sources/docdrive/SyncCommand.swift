@@ -26,6 +26,20 @@ struct Sync: ParsableCommand {
             let queue = index.uploads
             let start = Date()
             let tty = isatty(2) != 0
+            // No daemon: nothing uploads, and the remotes cannot be looked at. Said at once,
+            // rather than waiting for a queue nobody drains.
+            if home.liveMountRecord() == nil {
+                let waiting = try queue.waitingCount()
+                let files = "\(waiting) file\(waiting == 1 ? "" : "s") saved on this device \(waiting == 1 ? "waits" : "wait") for upload"
+                if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
+                    throw DriveError(.notMounted, "The drive's daemon (pid \(dead.pid)) stopped without unmounting (see its log \(home.logPath)); \(files). Mount the drive again (`docdrive mount DIR`) to upload \(waiting == 1 ? "it" : "them") and look at the remotes.")
+                }
+                if waiting > 0 {
+                    throw DriveError(.notMounted, "The drive is not mounted: \(files). Mount it (`docdrive mount DIR`) and \(waiting == 1 ? "it goes" : "they go").")
+                }
+                print("The drive is not mounted: nothing saved on this device waits for upload (other devices' changes come in at the next mount).")
+                return
+            }
             // A close reaches the daemon a moment after it returns, and the daemon commits the
             // queue every 50 ms: the queue must be seen empty twice, 0.3 s apart.
             usleep(300_000)

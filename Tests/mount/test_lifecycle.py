@@ -192,6 +192,37 @@ def test_sync_fails_when_the_daemon_dies_while_it_waits(new_drive):
     d.unmount(timeout=30)
 
 
+@pytest.mark.timeout(90)
+def test_sync_without_a_daemon_says_so_at_once_and_counts_what_waits(new_drive):
+    """`docdrive sync` with no daemon cannot upload nor look at the remotes: after a kill -9 it
+    fails at once naming the dead daemon and what waits (before, it waited for ever for a queue
+    nobody drains, or said everything was on the remotes); unmounted with nothing waiting it
+    says the drive is not mounted."""
+    d = new_drive()
+    config = d.home / "config.yaml"
+    config.write_text(config.read_text().replace("    writeback: 2.0\n", "    writeback: 60.0\n"))
+    d.mount()
+    (d.mnt / "Work" / "plan.txt").write_text("saved, not uploaded yet")
+    # The save is in the queue (written every 50 ms), its upload 60 s away.
+    status = lambda: json.loads(d.cli("status", "--json").stdout)
+    assert wait_until(lambda: status()["uploads"]["pending"] == 1, 10), status()
+    os.kill(d.pid, signal.SIGKILL)
+    assert wait_until(lambda: not pid_alive(d.pid), 10)
+    started = time.monotonic()
+    p = d.cli("sync", check=False, timeout=30)
+    assert time.monotonic() - started < 10, "sync waited for a queue nobody drains"
+    assert p.returncode != 0 and "Everything is on the remotes" not in p.stdout, p
+    assert "stopped without unmounting" in p.stderr and "1 file saved on this device waits" in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert not (d.remote / "plan.txt").exists()
+    # Mounted again, the save goes; unmounted with nothing waiting, sync says so and succeeds.
+    d.mount()
+    assert d.cli("sync", "--timeout", "30").returncode == 0
+    assert (d.remote / "plan.txt").read_text() == "saved, not uploaded yet"
+    assert d.unmount().returncode == 0
+    p = d.cli("sync", check=False, timeout=30)
+    assert p.returncode == 0 and "not mounted" in p.stdout and "Everything is on the remotes" not in p.stdout, p
+
 @pytest.mark.timeout(60)
 def test_read_only_mount(new_drive):
     d = new_drive()

@@ -57,7 +57,7 @@ extension StoreSync {
         // Folders first (shorter paths), so that what is in them has a place.
         let sorted = items.sorted(by: { $0.path.bytes.count < $1.path.bytes.count })
         var from = 0
-        var ready = [(fd: Int32, path: String, item: RemoteItem)?]()
+        var ready = [Prepared?]()
         defer { for case let t? in ready { close(t.fd); unlink(t.path) } }
         for (k, r) in sorted.enumerated() {
             if k == from {
@@ -74,7 +74,9 @@ extension StoreSync {
                 continue
             }
             defer { unlock([r.path]) }
-            guard let dir = folder(r.path.folder), !pinned(r.path.folder), Beneath.stat(dir.fd, r.path.lastName) == nil else {
+            // (A file is placed with RENAME_NOREPLACE: a name taken meanwhile fails it.)
+            guard let dir = folder(r.path.folder), !pinned(r.path.folder),
+                  r.kind != .folder || Beneath.stat(dir.fd, r.path.lastName) == nil else {
                 if let t = prepared { close(t.fd); unlink(t.path) }
                 continue
             }
@@ -113,6 +115,9 @@ extension StoreSync {
         return placed
     }
 
+    /// A placeholder file made beforehand (`prepare`): open, at a temporary path, for `item`.
+    typealias Prepared = (fd: Int32, path: String, item: RemoteItem)
+
     /// How many items `placeNewPlaceholders` makes the files of at once (each an open
     /// descriptor until it is placed), and on how many threads.
     static let preparedPart = 512
@@ -128,16 +133,18 @@ extension StoreSync {
     /// perf of a join, 78 % of the daemon's samples in the kernel). A Python loop making and
     /// renaming 40,000 such files took 1.55-1.67 s in one process and 0.88-0.95 s in two, each
     /// with its own folder.
-    func prepare(_ items: ArraySlice<RemoteItem>) -> [(fd: Int32, path: String, item: RemoteItem)?] {
+    func prepare(_ items: ArraySlice<RemoteItem>) -> [Prepared?] {
         let files = items.indices.filter { items[$0].kind == .file }
         guard files.count >= 64, Self.preparingThreads > 1 else { return [] }
         let first = items.startIndex
-        let made = Locked<[(fd: Int32, path: String, item: RemoteItem)?]>(Array(repeating: nil, count: items.count))
+        let made = Locked<[Prepared?]>(Array(repeating: nil, count: items.count))
         let width = Self.preparingThreads
         S3Parallel.forEach(width, width: width) { w in
-            var mine = [(Int, (fd: Int32, path: String, item: RemoteItem))]()
+            var mine = [(Int, Prepared)]()
             for j in stride(from: w, to: files.count, by: width) {
-                if let t = try? self.placeholderFile(items[files[j]], in: Self.placingFolder(w)) { mine.append((files[j] - first, t)) }
+                if let t = try? self.placeholderFile(items[files[j]], in: Self.placingFolder(w)) {
+                    mine.append((files[j] - first, t))
+                }
             }
             made.update { for (i, t) in mine { $0[i] = t } }
         }

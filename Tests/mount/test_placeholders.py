@@ -440,17 +440,23 @@ def test_files_opened_in_name_order_are_read_ahead_in_name_order(new_drive, shar
     assert len(ahead()) >= len(by_name) // 2, ahead()
 
 def download_threads(pid: int) -> tuple[int, int]:
-    """The daemon's threads now: those named for a download (`dd-download-STORE`, cut to
-    15 characters by the kernel), and all of them."""
-    downloading = total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            comm = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
-        except OSError:
-            continue  # ended meanwhile
-        total += 1
-        downloading += comm.startswith("dd-download-")
-    return downloading, total
+    """The daemon's threads named for a download (`dd-download-STORE`, cut to 15 characters
+    by the kernel) all at one instant, and all of its threads. /proc is read one thread at a
+    time, so one pass could count a thread that gave its slot up (renamed `dd-ended`) and the
+    one that took it: only the threads named for a download in two passes one after the other
+    are counted. A thread takes that name once and gives it up once, so all of those had it
+    at once, between the passes."""
+    def names() -> dict[str, str]:
+        out = {}
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                out[task] = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+            except OSError:
+                continue  # ended meanwhile
+        return out
+    first, second = names(), names()
+    downloading = sum(1 for t, c in first.items() if c.startswith("dd-download-") and second.get(t, "").startswith("dd-download-"))
+    return downloading, len(second)
 
 
 @pytest.mark.timeout(240)

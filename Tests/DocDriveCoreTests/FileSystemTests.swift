@@ -170,8 +170,14 @@ final class FileSystemTests: XCTestCase {
     /// has the version it had when that listing was read, and only if a later change is sure to
     /// give it another version (it was not changed within the current second).
     func testAListingIsKeptOnlyWhileItsBackingFolderIsUnchanged() throws {
-        // Given a folder of the store, changed (made) in this second
+        // Given a folder of the store, made early in a second (so that it is listed in that second)
         let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        var clock = timespec()
+        clock_gettime(CLOCK_REALTIME, &clock)
+        while clock.tv_nsec > 300_000_000 || clock.tv_nsec < 50_000_000 {
+            usleep(10_000)
+            clock_gettime(CLOCK_REALTIME, &clock)
+        }
         let sub = try "sub".withCString { (c) throws in try fs.mkdir(parent: work, name: c, mode: 0o755, caller: me) }.inode
         let backing = home.cachePath("work") + "/sub"
         func listed(_ node: UInt64) throws -> DirectoryStream {
@@ -187,6 +193,7 @@ final class FileSystemTests: XCTestCase {
         }
         // When it is listed at once, then it is not kept: it could change again unseen
         fs.releasedir(try listed(sub.nodeID))
+        XCTAssertEqual(time(nil), clock.tv_sec, "listed in the second the folder was made")
         XCTAssertFalse(try keeps(sub.nodeID))
         // When it is listed once the second has passed, then it is kept
         let changed = time(nil)

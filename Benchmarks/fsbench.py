@@ -230,6 +230,7 @@ ROWS = [
     ("meta_create", "create {meta} empty files", "files/s", "up"),
     ("meta_stat", "stat {meta} files (dentries+inodes dropped)", "files/s", "up"),
     ("meta_readdir", "readdir {meta} files (ls -f \\| wc -l)", "files/s", "up"),
+    ("meta_readdir_warm", "readdir {meta} files, warm (ls -f \\| wc -l, 10 in a row)", "files/s", "up"),
     ("meta_unlink", "unlink {meta} files", "files/s", "up"),
     ("tree_tarx", "tar x {tree}", "s", "down"),
     ("tree_du", "du -s of the tree (dentries+inodes dropped)", "s", "down"),
@@ -251,6 +252,7 @@ TARGETS = ["native", "mergerfs", "docdrive"]
 GOALS = [
     ("seq_write", "native", 0.95), ("seq_read", "native", 0.95), ("rand_warm", "native", 0.9),
     ("meta_create", "mergerfs", 1.0), ("meta_stat", "mergerfs", 1.0), ("meta_readdir", "mergerfs", 1.0),
+    ("meta_readdir_warm", "mergerfs", 2.5),  # issue 19
     ("meta_unlink", "mergerfs", 1.0), ("tree_tarx", "mergerfs", 1.0), ("tree_rm", "mergerfs", 1.0),
     ("small_write", "mergerfs", 1.0),
 ]

@@ -393,7 +393,7 @@ wl_rand() {
 }
 
 wl_meta() {
-    local t=$1 r=$2 d cr st rd ul n
+    local t=$1 r=$2 d cr st rd rw ul n
     d="$(tdir "$t")/meta"
     run_step "mkdir $t" mkdir "$d"
     run_step "create $t" "$PY" "$HELPER" create "$d" "$META_N"; cr=$(kv rate)
@@ -403,11 +403,18 @@ wl_meta() {
     run_step "readdir $t" "$PY" "$HELPER" time -- sh -c "ls -f '$d' | wc -l"
     n=$(kv result); [ "$n" = $((META_N + 2)) ] || die "readdir on $t saw $n entries, expected $((META_N + 2))"
     rd=$(rate "$META_N" "$(kv seconds)")
+    # Warm: the same listing again, once untimed, then 10 times in a row (timed together); the
+    # counts of the 10 must all be the whole folder.
+    run_step "readdir warm-up $t" sh -c "ls -f '$d' | wc -l"
+    run_step "readdir warm $t" "$PY" "$HELPER" time -- \
+        sh -c "for i in 1 2 3 4 5 6 7 8 9 10; do ls -f '$d' | wc -l; done | sort -u | paste -sd+"
+    n=$(kv result); [ "$n" = $((META_N + 2)) ] || die "warm readdir on $t saw $n entries, expected $((META_N + 2)) every time"
+    rw=$(rate $((10 * META_N)) "$(kv seconds)")
     run_step "unlink $t" "$PY" "$HELPER" unlink "$d" "$META_N"; ul=$(kv rate)
     run_step "rmdir $t" rmdir "$d"
     rec meta_create "$t" "$r" "$cr"; rec meta_stat "$t" "$r" "$st"
-    rec meta_readdir "$t" "$r" "$rd"; rec meta_unlink "$t" "$r" "$ul"
-    log "r$r meta    $t: create $cr, stat $st, readdir $rd, unlink $ul files/s"
+    rec meta_readdir "$t" "$r" "$rd"; rec meta_readdir_warm "$t" "$r" "$rw"; rec meta_unlink "$t" "$r" "$ul"
+    log "r$r meta    $t: create $cr, stat $st, readdir $rd (warm $rw), unlink $ul files/s"
 }
 
 wl_tree() {
@@ -565,6 +572,7 @@ RUNTIME=$(elapsed | xargs printf '%.0f')
 
 mkdir -p "$HERE/results"
 NOTES+=("Each round runs every workload on every target, interleaved; the order turns by one each round (native mergerfs docdrive, then mergerfs docdrive native, then docdrive native mergerfs), so that no target always follows the same neighbour on the shared disk. Before each workload on each target the caches are dropped ('sync; echo 3 > /proc/sys/vm/drop_caches'), so every workload starts cold (tar x reads its tarball from the page cache); 'echo 2' (dentries and inodes) is dropped again before stat, readdir and du. After every DocDrive workload, and after its sequential write and its random-read file are written, the run waits ('docdrive sync') until DocDrive's uploads are done: they read the new files (warming the page cache) and copy them to the same disk, so they must not overlap another target's measurement nor a cold read. Uploads that DocDrive's own measured steps start (after the creates, tar x, the small files) run during its next steps, as they would for a user.")
+NOTES+=("Warm readdir: right after the cold one, one untimed 'ls -f DIR | wc -l', then 10 in a row timed together (files/s = 10 × files / seconds); each of the 10 must count the whole folder.")
 NOTES+=("fio: psync engine, queue depth 1, one job, --fallocate=none --invalidate=0; cold random reads touch each block at most once (capped at ${COLD_RT} s), warm random reads run ${WARM_RT} s after a sequential pass over the file, in a new fio process (a new open).")
 NOTES+=("The memory rows: peak is VmHWM, the highest over the daemons of the run (DocDrive and mergerfs are restarted before the listing); the listing row is VmRSS of the fresh daemon after a readdir+lstat walk of the tree.")
 NOTES+=("The upload check looks for files named like the written ones anywhere under the folder remote ($DD_REMOTE), with the right size.")

@@ -33,6 +33,13 @@ static inline void cfuse_fi_set_open_flags(struct fuse_file_info *fi, int direct
     fi->keep_cache = keep_cache ? 1 : 0;
 }
 
+/* For a folder: the kernel may cache its listing (cache_readdir), and may keep what it has
+   cached from earlier opens (keep_cache; without it the kernel drops that at this open). */
+static inline void cfuse_fi_set_dir_flags(struct fuse_file_info *fi, int cache_readdir, int keep_cache) {
+    fi->cache_readdir = cache_readdir ? 1 : 0;
+    fi->keep_cache = keep_cache ? 1 : 0;
+}
+
 static inline int cfuse_fi_flush(const struct fuse_file_info *fi) { return fi->flush; }
 
 /* Reply to a read with data taken straight from a file descriptor:

@@ -11,6 +11,9 @@ func opOpendir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer
     do throws(Errno) {
         let d = try fs.opendir(ino)
         fi!.pointee.fh = handleValue(d)
+        // The kernel's cache of the listing, and whether what it holds is still true (the core
+        // decides: FileSystem+Directories).
+        cfuse_fi_set_dir_flags(fi, d.cacheListing ? 1 : 0, d.keepListing ? 1 : 0)
         if fuse_reply_open(req, fi) != 0 {
             fs.releasedir(d)
             Unmanaged.passUnretained(d).release()

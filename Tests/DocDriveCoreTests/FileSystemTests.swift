@@ -166,6 +166,53 @@ final class FileSystemTests: XCTestCase {
         XCTAssertEqual(try list(d, from: 0).names, [".", "..", "a", "b"])
     }
 
+    /// The kernel may keep a backing folder's listing (issue 19) only while the backing folder
+    /// has the version it had when that listing was read, and only if a later change is sure to
+    /// give it another version (it was not changed within the current second).
+    func testAListingIsKeptOnlyWhileItsBackingFolderIsUnchanged() throws {
+        // Given a folder of the store, made early in a second (so that it is listed in that second)
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        var clock = timespec()
+        clock_gettime(CLOCK_REALTIME, &clock)
+        while clock.tv_nsec > 300_000_000 || clock.tv_nsec < 50_000_000 {
+            usleep(10_000)
+            clock_gettime(CLOCK_REALTIME, &clock)
+        }
+        let sub = try "sub".withCString { (c) throws in try fs.mkdir(parent: work, name: c, mode: 0o755, caller: me) }.inode
+        let backing = home.cachePath("work") + "/sub"
+        func listed(_ node: UInt64) throws -> DirectoryStream {
+            let d = try fs.opendir(node)
+            try fs.readdir(d, offset: 0, plus: false) { _, _, _ in true }
+            return d
+        }
+        func keeps(_ node: UInt64) throws -> Bool {
+            let d = try fs.opendir(node)
+            defer { fs.releasedir(d) }
+            XCTAssertTrue(d.cacheListing)
+            return d.keepListing
+        }
+        // When it is listed at once, then it is not kept: it could change again unseen
+        fs.releasedir(try listed(sub.nodeID))
+        XCTAssertEqual(time(nil), clock.tv_sec, "listed in the second the folder was made")
+        XCTAssertFalse(try keeps(sub.nodeID))
+        // When it is listed once the second has passed, then it is kept
+        let changed = time(nil)
+        let deadline = Date().addingTimeInterval(3)
+        while time(nil) <= changed, Date() < deadline { usleep(20_000) }
+        XCTAssertGreaterThan(time(nil), changed)
+        fs.releasedir(try listed(sub.nodeID))
+        XCTAssertTrue(try keeps(sub.nodeID))
+        XCTAssertTrue(try keeps(sub.nodeID))
+        // When a file appears behind the mount's back, then the listing is not kept
+        XCTAssertTrue(FileManager.default.createFile(atPath: backing + "/new", contents: nil))
+        XCTAssertFalse(try keeps(sub.nodeID))
+        // The virtual folders are never cached
+        let root = try fs.opendir(DriveFileSystem.rootID)
+        defer { fs.releasedir(root) }
+        XCTAssertFalse(root.cacheListing)
+        XCTAssertFalse(root.keepListing)
+    }
+
     func testSymlinkInBackingFolderIsNotFollowed() throws {
         // Given a symlink in the backing folder that points outside it
         let outside = home.path + "/outside.txt"

@@ -33,11 +33,20 @@ public final class DirectoryStream: Sendable {
     let virtualEntries: [(name: String, node: UInt64)]?
     /// Lock: the kernel serialises readdir per open file, but a lock costs nothing uncontended.
     let state: Mutex<State>
+    /// The kernel may keep the listing in its cache (FOPEN_CACHE_DIR): the folder lists one
+    /// backing folder and nothing else, so that folder's version tells when the listing changed.
+    public let cacheListing: Bool
+    /// The listing the kernel may hold is still true and may be kept (FOPEN_KEEP_CACHE): the
+    /// backing folder has the version it had when that listing was read (see `opendir`).
+    public let keepListing: Bool
 
-    init(inode: Inode, dir: OpaquePointer?, virtualEntries: [(name: String, node: UInt64)]?) {
+    init(inode: Inode, dir: OpaquePointer?, virtualEntries: [(name: String, node: UInt64)]?,
+         cacheListing: Bool = false, keepListing: Bool = false) {
         self.inode = inode
         self.virtualEntries = virtualEntries
         self.state = Mutex(State(dir: dir))
+        self.cacheListing = cacheListing
+        self.keepListing = keepListing
     }
 }
 
@@ -52,12 +61,37 @@ public struct DirectoryItem {
 
 private let DT_REG_TYPE = UInt8(DT_REG)
 
+/// Listings from the kernel's cache (issue 19). A backing folder's listing is exactly its
+/// backing folder's entries, filtered and renamed by name only (reserved names hidden, a
+/// container's reference entries shown under their documents' names when no file has that
+/// name, which is in the same folder): any change to what it lists is a change of entries in
+/// that folder, which gives the folder a new mtime and ctime. So the kernel may keep such a
+/// listing (FOPEN_CACHE_DIR), and each opendir tells it whether it may keep what it holds
+/// (FOPEN_KEEP_CACHE): only if the backing folder still has the version it had when that listing
+/// was read. A change behind the mount's back then shows at the next opendir, and one through
+/// the mount too (the kernel also drops its cache itself for changes it makes, and when the
+/// folder's mtime it sees changes: FUSE_CAP_AUTO_INVAL_DATA, at most the attribute timeout late).
+/// Virtual folders (the root, .by-app and an app's view) list the configuration: never cached.
+///
+/// A version is trusted only when a later change is sure to give the folder another one: the
+/// folder's ctime must be before the current second of the coarse clock that the filesystem
+/// stamps changes with. A folder changed within the current second could change again with the
+/// same timestamps (coarse clock ticks, or a filesystem with 1 s timestamps), so its listing is
+/// read afresh at the next opendir. (Two listings of one folder read at once, with a change in
+/// between, can leave the kernel holding the older one while the newer one's version is the one
+/// remembered: the kernel's own mtime check drops it within the attribute timeout.)
 extension DriveFileSystem {
     public func opendir(_ id: UInt64) throws(Errno) -> DirectoryStream {
         let n = try node(id)
         switch n.kind {
         case .backing:
-            return DirectoryStream(inode: n, dir: try openBackingDirectory(n), virtualEntries: nil)
+            let dir = try openBackingDirectory(n)
+            var keep = false
+            if let st = try? Sys.stat(fd: dirfd(dir)) {
+                let now = FileVersion(st)
+                keep = n.listedVersion.withLock { $0 == now }
+            }
+            return DirectoryStream(inode: n, dir: dir, virtualEntries: nil, cacheListing: true, keepListing: keep)
         case .root:
             let l = namespace.current()
             var list: [(String, UInt64)] = [(".", n.nodeID), ("..", n.nodeID)]
@@ -127,6 +161,9 @@ extension DriveFileSystem {
                 s.started = false
             }
             guard let dir = s.dir else { throw .badFileDescriptor }
+            // A listing from the start, which the kernel may cache: its version, read before
+            // its entries (a change in between only makes the next opendir read it again).
+            if offset == 0 && s.pending == nil && d.cacheListing { noteListing(d.inode, dirfd(dir)) }
             if offset != s.offset || (offset == 0 && s.pending == nil && s.started) {
                 if offset == 0 { rewinddir(dir) } else { seekdir(dir, Int(offset)) }
                 s.offset = offset
@@ -219,6 +256,18 @@ extension DriveFileSystem {
                 s.offset = next
             }
         }
+    }
+
+    /// A listing of `n` starts from its backing folder `fd`: remember the folder's version, if
+    /// a change from now on is sure to give it another one (see the top of this extension).
+    private func noteListing(_ n: Inode, _ fd: Int32) {
+        var version: FileVersion?
+        if let st = try? Sys.stat(fd: fd) {
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME_COARSE, &now)
+            if st.st_ctim.tv_sec < now.tv_sec && st.st_mtim.tv_sec < now.tv_sec { version = FileVersion(st) }
+        }
+        n.listedVersion.withLock { $0 = version }
     }
 
     /// Entries with attributes in the first READDIRPLUS reply of a listing. The kernel asks for

@@ -97,8 +97,9 @@ public final class Inode: Sendable {
     /// content and attributes are the target's.
     public let reference: ReferenceLink?
 
-    /// The versions a file keeps once it is opened or created through the mount (nil until
-    /// then: most nodes are only looked up, and two versions inline were a third of a node).
+    /// The versions a file keeps once it is opened or created through the mount, or a folder
+    /// once it is listed (nil until then: most nodes are only looked up, and two versions
+    /// inline were a third of a node).
     private let versions = Mutex<OpenedVersions?>(nil)
     /// Content version (mtime, ctime, size) the kernel's page cache holds, to decide keep_cache.
     var cachedVersion: VersionField { VersionField(node: self, which: .cached) }
@@ -110,28 +111,42 @@ public final class Inode: Sendable {
     let mappableOpens = Atomic<Int>(0)
     /// The content version of the last fsync through the mount (see `hasUnsyncedWrites`).
     var fsyncedVersion: VersionField { VersionField(node: self, which: .fsynced) }
+    /// For a folder: the backing folder's version when the listing that the kernel may hold in
+    /// its cache was read, nil if none may be trusted (see FileSystem+Directories).
+    var listedVersion: VersionField { VersionField(node: self, which: .listed) }
 
     /// What `versions` holds, only under its lock.
     private final class OpenedVersions {
         var cached: FileVersion?
         var fsynced: FileVersion?
+        var listed: FileVersion?
     }
 
     /// One of a node's versions, read and changed under the node's `versions` lock (a leaf),
     /// which is made at the first change.
     struct VersionField {
-        enum Which { case cached, fsynced }
+        enum Which { case cached, fsynced, listed }
         let node: Inode
         let which: Which
 
         func withLock<R>(_ body: (inout FileVersion?) -> R) -> R {
             node.versions.withLock { box in
                 var value: FileVersion?
-                if let box { value = which == .cached ? box.cached : box.fsynced }
+                if let box {
+                    switch which {
+                    case .cached: value = box.cached
+                    case .fsynced: value = box.fsynced
+                    case .listed: value = box.listed
+                    }
+                }
                 let result = body(&value)
                 if box == nil, value == nil { return result }
                 let b = box ?? OpenedVersions()
-                if which == .cached { b.cached = value } else { b.fsynced = value }
+                switch which {
+                case .cached: b.cached = value
+                case .fsynced: b.fsynced = value
+                case .listed: b.listed = value
+                }
                 box = b
                 return result
             }

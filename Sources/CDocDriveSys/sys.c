@@ -165,15 +165,17 @@ int dd_open_by_handle(int mountfd, const unsigned char *buf, int len, int flags)
     return open_by_handle_at(mountfd, &u.fh, flags | O_CLOEXEC);
 }
 
-/* Sets the calling thread's umask. Threads share one umask (the daemon's, 0) until the first
-   call with another mask gives this thread its own. The thread's current mask is remembered,
-   so a run of creations with one caller's umask costs no system call after the first.
-   Returns the previous umask, or -1 if the thread cannot have its own. */
+/* Sets the calling thread's umask. The first call gives the thread a umask of its own
+   (unshare(CLONE_FS)) and sets it, whatever the mask: a thread shares the umask of the thread
+   that started it, which is not always the daemon's 0 (libfuse starts a new worker from a worker
+   that had set a caller's umask; such a worker, taking "shared, so 0" for granted, made a folder
+   with 022 under a caller's 0). The thread's current mask is remembered, so setting the same
+   one again costs no system call. Returns the previous umask, or -1 if the thread cannot have
+   its own. */
 int dd_thread_umask(mode_t mask) {
     static __thread int own = 0;
-    static __thread int current = 0;
+    static __thread int current = -1;
     if (!own) {
-        if (mask == 0) return 0;  /* the shared umask is already 0 */
         if (unshare(CLONE_FS) != 0) return -1;
         own = 1;
     }

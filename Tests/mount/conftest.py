@@ -133,7 +133,7 @@ def t(drive, request):
     mnt = drive.mnt / "Notes" / name
     native = drive.base.parent / "native" / name
     mnt.mkdir()
-    native.mkdir()
+    native.mkdir(parents=True)  # (a module with a drive of its own, run alone, has no native folder yet)
     yield TestDirs(mnt=mnt, native=native, backing=drive.notes_backing / name, root=drive.mnt, drive=drive)
     if not (drive.pid and ddtest.pid_alive(drive.pid)):
         pytest.fail(f"the daemon died during this test; log:\n{drive.log_tail()}")

@@ -526,11 +526,13 @@ public final class DriveFileSystem: Sendable {
 
     /// Runs a creating call under the caller's umask (this thread's own, see dd_thread_umask).
     /// `body` gets the mode to pass: masked here only if the thread's umask cannot be set.
-    /// The thread keeps that umask afterwards (the next creation on it sets its own caller's;
-    /// 0 when the kernel applied the umask itself), which saves two system calls per creation.
+    /// The umask goes back to 0 afterwards: threads this one starts (libfuse's next worker, a
+    /// download's, the dispatch pool's) share its umask until they take their own, and the
+    /// daemon's other threads make their files with modes that must not be masked.
     private func withCallerUmask<T>(_ caller: Caller, _ mode: mode_t, _ body: (mode_t) throws(Errno) -> T) throws(Errno) -> T {
         let mask = caller.umask ?? 0
         guard dd_thread_umask(mask) >= 0 else { return try body(mode & ~(mask & 0o777)) }
+        defer { _ = dd_thread_umask(0) }
         return try body(mode)
     }
 

@@ -229,6 +229,7 @@ ROWS = [
     ("rand_warm", "4 KiB random read, {rand} file, warm", "IOPS", "up"),
     ("meta_create", "create {meta} empty files", "files/s", "up"),
     ("meta_stat", "stat {meta} files (dentries+inodes dropped)", "files/s", "up"),
+    ("meta_stat_warm", "stat {meta} files again, 2 s later (warm)", "files/s", "up"),
     ("meta_readdir", "readdir {meta} files (ls -f \\| wc -l)", "files/s", "up"),
     ("meta_readdir_warm", "readdir {meta} files, warm (ls -f \\| wc -l, 10 in a row)", "files/s", "up"),
     ("meta_unlink", "unlink {meta} files", "files/s", "up"),

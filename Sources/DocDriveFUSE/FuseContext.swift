@@ -104,7 +104,7 @@ func entryParam(_ e: NodeEntry, _ fs: DriveFileSystem) -> fuse_entry_param {
     p.generation = 0
     p.attr = fs.kernelEntryAttributes(e)
     p.attr_timeout = fs.attributeTimeout(e.inode)
-    p.entry_timeout = fs.options.entryTimeout
+    p.entry_timeout = fs.entryTimeout(e.inode)
     return p
 }
 

@@ -71,8 +71,15 @@ public final class FuseSession: Sendable {
         context.fs.setEntryInvalidator { [self] parent, name in
             context.notify { se in _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) } }
         }
+        // Entries and attributes of watched backing folders are kept long by the kernel, and
+        // dropped from its cache when the watch sees them change (FileSystem+KernelCache).
+        let kept = context.fs.startKernelCache(KernelInvalidation(
+            attributes: { [context] ino in context.invalidateAttributes(ino) },
+            entry: { [context] parent, name in context.notify { se in _ = fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name)) } }))
+        if !kept { logger.warning("inotify is not available: the kernel keeps entries and attributes for a second only") }
         logger.info("mounted at \(mountpoint) with -o \(mountOptions)")
         let rc = cfuse_session_loop_mt(se, 4, maxThreads)
+        context.fs.stopKernelCache()
         context.session.withLock { $0.pointer = SessionPointer(nil) }
         fuse_session_unmount(se)
         // A notification still waiting in the kernel ends with the connection; the session is

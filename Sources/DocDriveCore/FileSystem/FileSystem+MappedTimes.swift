@@ -28,6 +28,7 @@ extension DriveFileSystem {
     public func kernelAttributes(_ id: UInt64) throws(Errno) -> (stat, Double) {
         let n = try node(id)
         var st = try getattr(node: n)
+        noteTold(n, st)
         uploader?.filledTimes.apply(&st)
         return (st, attributeTimeout(n))
     }
@@ -36,6 +37,7 @@ extension DriveFileSystem {
     public func kernelSetattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?, caller: Caller?) throws(Errno) -> (stat, Double) {
         let n = try backing(id)
         var st = try setattr(node: n, c, file: file, caller: caller)
+        noteTold(n, st)
         uploader?.filledTimes.apply(&st)
         return (st, attributeTimeout(n))
     }
@@ -44,13 +46,15 @@ extension DriveFileSystem {
     /// shows its placeholder's ctime: Sync/FilledTimes.swift).
     public func kernelEntryAttributes(_ e: NodeEntry) -> stat {
         var st = e.attr
+        noteTold(e.inode, st)
         uploader?.filledTimes.apply(&st)
         return st
     }
 
     @inline(__always)
     public func attributeTimeout(_ n: Inode) -> Double {
-        n.attributesMayChangeUnseen ? 0 : options.attrTimeout
+        if n.attributesMayChangeUnseen { return 0 }
+        return n.keptLong.load(ordering: .relaxed) ? options.keptTimeout : options.attrTimeout
     }
 
     /// True if opening `file` with passthrough makes its node's attributes volatile.

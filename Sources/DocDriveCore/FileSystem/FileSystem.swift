@@ -93,6 +93,9 @@ public final class OpenFile: Sendable {
 public struct FileSystemOptions: Sendable {
     public var entryTimeout: Double = 1.0
     public var attrTimeout: Double = 1.0
+    /// For nodes whose backing folder is watched (FileSystem+KernelCache): the kernel hears of
+    /// every change there, and keeps their entries and attributes this long.
+    public var keptTimeout: Double = 60.0
     /// The kernel caches writes; it may read a write-only file and handles O_APPEND itself.
     /// Off by default: with it the kernel trusts its own size and mtime of a cached file for
     /// ever, so a change made in a backing folder (by a sync, another program) would never show
@@ -129,7 +132,8 @@ public struct FileSystemOptions: Sendable {
 ///    an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`, released before its
 ///    body runs; no job, waiter or thread start runs under it, only an ending thread's rename), `FilledTimes`' shards (`Shard.files`), each
 ///    store's `Readahead.state`, `StatusMarks.marked` (the status socket's marks), a poll's
-///    `StoreSync.PollStart.held` (taken once, by `finishPoll`). `BaseVersions.forEach` runs
+///    `StoreSync.PollStart.held` (taken once, by `finishPoll`), `KernelCacheWatch.state` (held
+///    across inotify_add_watch and inotify_rm_watch only). `BaseVersions.forEach` runs
 ///    its body inside an index read: the sync's bodies take no lock and use no index there.
 /// 7. In the adapter, a `Passthrough` shard's `nodes` (one at a time) is held across the
 ///    backing-id ioctl and the taking of the node's content path (`Inode.acquire`, which takes
@@ -142,6 +146,8 @@ public struct FileSystemOptions: Sendable {
 ///    for theirs either (`invalidateLater`: a request may hold the folder while it waits for a
 ///    worker). (Until 2026-11-26 a worker sent its own, holding the lock: the randomized
 ///    three-device test hung a mount with a worker waiting in fuse_reverse_inval_entry.)
+///    The kernel cache's watch thread (FileSystem+KernelCache) sends entry and inode
+///    invalidations holding no lock, and no request waits for that thread.
 ///
 /// 8. The change feed (ChangeFeed) runs its subscribers on the operation's thread after the
 ///    operation's system calls, with no lock of the core held; each subscriber takes leaves
@@ -336,6 +342,7 @@ public final class DriveFileSystem: Sendable {
         let st: stat
         do { st = try Sys.stat(fd: fd) } catch { Sys.close(fd); throw error }
         let inode = table.insertOrFind(fd: fd, st: st, root: root, view: view, isTopLevel: true)
+        keepInKernel(inode, parent: nil, st)
         return NodeEntry(inode: inode, attr: st)
     }
 
@@ -356,6 +363,7 @@ public final class DriveFileSystem: Sendable {
                 if st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1 {
                     let inode = table.insertOrFind(fd: -1, st: st, root: parent.root!, view: parent.view,
                                                    isTopLevel: false, lazy: Inode.LazyName(parent: parent, name))
+                    keepInKernel(inode, parent: parent, st)
                     return NodeEntry(inode: inode, attr: st)
                 }
             }
@@ -370,6 +378,7 @@ public final class DriveFileSystem: Sendable {
         let st: stat
         do { st = try Sys.stat(fd: fd) } catch { Sys.close(fd); throw error }
         let inode = table.insertOrFind(fd: fd, st: st, root: parent.root!, view: parent.view, isTopLevel: false)
+        keepInKernel(inode, parent: parent, st)
         return NodeEntry(inode: inode, attr: st)
     }
 

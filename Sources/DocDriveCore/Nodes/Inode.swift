@@ -109,6 +109,12 @@ public final class Inode: Sendable {
     /// Open files of this node whose I/O the kernel passes through and that a shared writable
     /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
     let mappableOpens = Atomic<Int>(0)
+    /// The kernel's cache of this node (FileSystem+KernelCache): the inotify watch of this
+    /// folder (-1: none), whether the kernel may keep the node's entry and attributes long,
+    /// and a digest of the attributes it was last told.
+    let watch = Atomic<Int32>(-1)
+    let keptLong = Atomic<Bool>(false)
+    let told = Atomic<UInt64>(0)
     /// The content version of the last fsync through the mount (see `hasUnsyncedWrites`).
     var fsyncedVersion: VersionField { VersionField(node: self, which: .fsynced) }
     /// For a folder: the backing folder's version when the listing that the kernel may hold in
@@ -648,6 +654,8 @@ final class InodeTable: Sendable {
     private let permanent = Mutex<[UInt64: Inode]>([:])
     let budget: DescriptorBudget
     private let anchors = AnchorTable()
+    /// The backing folders of the nodes, watched for the kernel's cache (see KernelCacheWatch).
+    let kernelWatch = KernelCacheWatch()
     /// How many forgotten nodes are remembered (measured: about 300 bytes each, so 80 MB at
     /// most); beyond it the oldest handles go stale. DOCDRIVE_REMEMBERED_NODES overrides it.
     let rememberLimit: Int
@@ -837,6 +845,10 @@ final class InodeTable: Sendable {
             }
         }
         if dead.isEmpty { return }
+        for inode in dead {
+            let wd = inode.watch.exchange(-1, ordering: .relaxed)
+            if wd >= 0 { kernelWatch.remove(wd) }
+        }
         guard limit > 0 else {
             for inode in dead { inode.retire() }
             return
@@ -920,6 +932,17 @@ final class InodeTable: Sendable {
     var count: Int { shards.reduce(0) { n, sh in n + sh.byID.withLock { $0.count } } }
 
 
+    /// The live node of a backing file in the unified view (the view whose entries and
+    /// attributes the kernel may keep long), nil if the kernel holds none.
+    func unifiedNode(dev: UInt64, ino: UInt64) -> Inode? {
+        let key = Key(view: .unified, dev: dev, ino: ino, isReference: false)
+        guard let id = state.withLock({ $0.byKey[key] }) else { return nil }
+        return shard(id).byID.withLock { $0[id]?.inode }
+    }
+
+    /// Every live node (for an overflow of the kernel cache's watch).
+    var liveNodes: [Inode] { allLive() }
+
     /// The node ids the kernel knows for a backing folder (one per view), for invalidations.
     func nodeIDs(dev: UInt64, ino: UInt64) -> [UInt64] {
         allLive().compactMap { n in n.dev == dev && n.ino == ino && n.reference == nil ? n.nodeID : nil }
@@ -927,6 +950,7 @@ final class InodeTable: Sendable {
 
     /// Closes every descriptor (at unmount).
     func removeAll() {
+        kernelWatch.stop()
         let all = state.withLock { s -> [Inode] in
             var v = [Inode]()
             for sh in shards { sh.byID.withLock { m in v.append(contentsOf: m.values.map(\.inode)); m.removeAll() } }

@@ -31,7 +31,7 @@ struct Sync: ParsableCommand {
             if home.liveMountRecord() == nil {
                 let waiting = try queue.waitingCount()
                 let files = "\(waiting) file\(waiting == 1 ? "" : "s") saved on this device \(waiting == 1 ? "waits" : "wait") for upload"
-                if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
+                if let dead = home.deadMountRecord() {
                     throw DriveError(.notMounted, "The drive's daemon (pid \(dead.pid)) stopped without unmounting (see its log \(home.logPath)); \(files). Mount the drive again (`docdrive mount DIR`) to upload \(waiting == 1 ? "it" : "them") and look at the remotes.")
                 }
                 if waiting > 0 {

@@ -44,6 +44,16 @@ extension DriveHome {
         return try? JSONDecoder().decode(MountRecord.self, from: data)
     }
 
+    /// The record of a daemon that is gone (killed, crashed) while its mount point is still a
+    /// DocDrive mount in the kernel's table: a dead mount, where every call fails with ENOTCONN
+    /// until it is detached. A daemon still alive is given up to `graceMilliseconds` to die
+    /// first (one that was just killed). Nil when there is no dead mount.
+    public func deadMountRecord(graceMilliseconds: Int = 0) -> MountRecord? {
+        guard let r = lastMountRecord(), MountTable.docdriveMount(at: r.mountpoint) != nil else { return nil }
+        for _ in 0..<(graceMilliseconds / 20) where processIsAlive(r.pid) { usleep(20_000) }
+        return processIsAlive(r.pid) ? nil : r
+    }
+
     public func removeMountRecord() {
         unlink(mountInfoPath)
     }

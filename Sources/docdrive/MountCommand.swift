@@ -117,9 +117,7 @@ struct Mount: ParsableCommand {
     /// The drive's last daemon is gone (killed, crashed) but its mount is still in the table:
     /// wait a moment for a dying daemon, then detach the dead mount.
     static func clearDeadMount(of home: DriveHome) {
-        guard let r = home.lastMountRecord(), MountTable.docdriveMount(at: r.mountpoint) != nil else { return }
-        for _ in 0..<10 where processIsAlive(r.pid) { usleep(20_000) }
-        if !processIsAlive(r.pid) { _ = Unmount.fusermount(r.mountpoint, lazy: true) }
+        if let r = home.deadMountRecord(graceMilliseconds: 200) { _ = Unmount.fusermount(r.mountpoint, lazy: true) }
     }
 
     /// Resolves, creates if needed and checks the folder; refuses a folder that is already a mount of ours.

@@ -183,7 +183,7 @@ struct Status: ParsableCommand {
         if let r = s.record {
             line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options)\(r.fileIO == "passthrough" ? ", file I/O passed through" : ""))")
             if let p = s.daemonProblem { line("         \(p)") }
-        } else if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
+        } else if let dead = home.deadMountRecord() {
             line("Mounted: dead mount at \(dead.mountpoint) (daemon pid \(dead.pid) is gone; `docdrive mount` or `docdrive unmount` clears it)")
         } else {
             line("Mounted: no")

@@ -31,7 +31,7 @@ struct Sync: ParsableCommand {
             if home.liveMountRecord() == nil {
                 let waiting = try queue.waitingCount()
                 let files = "\(waiting) file\(waiting == 1 ? "" : "s") saved on this device \(waiting == 1 ? "waits" : "wait") for upload"
-                if let dead = home.lastMountRecord(), MountTable.docdriveMount(at: dead.mountpoint) != nil {
+                if let dead = home.deadMountRecord() {
                     throw DriveError(.notMounted, "The drive's daemon (pid \(dead.pid)) stopped without unmounting (see its log \(home.logPath)); \(files). Mount the drive again (`docdrive mount DIR`) to upload \(waiting == 1 ? "it" : "them") and look at the remotes.")
                 }
                 if waiting > 0 {
@@ -51,14 +51,18 @@ struct Sync: ParsableCommand {
                 var sawWork = false
                 let left = timeout.map { max(0.5, $0 - Date().timeIntervalSince(start)) } ?? 120
                 var answer: SyncPollAnswer?
-                // Not mounted: only the uploads this device queued are waited for. A daemon that
-                // answered the round before and is gone now has stopped mid-sync. Any other failure
-                // (no answer, an unreadable one, a protocol mismatch) is the sync's.
+                // Not mounted though the check above found the daemon: it was unmounted and
+                // uploads for its grace time with its control socket gone (Daemon.run), or it
+                // stopped since. Then only the uploads this device queued are waited for, one
+                // round; unanswered again, the sync ends. A daemon that answered the round before
+                // and is gone now has stopped mid-sync. Any other failure (no answer, an
+                // unreadable one, a protocol mismatch) is the sync's.
                 switch Result(catching: { () throws(DriveError) in
                     try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left), timeout: Int(left) + 10)
                 }) {
                 case .success(let a): answer = a
-                case .failure(let e) where e.code == .notMounted && !answeredBefore: break
+                case .failure(let e) where e.code == .notMounted && !answeredBefore:
+                    if round > 0 { break rounds }
                 case .failure(let e) where e.code == .notMounted:
                     throw DriveError(.notMounted, "The drive's daemon stopped during the sync; see its log \(home.logPath).")
                 case .failure(let e): throw e
@@ -68,8 +72,6 @@ struct Sync: ParsableCommand {
                     offline = answer.stores.compactMap { name, state in
                         state.offlineSince == nil ? nil : "\(name): \(state.offlineReason ?? "offline")"
                     }.sorted()
-                } else if round > 0 {
-                    break  // not mounted: only the uploads this device queued are waited for
                 }
                 let roundStart = Date()
                 // Failed entries are retried within a second of their remote coming back: they

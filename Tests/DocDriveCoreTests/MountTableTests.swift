@@ -17,4 +17,16 @@ final class MountTableTests: XCTestCase {
     func testIgnoresMalformedLines() {
         XCTAssertEqual(MountTable.parse("garbage\n\n1 2 3\n"), [])
     }
+
+    func testADeadMountNeedsARecordWhoseMountPointIsADocDriveMount() throws {
+        let home = DriveHome(path: NSTemporaryDirectory() + "dd-mounttable-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(atPath: home.runPath, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: home.path) }
+        XCTAssertNil(home.deadMountRecord(), "no record")
+        // A daemon that is gone, on a folder that is no mount (or no DocDrive's): nothing to clear.
+        try home.writeMountRecord(MountRecord(pid: Int32.max, mountpoint: home.path, started: 0, options: ""))
+        XCTAssertNil(home.deadMountRecord(graceMilliseconds: 40))
+        try home.writeMountRecord(MountRecord(pid: Int32.max, mountpoint: "/", started: 0, options: ""))
+        XCTAssertNil(home.deadMountRecord())
+    }
 }

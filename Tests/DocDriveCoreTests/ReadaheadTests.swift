@@ -113,4 +113,17 @@ final class ReadaheadTests: XCTestCase {
         XCTAssertEqual(Readahead.inReadingOrder(files, previous: StorePath("D/f8"), current: StorePath("D/f9")).map(\.path),
                        (2...8).map { StorePath("D/f\($0)") })
     }
+
+    func testWithoutAStepToMeasureTheListingsOrderIsKept() {
+        // Names f0..f9 listed in reverse: name order would read f6, f7, ... after f5.
+        let files = folder(10).reversed().map { $0 }
+        let listing = [4, 3, 2, 1, 0, 9, 8, 7, 6].map { StorePath("D/f\($0)") }
+        let current = StorePath("D/f5")
+        for previous in [nil, current, StorePath("D/gone")] {
+            XCTAssertEqual(Readahead.inReadingOrder(files, previous: previous, current: current).map(\.path), listing,
+                           "previous \(String(describing: previous))")
+        }
+        XCTAssertEqual(Readahead.inReadingOrder(files, previous: StorePath("D/f4"), current: current).map(\.path),
+                       [6, 7, 8, 9, 0, 1, 2, 3, 4].map { StorePath("D/f\($0)") }, "one step in name order")
+    }
 }

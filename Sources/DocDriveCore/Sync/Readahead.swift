@@ -124,15 +124,19 @@ public final class Readahead: Sendable {
     /// or the names' byte order when `previous` is closer before `current` there (ties: the
     /// listing). The list goes round to the start of the folder after its end.
     public static func inReadingOrder(_ files: [Candidate], previous: StorePath?, current: StorePath) -> [Candidate] {
-        let byName = files.sorted { $0.path < $1.path }
         /// How many places after `previous` `current` is in `list` (round), nil if not there.
-        func gap(_ list: [Candidate]) -> Int? {
-            guard let previous, previous != current, let i = list.firstIndex(where: { $0.path == previous }),
+        func gap(_ list: [Candidate], after previous: StorePath) -> Int? {
+            guard let i = list.firstIndex(where: { $0.path == previous }),
                   let j = list.firstIndex(where: { $0.path == current }) else { return nil }
             return (j - i + list.count) % list.count
         }
-        let list: [Candidate]
-        if let n = gap(byName), n < gap(files) ?? Int.max { list = byName } else { list = files }
+        var list = files
+        // Name order only competes when there is a step to measure: `previous` is another file
+        // than `current` and both are in the folder (so in its sorted names too).
+        if let previous, previous != current, let inListing = gap(files, after: previous) {
+            let byName = files.sorted { $0.path < $1.path }
+            if let n = gap(byName, after: previous), n < inListing { list = byName }
+        }
         let after = (list.firstIndex { $0.path == current }).map { $0 + 1 } ?? 0
         return (list[after...] + list[..<after]).filter { $0.fetch && $0.path != current }
     }

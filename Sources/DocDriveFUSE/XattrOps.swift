@@ -58,5 +58,9 @@ func opRemovexattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<
 private func aclChanged(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>) {
     let ctx = context(req)
     guard !ctx.kernelChecksPermissions, strcmp(name, "system.posix_acl_access") == 0 else { return }
+    // The kernel cache's watch sees this change too: told first, it does not drop the kernel's
+    // attributes again while the caller's next request fetches them (a reply that crosses an
+    // invalidation is discarded, and an exec's permission check then used the old mode).
+    ctx.fs.noteToldNow(ino)
     ctx.invalidateAttributes(ino)
 }

@@ -92,7 +92,7 @@ date -r moved +%s.%N
 readlink sym
 find . -newer head3 -type f | sort
 du -s --apparent-size --block-size=1 . | cut -f1
-ls -la --time-style=+ | awk '$NF != ".." {print $1, $2, $5, $NF}' | sort
+ls -lA --time-style=+ | awk '{print $1, $2, $5, $NF}' | sort
 """
     outs = [run(["bash", "-c", script, "bash", str(base)], timeout=120, check=False) for base in (m, n)]
     assert outs[0].returncode == 0, outs[0].stderr

@@ -108,6 +108,15 @@ extension DriveFileSystem {
         if n.keptLong.load(ordering: .relaxed) { n.told.store(Self.digest(st), ordering: .relaxed) }
     }
 
+    /// A change through the mount that the adapter tells the kernel of itself (an access ACL):
+    /// the attributes it now has are noted as told, so that the watch does not invalidate them
+    /// again while the kernel fetches them. (An invalidation that crosses a GETATTR makes the
+    /// kernel discard that reply; a permission check right after then saw the old mode.)
+    public func noteToldNow(_ id: UInt64) {
+        guard let n = table.get(id), n.keptLong.load(ordering: .relaxed), let st = try? getattr(node: n) else { return }
+        n.told.store(Self.digest(st), ordering: .relaxed)
+    }
+
     /// What the kernel shows of a file, in 64 bits (the access time aside: reads change it,
     /// and it is not kept true, as on any FUSE filesystem with attribute caching).
     static func digest(_ st: stat) -> UInt64 {

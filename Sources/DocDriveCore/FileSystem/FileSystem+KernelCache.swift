@@ -63,9 +63,6 @@ extension DriveFileSystem {
         table.kernelWatch.stop()
     }
 
-    /// How many backing folders are watched for the kernel's cache.
-    public var watchedFolders: Int { table.kernelWatch.count }
-
     /// Decides, after a lookup in `parent` (nil: a top level) found `inode`, whether the kernel
     /// may keep it long; a folder is watched first.
     func keepInKernel(_ inode: Inode, parent: Inode?, _ st: stat) {

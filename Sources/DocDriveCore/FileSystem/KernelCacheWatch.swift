@@ -97,9 +97,6 @@ final class KernelCacheWatch: Sendable {
         }
     }
 
-    /// How many folders are watched now.
-    var count: Int { state.withLock { $0.byWD.count } }
-
     /// Starts the thread that reads the events and hands them to `handle` a batch at a time
     /// (`overflowed`: inotify's queue overflowed and events were lost). No-op without inotify.
     func start(_ handle: @escaping @Sendable (_ events: [Event], _ overflowed: Bool) -> Void) -> Bool {

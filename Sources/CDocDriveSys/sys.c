@@ -109,6 +109,9 @@ int dd_truncate_path(int pathfd, off_t size) {
 ssize_t dd_fgetxattr(int fd, const char *name, void *value, size_t size) {
     return fgetxattr(fd, name, value, size);
 }
+int dd_fremovexattr(int fd, const char *name) {
+    return fremovexattr(fd, name);
+}
 int dd_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags) {
     return fsetxattr(fd, name, value, size, flags);
 }

@@ -29,6 +29,14 @@ public enum Placeholder {
         return String(decoding: buf[0..<n], as: UTF8.self)
     }
 
+    /// The same from an open file (not O_PATH): no path through /proc to resolve.
+    static func version(openFD fd: Int32) -> String? {
+        var buf = [UInt8](repeating: 0, count: 512)
+        let n = buf.withUnsafeMutableBytes { dd_fgetxattr(fd, attribute, $0.baseAddress, $0.count) }
+        guard n >= 0 else { return nil }
+        return String(decoding: buf[0..<n], as: UTF8.self)
+    }
+
     /// Whether the open file `fd` (not O_PATH) is a placeholder: one fgetxattr, on every open of
     /// a file of the mount.
     public static func isPlaceholder(openFD fd: Int32) -> Bool {
@@ -51,6 +59,11 @@ public enum Placeholder {
     @discardableResult
     public static func clear(fd: Int32) -> Bool {
         dd_removexattr_path(fd, attribute) == 0 || errno == ENODATA
+    }
+
+    /// The same for an open file (not O_PATH).
+    static func clear(openFD fd: Int32) -> Bool {
+        dd_fremovexattr(fd, attribute) == 0 || errno == ENODATA
     }
 
     /// Whether `fd` (a file or folder, any descriptor) carries the pin mark.

@@ -68,39 +68,45 @@ enum S3HTTP {
     /// other bodies are kept, up to 1 MiB. Throws what the transport or `sink` threw.
     static func execute(method: HTTPMethod, url: String, headers: HTTPHeaders, body: S3Body,
                         sink: ((HTTPResponseHead, ByteBuffer) throws -> Void)?) throws -> S3Response {
+        // Every promise completed and every callback registered from this thread wakes the
+        // event loop (a write to its eventfd, a context switch): a small download had four such
+        // hops for one request. Now it has one, the `whenComplete` below: a body from memory
+        // needs no promise, chunks are taken without one while few are queued, and the answer
+        // is read from what `whenComplete` kept, not waited for on the loop.
         let loop = client.eventLoopGroup.next()
         let writers = Handoff<HTTPClient.Body.StreamWriter>()
-        let finished = loop.makePromise(of: Void.self)
+        var finished: EventLoopPromise<Void>?
         var requestBody: HTTPClient.Body?
-        var pumped = false
         switch body {
         case .empty:
-            finished.succeed(())
+            break
         case .bytes(let b):
             requestBody = .bytes(b)
-            finished.succeed(())
         case .file(_, _, let length, _, _):
-            pumped = true
+            let done = loop.makePromise(of: Void.self)
+            finished = done
             requestBody = .stream(contentLength: length) { writer in
                 // The first call gets the body; a second (a connection retried by the pool
                 // after the body began) cannot be replayed from here and fails the request.
-                writers.put(writer) ? finished.futureResult : loop.makeFailedFuture(HTTPClientError.bodyLengthMismatch)
+                writers.put(writer) ? done.futureResult : loop.makeFailedFuture(HTTPClientError.bodyLengthMismatch)
             }
         }
         let request: HTTPClient.Request
         do {
             request = try HTTPClient.Request(url: url, method: method, headers: headers, body: requestBody)
         } catch {
-            if pumped { finished.succeed(()) }
+            finished?.succeed(())
             throw error
         }
         let delegate = Delegate(streaming: sink != nil)
         let task = client.execute(request: request, delegate: delegate, eventLoop: .delegate(on: loop))
-        task.futureResult.whenComplete { _ in
+        let outcome = Outcome()
+        task.futureResult.whenComplete { result in
+            outcome.set(result)
             writers.close()
             delegate.chunks.close()
         }
-        if pumped, case .file(let fd, let offset, let length, let limit, let sent) = body {
+        if let finished, case .file(let fd, let offset, let length, let limit, let sent) = body {
             if let writer = writers.take() {
                 do {
                     try pump(fd: fd, offset: offset, length: length, limit: limit, sent: sent, into: writer, until: writers)
@@ -113,19 +119,36 @@ enum S3HTTP {
             }
         }
         var sinkError: (any Error)?
-        while let (head, buffer, promise) = delegate.chunks.take() {
+        while let chunk = delegate.chunks.take() {
             if sinkError == nil, let sink {
-                do { try sink(head, buffer) } catch { sinkError = error }
+                do { try sink(chunk.head, chunk.buffer) } catch {
+                    sinkError = error
+                    // A chunk taken without a promise cannot say so: the request is cancelled.
+                    task.cancel()
+                }
             }
-            if let sinkError { promise.fail(sinkError) } else { promise.succeed(()) }
+            if let promise = chunk.promise {
+                if let sinkError { promise.fail(sinkError) } else { promise.succeed(()) }
+            }
         }
-        do {
-            let response = try task.futureResult.wait()
+        // `chunks` is closed only by the `whenComplete` above, after it kept the outcome.
+        switch outcome.get() {
+        case .success(let response):
             if let sinkError { throw sinkError }
             return response
-        } catch {
+        case .failure(let error):
             throw sinkError ?? error
+        case nil:
+            throw sinkError ?? HTTPClientError.cancelled
         }
+    }
+
+    /// The task's outcome, set on its event loop, read by the caller after `chunks` closed.
+    private final class Outcome: @unchecked Sendable {
+        private let lock = NSLock()
+        private var result: Result<S3Response, any Error>?
+        func set(_ r: Result<S3Response, any Error>) { lock.lock(); result = r; lock.unlock() }
+        func get() -> Result<S3Response, any Error>? { lock.lock(); defer { lock.unlock() }; return result }
     }
 
     /// Reads the file in chunks and writes them to the connection, with at most
@@ -174,7 +197,17 @@ enum S3HTTP {
     private final class Delegate: HTTPClientResponseDelegate, @unchecked Sendable {
         typealias Response = S3Response
         let streaming: Bool
-        let chunks = Handoff<(HTTPResponseHead, ByteBuffer, EventLoopPromise<Void>)>()
+        struct Chunk {
+            let head: HTTPResponseHead
+            let buffer: ByteBuffer
+            /// Completed when the caller has written the chunk; nil when it was taken at once.
+            let promise: EventLoopPromise<Void>?
+        }
+        let chunks = Handoff<Chunk>()
+        /// While fewer chunks than this wait for the caller, the connection reads on; then it
+        /// waits for the caller to write them (at most this many, each at most what one read
+        /// of the socket brings, are held in memory).
+        static let queuedWithoutWaiting = 4
         private var head: HTTPResponseHead?
         private var body = [UInt8]()
 
@@ -187,9 +220,12 @@ enum S3HTTP {
 
         func didReceiveBodyPart(task: HTTPClient.Task<S3Response>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
             if streaming, let head, (200..<300).contains(head.status.code) {
-                let promise = task.eventLoop.makePromise(of: Void.self)
-                if chunks.put((head, buffer, promise)) { return promise.futureResult }
-                promise.succeed(())
+                // Only this loop puts chunks, so the queue can only shrink after this count.
+                let promise = chunks.count < Self.queuedWithoutWaiting ? nil : task.eventLoop.makePromise(of: Void.self)
+                if chunks.put(Chunk(head: head, buffer: buffer, promise: promise)) {
+                    return promise?.futureResult ?? task.eventLoop.makeSucceededVoidFuture()
+                }
+                promise?.succeed(())
                 return task.eventLoop.makeFailedFuture(HTTPClientError.cancelled)
             }
             if body.count < 1 << 20 { body += buffer.readableBytesView }
@@ -224,6 +260,13 @@ final class Handoff<T>: @unchecked Sendable {
         closed = true
         condition.broadcast()
         condition.unlock()
+    }
+
+    /// How many values wait to be taken.
+    var count: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return items.count
     }
 
     var isClosed: Bool {

@@ -73,7 +73,12 @@ extension S3Remote {
         if total >= 0 && written != total {
             throw DriveError(.io, "The download of \(path) from \(displayName) ended after \(written) of \(total) bytes.")
         }
-        guard ftruncate(out, off_t(written)) == 0 else { throw S3Client.describe(.write(errno)) }
+        // Cut to what came (a placeholder filled in place may have been longer); a file that
+        // has that size already is left alone (a truncate is a change: an event, a new ctime).
+        var st = stat()
+        if fstat(out, &st) != 0 || Int64(st.st_size) != written {
+            guard ftruncate(out, off_t(written)) == 0 else { throw S3Client.describe(.write(errno)) }
+        }
         let headers = responseHead.map { Array($0.headers.map { ($0.name, $0.value) }) } ?? []
         let (meta, link, _) = S3Meta.meta(headers)
         let etag = Self.unquoted(responseHead?.headers.first(name: "ETag") ?? pinned ?? "")

@@ -366,7 +366,7 @@ extension StoreSync {
         defer { unlock([path]) }
         let fd = try openLocalFile(path)
         defer { close(fd) }
-        guard let version = Placeholder.version(fd: fd) else { return }
+        guard let version = Placeholder.version(openFD: fd) else { return }
         var before = stat()
         _ = fstat(fd, &before)
         times?.filling(ino: UInt64(before.st_ino), before: before.st_ctim)
@@ -394,22 +394,23 @@ extension StoreSync {
             try? queue.enqueue(root: key, path: path, due: 0)
             throw DriveError(.notFound, "\(path) is no longer a file on the remote.")
         }
-        guard ftruncate(fd, off_t(got.size)) == 0, fsync(fd) == 0 else {
+        // Each change to the file is an event for the daemon's watches (the kernel's cache, the
+        // query index) and a change of its ctime: what is already so is not done again (the
+        // placeholder has the remote's size and mostly its mode).
+        guard Int64(before.st_size) == got.size || ftruncate(fd, off_t(got.size)) == 0, fsync(fd) == 0 else {
             throw DriveError.io("cannot write the download of \(path)", .init(rawValue: errno))
         }
-        if let m = got.meta.mode { _ = fchmod(fd, mode_t(m & 0o7777)) }
+        if let m = got.meta.mode, mode_t(m & 0o7777) != before.st_mode & 0o7777 { _ = fchmod(fd, mode_t(m & 0o7777)) }
         // The remote's id, when the placeholder had one of this device's (placed before its
         // metadata was read, `placeBeforeMetadata`): it takes the remote's id and time now.
         let adopting = got.meta.itemID != nil && got.meta.itemID != base?.id
-        if got.version == version && !adopting || got.meta.mtimeNanoseconds == nil {
-            Placeholder.setTimes(fd, Int64(before.st_mtim.tv_sec) * 1_000_000_000 + Int64(before.st_mtim.tv_nsec))
-        } else {
-            Placeholder.setTimes(fd, got.meta.mtimeNanoseconds)
+        // Its modification time is the placeholder's, or the remote's for another version; its
+        // access time is now (the cache limit evicts the least recently used first). One call.
+        var times = [timespec(), before.st_mtim]
+        clock_gettime(CLOCK_REALTIME, &times[0])
+        if !(got.version == version && !adopting), let ns = got.meta.mtimeNanoseconds {
+            times[1] = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
         }
-        // Its access time is now: the cache limit evicts the least recently used first.
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        var times = [now, timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT))]
         _ = futimens(fd, &times)
         var after = stat()
         _ = fstat(fd, &after)
@@ -417,7 +418,7 @@ extension StoreSync {
         try bases.put(root: key, BaseRow(path: path, id: got.meta.itemID ?? base?.id, kind: .file,
                                          localToken: FolderRemote.version(after), remoteToken: got.version))
         if adopting, let rid = got.meta.itemID { takeID(rid, for: LocalItem(path: path, kind: .file, st: after)) }
-        guard Placeholder.clear(fd: fd) else {
+        guard Placeholder.clear(openFD: fd) else {
             throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
         }
         if after.st_size != before.st_size { told(path) }

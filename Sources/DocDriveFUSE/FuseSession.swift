@@ -66,13 +66,9 @@ public final class FuseSession: Sendable {
         }
         context.passthrough.setDevice(fuse_session_fd(se))
         context.session.withLock { $0.pointer = SessionPointer(se) }
-        // Commands of the control socket change folders behind the kernel's back: they drop
-        // its cached entries so the change shows at once.
-        context.fs.setEntryInvalidator { [self] parent, name in
-            context.notify { se in _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) } }
-        }
         // Entries and attributes of watched backing folders are kept long by the kernel, and
         // dropped from its cache when the watch sees them change (FileSystem+KernelCache).
+        // Commands of the control socket and the sync's changes drop entries the same way.
         let kept = context.fs.startKernelCache(KernelInvalidation(
             attributes: { [context] ino in context.invalidateAttributes(ino) },
             entry: { [context] parent, name in context.notify { se in _ = fuse_lowlevel_notify_inval_entry(se, parent, name, strlen(name)) } }))

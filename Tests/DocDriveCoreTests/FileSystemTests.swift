@@ -225,24 +225,24 @@ final class FileSystemTests: XCTestCase {
         XCTAssertThrowsError(try fs.open(e.inode.nodeID, flags: O_RDONLY))
     }
 
-    /// The entry invalidation is read once per change the sync shows (a store of 100,000 items
-    /// joined: 100,000 reads). Each read must hand out the function that was set, not one
-    /// wrapped once more at every read: the stack its call runs on stays as deep.
-    func testReadingTheEntryInvalidatorDoesNotWrapItAgain() {
+    /// The kernel invalidation is read once per change the sync shows (a store of 100,000 items
+    /// joined: 100,000 reads). Each read must hand out the functions that were set, not ones
+    /// wrapped once more at every read: the stack their calls run on stays as deep.
+    func testReadingTheKernelInvalidationDoesNotWrapItAgain() {
         final class Depths: @unchecked Sendable {
             let lock = NSLock()
             var seen = [Int]()
         }
         let depths = Depths()
-        fs.setEntryInvalidator { _, _ in
+        fs.setKernelInvalidation(KernelInvalidation(attributes: { _ in }, entry: { _, _ in
             let n = Thread.callStackReturnAddresses.count
             depths.lock.withLock { depths.seen.append(n) }
-        }
-        guard let first = fs.entryInvalidator else { return XCTFail("no invalidator after it was set") }
-        first(1, "a")
-        for _ in 0..<2_000 { XCTAssertNotNil(fs.entryInvalidator) }
-        guard let later = fs.entryInvalidator else { return XCTFail("the invalidator is gone") }
-        later(1, "a")
+        }))
+        guard let first = fs.kernelInvalidation else { return XCTFail("no invalidation after it was set") }
+        "a".withCString { first.entry(1, $0) }
+        for _ in 0..<2_000 { XCTAssertNotNil(fs.kernelInvalidation) }
+        guard let later = fs.kernelInvalidation else { return XCTFail("the invalidation is gone") }
+        "a".withCString { later.entry(1, $0) }
         let d = depths.lock.withLock { depths.seen }
         XCTAssertEqual(d.count, 2)
         XCTAssertLessThan(d.last! - d.first!, 8, "the call ran \(d.last! - d.first!) frames deeper after 2,000 reads")

@@ -7,8 +7,9 @@ import Glibc
 #endif
 
 /// What the adapter does to drop what the kernel caches (FUSE's notify_inval_inode and
-/// notify_inval_entry). Both may wait for the kernel's lock of a folder: call them from the
-/// watch's thread only, never from a request.
+/// notify_inval_entry). Both may wait for the kernel's lock of a folder: never call them from a
+/// request thread, nor from a thread a request may wait for (the watch's thread, the control
+/// socket's, `kernelNotices`; see the lock order in FileSystem.swift).
 public struct KernelInvalidation: Sendable {
     /// Drops a node's cached attributes.
     public let attributes: @Sendable (UInt64) -> Void
@@ -53,12 +54,24 @@ extension DriveFileSystem {
     /// every node then has the short timeouts.
     @discardableResult
     public func startKernelCache(_ inv: KernelInvalidation) -> Bool {
-        table.kernelWatch.start { [weak self] events, overflowed in
+        setKernelInvalidation(inv)
+        return table.kernelWatch.start { [weak self] events, overflowed in
             self?.kernelCacheChanged(events, overflowed: overflowed, inv)
         }
     }
 
     /// Stops the watch (at unmount).
+    /// Sets how the kernel is told (also for the control socket's commands and the sync's
+    /// changes, with or without the watch).
+    public func setKernelInvalidation(_ inv: KernelInvalidation) {
+        invalidation.withLock { $0 = inv }
+    }
+
+    /// How the kernel is told, nil before the session exists.
+    public var kernelInvalidation: KernelInvalidation? {
+        invalidation.withLock { $0 }
+    }
+
     public func stopKernelCache() {
         table.kernelWatch.stop()
     }

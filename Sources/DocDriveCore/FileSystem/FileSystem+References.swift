@@ -166,21 +166,12 @@ extension DriveFileSystem {
 
     // MARK: telling the kernel
 
-    /// Set by the adapter: drops the kernel's cached entry `name` in the folder with node id.
-    public func setEntryInvalidator(_ f: @escaping @Sendable (UInt64, String) -> Void) {
-        invalidator.withLock { $0 = EntryInvalidator(invalidate: f) }
-    }
-
-    /// The adapter's entry invalidation, nil before the session exists.
-    public var entryInvalidator: (@Sendable (UInt64, String) -> Void)? {
-        invalidator.withLock { $0 }?.invalidate
-    }
-
     /// Something changed `name` in a backing folder behind the kernel's back (a command of the
     /// control socket): every view of that folder forgets its cached entry.
     func invalidateEntry(folder fd: Int32, name: String) {
-        guard let f = entryInvalidator, let st = try? Sys.stat(fd: fd) else { return }
-        for id in table.nodeIDs(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino)) { f(id, name) }
+        guard let inv = kernelInvalidation, let st = try? Sys.stat(fd: fd) else { return }
+        let ids = table.nodeIDs(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
+        name.withCString { n in for id in ids { inv.entry(id, n) } }
     }
 
     /// `mv` of a reference entry inside its container: moves the reference file only (the
@@ -200,15 +191,4 @@ extension DriveFileSystem {
         _ = try Sys.check { dd_renameat2(pfd, from, npfd, to, flags) }
         if plain != nil { _ = unlinkat(npfd, newName, 0) }
     }
-}
-
-/// The adapter's entry invalidation, in a struct. A function type stored directly as a
-/// `Mutex`'s value (`Mutex<(@Sendable (UInt64, String) -> Void)?>`) is kept in its generic
-/// form, and every `withLock { $0 }` (an `inout` access) converted it to the concrete form and
-/// back, writing back a function that wraps the old one in two reabstraction thunks. After a
-/// join of 100,000 items (each placeholder that took its metadata read it twice) every call ran
-/// through hundreds of thousands of thunks (60 % of the daemon's CPU), and the daemon died (a
-/// stack overflow, likely). A struct's field keeps its concrete form: nothing is rewritten.
-struct EntryInvalidator: Sendable {
-    let invalidate: @Sendable (UInt64, String) -> Void
 }

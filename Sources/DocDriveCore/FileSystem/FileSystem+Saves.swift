@@ -252,9 +252,9 @@ extension DriveFileSystem {
     func invalidateLater(folder fd: Int32, name: String) {
         guard let st = try? Sys.stat(fd: fd) else { return }
         let ids = table.nodeIDs(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
-        guard !ids.isEmpty, let f = entryInvalidator else { return }
+        guard !ids.isEmpty, let inv = kernelInvalidation else { return }
         Self.kernelNotices.async {
-            for id in ids { f(id, name) }
+            name.withCString { n in for id in ids { inv.entry(id, n) } }
         }
     }
 

@@ -178,9 +178,14 @@ public final class DriveFileSystem: Sendable {
     let driveKey: DriveKey?
     /// Grants as "app NUL root NUL item", for the per-app view's check. Lock: leaf.
     let grantSet = Mutex<Set<String>>([])
-    /// The adapter's way to drop a cached kernel entry (set once the session exists). Lock: leaf.
-    /// Read it with `entryInvalidator` only: see `EntryInvalidator`.
-    let invalidator = Mutex<EntryInvalidator?>(nil)
+    /// The adapter's way to drop what the kernel caches (set once the session exists), read
+    /// with `kernelInvalidation`. Lock: leaf. Its functions are a struct's fields: a function
+    /// type stored directly as a `Mutex`'s value (`Mutex<(@Sendable (UInt64, String) -> Void)?>`)
+    /// is kept in its generic form, and every `withLock { $0 }` (an `inout` access) wrote back a
+    /// function that wrapped the old one in two reabstraction thunks. After a join of 100,000
+    /// items every call ran through hundreds of thousands of thunks (60 % of the daemon's CPU),
+    /// and the daemon died. A struct's field keeps its concrete form: nothing is rewritten.
+    let invalidation = Mutex<KernelInvalidation?>(nil)
     /// Folder paths for the notes of removals (see FolderPathCache).
     let folderPaths = FolderPathCache()
     /// The advisory locks processes hold through the mount (see FileSystem+Locks).
@@ -228,7 +233,7 @@ public final class DriveFileSystem: Sendable {
             hooks.changedBehindMount = { [weak self] folder, name in
                 // Before the mount there is no kernel cache to drop (a store just joined makes
                 // its placeholders then, one call each).
-                guard let self, self.entryInvalidator != nil else { return }
+                guard let self, self.kernelInvalidation != nil else { return }
                 let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)
                 guard fd >= 0 else { return }
                 defer { close(fd) }

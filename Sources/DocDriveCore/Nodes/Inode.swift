@@ -600,6 +600,9 @@ final class InodeTable: Sendable {
 
     private struct State: ~Copyable {
         var byKey: [Key: UInt64] = [:]
+        /// Every view a node was ever made in (they only grow; an app's view is made at its
+        /// first lookup): a backing folder's nodes are found by key in each.
+        var views: Set<View> = [.unified]
         var nextID: UInt64 = 1 << 20
         var remembered: [UInt64: Remembered] = [:]
         var rememberedByKey: [Key: UInt64] = [:]
@@ -713,6 +716,7 @@ final class InodeTable: Sendable {
                               budget: budget, reference: reference, lazy: fd < 0 ? lazy : nil)
             shard(id).byID.withLock { $0[id] = Entry(inode: inode, lookups: 1) }
             s.byKey[key] = id
+            if view != .unified, !s.views.contains(view) { s.views.insert(view) }
             return (inode, false)
         }
         if duplicate {
@@ -943,9 +947,11 @@ final class InodeTable: Sendable {
     /// Every live node (for an overflow of the kernel cache's watch).
     var liveNodes: [Inode] { allLive() }
 
-    /// The node ids the kernel knows for a backing folder (one per view), for invalidations.
+    /// The node ids the kernel knows for a backing folder (one per view), for invalidations:
+    /// one lookup by key per view (a scan of every live node cost each file a sync brought
+    /// down a walk of 100,000 nodes when the kernel held a large tree).
     func nodeIDs(dev: UInt64, ino: UInt64) -> [UInt64] {
-        allLive().compactMap { n in n.dev == dev && n.ino == ino && n.reference == nil ? n.nodeID : nil }
+        state.withLock { s in s.views.compactMap { s.byKey[Key(view: $0, dev: dev, ino: ino, isReference: false)] } }
     }
 
     /// Closes every descriptor (at unmount).

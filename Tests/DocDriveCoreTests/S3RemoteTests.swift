@@ -359,6 +359,37 @@ final class S3RemoteTests: XCTestCase {
                      Double(size) / upSeconds / 1e6, (peak - before) >> 20, Double(size) / downSeconds / 1e6, (downPeak - before) >> 20, size >> 20))
     }
 
+    /// Chunks of an answer are taken without a promise while few are queued (S3HTTP), so a
+    /// local write that fails cancels the request instead: the download must fail with the
+    /// write's sentence, and the client must stay usable after the cancelled answer.
+    func testADownloadWhoseLocalWriteFailsStopsAndTheNextOneWorks() throws {
+        let r = try makeRemote()
+        let size = 8 << 20
+        let fd = try file((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        _ = try r.upload(from: fd, to: "w.bin", expecting: .absent, meta: RemoteMeta(), limit: nil, progress: nil)
+        close(fd)
+        // Given a descriptor that cannot be written (opened for reading only),
+        let p = NSTemporaryDirectory() + "s3ro-\(UUID().uuidString)"
+        files.append(p)
+        FileManager.default.createFile(atPath: p, contents: Data())
+        let ro = open(p, O_RDONLY)
+        defer { close(ro) }
+        // when the download writes to it, it fails with the write's reason,
+        let start = Date()
+        var seen: Int64 = 0
+        XCTAssertThrowsError(try r.download("w.bin", version: nil, to: ro) { done, _ in seen = done }) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .io, "\(e)")
+            XCTAssertTrue("\(e)".contains("Cannot write the downloaded file"), "\(e)")
+        }
+        XCTAssertEqual(seen, 0, "no byte was written")
+        XCTAssertLessThan(Date().timeIntervalSince(start), 10)
+        // and the next download over the same client gets every byte.
+        let (item, bytes) = try get(r, "w.bin")
+        XCTAssertEqual(item.size, Int64(size))
+        XCTAssertEqual(bytes.count, size)
+        XCTAssertEqual(bytes.prefix(4096), (0..<4096).map { UInt8(truncatingIfNeeded: $0 &* 7) }[...])
+    }
+
     func testUnfinishedUploadsOfThisDeviceAreAborted() throws {
         let r = try makeRemote()
         let id = try r.beginUnfinishedUpload(at: "crashed.bin")

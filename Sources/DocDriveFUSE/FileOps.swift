@@ -56,7 +56,11 @@ func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fu
             let pending = PendingOpen(req: req, info: fi!.pointee)
             fs.fill(root: root, path: path) { failure in
                 if let failure { return replyError(pending.req, failure) }
-                ctx.invalidateAttributes(ino)  // its blocks, and its size if a newer version came
+                // Its blocks, and its size if a newer version came. Noted as told first, so
+                // that the watch, which sees the same change, does not invalidate them again
+                // while the kernel fetches them (see `noteToldNow`).
+                fs.noteToldNow(ino)
+                ctx.invalidateAttributes(ino)
                 var info = pending.info
                 do throws(Errno) {
                     let f = try fs.open(ino, flags: info.flags, caller: who)

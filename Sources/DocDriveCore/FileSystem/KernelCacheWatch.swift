@@ -113,11 +113,19 @@ final class KernelCacheWatch: Sendable {
         running.store(false, ordering: .releasing)
     }
 
+    /// How long a batch gathers after its first event (microseconds).
+    static let settle: UInt32 = 3_000
+
     private func run(_ handle: ([Event], Bool) -> Void) {
         var buf = [UInt8](repeating: 0, count: 64 * 1024)
         while !stopped.load(ordering: .acquiring) {
             var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             guard poll(&p, 1, 500) > 0 else { continue }
+            // A change seldom comes alone (a save, a download, a burst of creates): waiting a
+            // moment makes one batch of it, one wake-up of this thread instead of one per
+            // event (they cost more than the handling: a download of 1,000 small files woke it
+            // for each file's three events).
+            usleep(Self.settle)
             var events = [Event]()
             var overflowed = false
             // Everything queued now, in one batch (a burst's repeated events are merged by the

@@ -124,7 +124,7 @@ public struct FileSystemOptions: Sendable {
 ///    close of its owners' backing descriptors (never a waiting call), so that the backing
 ///    file's locks and the table change together.
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
-///    `Coordinator.held`, `grantSet`, `appViews`, `invalidator`, `Namespace.layout/roots`,
+///    `Coordinator.held`, `grantSet`, `appViews`, `invalidation`, `Namespace.layout/roots`,
 ///    `OpenFile.seenVersion`, `Inode.versions`, an `OpenFiles` shard (a sync worker holds
 ///    it across one rename or unlink in the local copy, `unlessOpenForWriting`), the uploader's `stores` copies (one at a time), `noted`,
 ///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken

@@ -23,16 +23,18 @@ public enum Placeholder {
     /// The remote version a placeholder stands for, from any descriptor of it (O_PATH too);
     /// nil when the file is not a placeholder.
     public static func version(fd: Int32) -> String? {
-        var buf = [UInt8](repeating: 0, count: 512)
-        let n = buf.withUnsafeMutableBytes { dd_getxattr_path(fd, attribute, $0.baseAddress, $0.count) }
-        guard n >= 0 else { return nil }
-        return String(decoding: buf[0..<n], as: UTF8.self)
+        readMark { dd_getxattr_path(fd, attribute, $0, $1) }
     }
 
     /// The same from an open file (not O_PATH): no path through /proc to resolve.
     static func version(openFD fd: Int32) -> String? {
+        readMark { dd_fgetxattr(fd, attribute, $0, $1) }
+    }
+
+    /// The mark's value as `get` (a getxattr of it into a buffer) reads it; nil without one.
+    private static func readMark(_ get: (UnsafeMutableRawPointer?, Int) -> Int) -> String? {
         var buf = [UInt8](repeating: 0, count: 512)
-        let n = buf.withUnsafeMutableBytes { dd_fgetxattr(fd, attribute, $0.baseAddress, $0.count) }
+        let n = buf.withUnsafeMutableBytes { get($0.baseAddress, $0.count) }
         guard n >= 0 else { return nil }
         return String(decoding: buf[0..<n], as: UTF8.self)
     }

@@ -112,6 +112,9 @@ ssize_t dd_fgetxattr(int fd, const char *name, void *value, size_t size) {
 int dd_fremovexattr(int fd, const char *name) {
     return fremovexattr(fd, name);
 }
+int dd_syncfs(int fd) {
+    return syncfs(fd);
+}
 int dd_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags) {
     return fsetxattr(fd, name, value, size, flags);
 }

@@ -53,6 +53,30 @@ final class FilledTimesTests: XCTestCase {
         XCTAssertEqual(again.st_ctim.tv_sec, 200, "a forgotten file is not brought back")
     }
 
+    func testAFileHeldWhileTheDriveChangesItsCtimeKeepsShowingThePlaceholders() {
+        // Given a filled file showing its placeholder's ctime 100 (its real one 200; `file` gives 500 ns)
+        let t = FilledTimes()
+        t.filling(ino: 5, before: timespec(tv_sec: 100, tv_nsec: 500))
+        t.filled(ino: 5, after: timespec(tv_sec: 200, tv_nsec: 500))
+        // When the drive holds it (its "filled" mark goes, FillCommits.swift) and gives the new ctime
+        XCTAssertTrue(t.hold(ino: 5, real: timespec(tv_sec: 200, tv_nsec: 500)))
+        var during = file(ino: 5, ctime: 250)
+        t.apply(&during)
+        XCTAssertEqual(during.st_ctim.tv_sec, 100, "between the change and its new ctime")
+        t.filled(ino: 5, after: timespec(tv_sec: 300, tv_nsec: 500))
+        // Then the new ctime shows the placeholder's, and a later change the real one
+        var st = file(ino: 5, ctime: 300)
+        t.apply(&st)
+        XCTAssertEqual(st.st_ctim.tv_sec, 100)
+        var changed = file(ino: 5, ctime: 400)
+        t.apply(&changed)
+        XCTAssertEqual(changed.st_ctim.tv_sec, 400)
+        // A file that changed since (or was never filled) is not held
+        XCTAssertFalse(t.hold(ino: 5, real: timespec(tv_sec: 400, tv_nsec: 500)))
+        XCTAssertFalse(t.hold(ino: 6, real: timespec(tv_sec: 1, tv_nsec: 500)))
+        XCTAssertEqual(t.count, 0)
+    }
+
     func testAFailedFillShowsTheRealCtimeAndLeavesTheTableEmpty() {
         let t = FilledTimes()
         t.filling(ino: 9, before: timespec(tv_sec: 100, tv_nsec: 0))

@@ -54,7 +54,7 @@ def blocks(root: Path) -> dict[str, int]:
     return out
 
 
-def filled_store(new_drive, shared):
+def filled_store(new_drive, shared, env=None, readahead=True):
     a = Device(new_drive(), shared, "alpha").mount()
     files = {}
     for i in range(30):
@@ -66,8 +66,11 @@ def filled_store(new_drive, shared):
     files["zero.txt"] = b""
     a.sync()
     b = Device(new_drive(), shared, "beta")
+    b.d.extra_env.update(env or {})
     config = (b.d.home / "config.yaml").read_text()
     assert "content: on-demand" in config, config
+    if not readahead:
+        (b.d.home / "config.yaml").write_text(config.replace("    content: on-demand\n", "    content: on-demand\n    readahead: off\n"))
     b.mount()
     b.sync()
     return a, b, files
@@ -662,6 +665,84 @@ def test_a_documents_picture_reaches_a_device_that_has_only_its_placeholder(new_
     a.sync()
     b.sync()
     assert wait_until(lambda: xattr(b.dir / "Reports" / "memo.odt", "user.docdrive.thumbnail") == png2, 30), b.d.log_tail()
+
+
+def mark(path: Path) -> bytes | None:
+    """The placeholder attribute of a file of the local copy, None without one."""
+    try:
+        return os.getxattr(path, "user.docdrive.placeholder")
+    except OSError:
+        return None
+
+
+@pytest.mark.timeout(240)
+def test_a_filled_file_keeps_a_mark_of_this_boot_until_its_content_is_on_the_disk(new_drive, shared_folder):
+    """The open that fills a placeholder does not wait for the disk: the file's mark says
+    "filled in this boot" until the content is written out (FillCommits.swift). In this boot
+    it is a whole file; after a reboot (another boot id) it is a placeholder again, downloaded
+    at its next open, so content a power cut lost is never served. A writable open or a
+    truncate makes it durable first; `docdrive sync` and a stop commit what waits; a daemon
+    killed meanwhile leaves whole files."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().encode()
+    filled = b"\0filled " + boot + b" "
+    # Nothing is committed by itself during the test: only what it asks for.
+    # (No readahead: each file is filled by the open the test makes.)
+    a, b, files = filled_store(new_drive, shared_folder, env={"DOCDRIVE_FILL_COMMIT_QUIET": "600"}, readahead=False)
+    names = ["Reports/r01.txt", "Reports/r02.txt", "Reports/r04.txt", "Reports/r05.txt", "Reports/r07.txt", "Reports/r08.txt"]
+    for rel in names:
+        assert mark(b.cache / rel) is not None and not mark(b.cache / rel).startswith(b"\0"), rel
+        assert (b.dir / rel).read_bytes() == files[rel], rel
+    for rel in names:
+        m = mark(b.cache / rel)
+        assert m is not None and m.startswith(filled), (rel, m)
+        assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"synced", rel
+    # A power cut: the content did not reach the disk (a hole), the mark did. After the
+    # reboot (another boot id in the mark) the file is a placeholder and comes down again.
+    lost = "Reports/r01.txt"
+    version = mark(b.cache / lost)[len(filled):]
+    size = len(files[lost])
+    with open(b.cache / lost, "r+b") as f:
+        f.truncate(0)
+        f.truncate(size)
+    os.setxattr(b.cache / lost, "user.docdrive.placeholder", b"\0filled 00000000-1111-2222-3333-444444444444 " + version)
+    assert os.getxattr(b.dir / lost, "user.docdrive.status") == b"placeholder"
+    assert (b.dir / lost).read_bytes() == files[lost]
+    assert downloads(b).count(lost) == 2, downloads(b)
+    # A writable open makes the content durable and the file the user's before it returns.
+    with open(b.dir / "Reports/r02.txt", "ab") as f:
+        assert mark(b.cache / "Reports/r02.txt") is None
+        f.write(b" + beta")
+    files["Reports/r02.txt"] += b" + beta"
+    # So does a truncate by name.
+    os.truncate(b.dir / "Reports/r04.txt", 5)
+    assert mark(b.cache / "Reports/r04.txt") is None
+    files["Reports/r04.txt"] = files["Reports/r04.txt"][:5]
+    # `docdrive sync` commits every file that waits.
+    assert mark(b.cache / "Reports/r05.txt").startswith(filled)
+    b.sync()
+    assert [rel for rel in names if mark(b.cache / rel) is not None] == [], {rel: mark(b.cache / rel) for rel in names}
+    a.sync()
+    for rel in ("Reports/r02.txt", "Reports/r04.txt"):
+        assert (a.dir / rel).read_bytes() == files[rel], rel
+    # A daemon killed with fills waiting: those files are whole at the next mount, not
+    # downloaded again, and a writable open still settles them.
+    for rel in ("Reports/r10.txt", "Reports/r11.txt"):
+        assert (b.dir / rel).read_bytes() == files[rel]
+        assert mark(b.cache / rel).startswith(filled), rel
+    before = len(downloads(b))
+    pid = b.d.pid
+    os.kill(pid, 9)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+    b.d.teardown()
+    b.mount()
+    for rel in ("Reports/r10.txt", "Reports/r11.txt"):
+        assert (b.dir / rel).read_bytes() == files[rel], rel
+        assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"synced", rel
+    assert len(downloads(b)) == before, downloads(b)[before:]
+    with open(b.dir / "Reports/r10.txt", "r+b") as f:
+        assert mark(b.cache / "Reports/r10.txt") is None
+    b.sync()
+    assert blocks(b.cache)["Reports/r10.txt"] > 0
 
 
 @pytest.mark.timeout(120)

@@ -40,6 +40,8 @@ ssize_t dd_fgetxattr(int fd, const char *name, void *value, size_t size);
 ssize_t dd_getxattr_path(int pathfd, const char *name, void *value, size_t size);
 int dd_setxattr_path(int pathfd, const char *name, const void *value, size_t size, int flags);
 int dd_fremovexattr(int fd, const char *name);
+/* syncfs(2): the file system holding fd, written to its disk. */
+int dd_syncfs(int fd);
 int dd_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags);
 ssize_t dd_listxattr_path(int pathfd, char *list, size_t size);
 int dd_removexattr_path(int pathfd, const char *name);

@@ -461,6 +461,12 @@ public final class DriveFileSystem: Sendable {
                 } else {
                     clear()
                 }
+            } else if file == nil, n.fileType == S_IFREG, let uploader, let root = contentRoot ?? n.root,
+                      case .filled = Placeholder.mark(fd: nfd) {
+                // Filled in this boot: durable before the user's truncate (Sync/FillCommits.swift).
+                let rfd = try Sys.check { dd_reopen(nfd, O_RDONLY | O_CLOEXEC) }
+                defer { Sys.close(rfd) }
+                guard uploader.settleFill(root: root.key, fd: rfd) else { throw .ioError }
             }
             defer {
                 if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot { publish(.truncated(fd: nfd, root: root)) }
@@ -766,7 +772,16 @@ public final class DriveFileSystem: Sendable {
         defer { n.release() }
         let fd = try Sys.check { dd_reopen(nfd, f) }
         // Only a store's file can be a placeholder: an app's files cost no extra system call.
-        if n.fileType == S_IFREG, (contentRoot ?? n.root)?.key.hasPrefix("store:") == true, Placeholder.isPlaceholder(openFD: fd) {
+        let mark = n.fileType == S_IFREG && (contentRoot ?? n.root)?.key.hasPrefix("store:") == true ? Placeholder.mark(openFD: fd) : nil
+        // Filled in this boot, its content not known to be on the disk yet: made durable before
+        // it can become the user's file (Sync/FillCommits.swift).
+        if case .filled = mark, flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
+            guard let uploader, let root = contentRoot ?? n.root, uploader.settleFill(root: root.key, fd: fd) else {
+                Sys.close(fd)
+                throw .ioError
+            }
+        }
+        if case .placeholder = mark {
             if flags & O_TRUNC != 0, flags & O_ACCMODE != O_RDONLY {
                 // The user's empty file now, unless it is being downloaded (ahead, or for a
                 // reader): then the open waits for that download, and truncates after it.

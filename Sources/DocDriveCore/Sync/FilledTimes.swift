@@ -80,6 +80,18 @@ public final class FilledTimes: Sendable {
         }
     }
 
+    /// The file `ino`, filled and unchanged since (its ctime still `real`), is about to change
+    /// its ctime for the drive's own reason (its "filled" mark going, FillCommits.swift): it
+    /// keeps showing its placeholder's ctime meanwhile, and `filled` gives it the new one.
+    /// False, with nothing done, when it shows its real ctime already.
+    public func hold(ino: UInt64, real: timespec) -> Bool {
+        shard(ino).update { f in
+            guard f[ino]?.real == Self.ns(real) else { return false }
+            f[ino]!.real = nil
+            return true
+        }
+    }
+
     /// Gives `st` (a backing file's attributes, for the kernel) the ctime its placeholder had,
     /// when it is a file filled since and unchanged since; forgets a file that changed.
     public func apply(_ st: inout stat) {

@@ -9,6 +9,11 @@
 // engine never uploads it and may always replace it. An open with O_TRUNC makes it an empty
 // file of the user's at once. The attribute is under the drive's own prefix, which the mount
 // hides from listings and refuses to set.
+//
+// Between a fill and the moment its content is known to be on the disk, the attribute holds a
+// third kind of value, "filled in boot B" (`markFilled`, FillCommits.swift): in boot B the
+// file is whole (no placeholder); after a reboot it is a placeholder of the version it was
+// filled with, since a power cut may have lost its content.
 import CDocDriveSys
 import Foundation
 #if canImport(Glibc)
@@ -20,29 +25,95 @@ public enum Placeholder {
     /// Marks a pinned file or folder (kept on this device; a folder's files, also later ones).
     public static let pinAttribute = "user.docdrive.pinned"
 
+    /// What a file's mark says.
+    public enum Mark: Equatable, Sendable {
+        /// A placeholder of this remote version (also a file filled in an earlier boot).
+        case placeholder(String)
+        /// Filled in this boot with this version; its mark goes once the content is on the disk.
+        case filled(String)
+    }
+
+    /// The start of a "filled" mark's value: no remote version has a NUL byte.
+    public static let filledPrefix = "\u{0}filled "
+
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`); nil when it cannot be read (then
+    /// fills are made durable at once and no "filled" mark is written).
+    static let bootID: String? = {
+        guard let s = try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8) else { return nil }
+        let id = s.trimmingCharacters(in: .whitespacesAndNewlines)
+        return id.isEmpty || id.contains(" ") ? nil : id
+    }()
+
+    /// The "filled" mark of `version` in this boot (nil without a boot id).
+    static func filledValue(_ version: String) -> String? {
+        bootID.map { filledPrefix + $0 + " " + version }
+    }
+
+    /// What the mark's value `raw` says, in the boot `boot`.
+    public static func mark(raw: String, boot: String?) -> Mark {
+        guard raw.hasPrefix(filledPrefix) else { return .placeholder(raw) }
+        let rest = raw.dropFirst(filledPrefix.count)
+        guard let space = rest.firstIndex(of: " ") else { return .placeholder("") }
+        let version = String(rest[rest.index(after: space)...])
+        return boot != nil && rest[..<space] == boot![...] ? .filled(version) : .placeholder(version)
+    }
+
     /// The remote version a placeholder stands for, from any descriptor of it (O_PATH too);
     /// nil when the file is not a placeholder.
     public static func version(fd: Int32) -> String? {
-        readMark { dd_getxattr_path(fd, attribute, $0, $1) }
+        placeholderVersion(readMark { dd_getxattr_path(fd, attribute, $0, $1) })
     }
 
     /// The same from an open file (not O_PATH): no path through /proc to resolve.
     static func version(openFD fd: Int32) -> String? {
+        placeholderVersion(readMark { dd_fgetxattr(fd, attribute, $0, $1) })
+    }
+
+    /// The mark's raw value on the open file `fd` (not O_PATH); nil without one.
+    static func rawMark(openFD fd: Int32) -> String? {
         readMark { dd_fgetxattr(fd, attribute, $0, $1) }
+    }
+
+    private static func placeholderVersion(_ raw: String?) -> String? {
+        guard let raw, case .placeholder(let v) = mark(raw: raw, boot: bootID) else { return nil }
+        return v
     }
 
     /// The mark's value as `get` (a getxattr of it into a buffer) reads it; nil without one.
     private static func readMark(_ get: (UnsafeMutableRawPointer?, Int) -> Int) -> String? {
-        var buf = [UInt8](repeating: 0, count: 512)
-        let n = buf.withUnsafeMutableBytes { get($0.baseAddress, $0.count) }
-        guard n >= 0 else { return nil }
-        return String(decoding: buf[0..<n], as: UTF8.self)
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1024) { buf in
+            let n = get(buf.baseAddress, buf.count)
+            guard n >= 0 else { return nil }
+            return String(decoding: buf[0..<n], as: UTF8.self)
+        }
     }
 
-    /// Whether the open file `fd` (not O_PATH) is a placeholder: one fgetxattr, on every open of
-    /// a file of the mount.
+    /// What the mark of the open file `fd` (not O_PATH) says, nil without one: one fgetxattr,
+    /// on every open of a store's file.
+    public static func mark(openFD fd: Int32) -> Mark? {
+        rawMark(openFD: fd).map { mark(raw: $0, boot: bootID) }
+    }
+
+    /// The same from any descriptor (O_PATH too).
+    public static func mark(fd: Int32) -> Mark? {
+        readMark { dd_getxattr_path(fd, attribute, $0, $1) }.map { mark(raw: $0, boot: bootID) }
+    }
+
+    /// Whether the open file `fd` (not O_PATH) is a placeholder.
     public static func isPlaceholder(openFD fd: Int32) -> Bool {
-        dd_fgetxattr(fd, attribute, nil, 0) >= 0
+        version(openFD: fd) != nil
+    }
+
+    /// Whether the open file `fd` carries a "filled" mark of this boot (its content not known
+    /// to be on the disk yet).
+    static func isFilledHere(openFD fd: Int32) -> Bool {
+        if case .filled = mark(openFD: fd) { return true }
+        return false
+    }
+
+    /// Rewrites the mark of the open file `fd` (not O_PATH) to `value`.
+    static func setMark(openFD fd: Int32, _ value: String) -> Bool {
+        Array(value.utf8).withUnsafeBytes { dd_fsetxattr(fd, attribute, $0.baseAddress, $0.count, 0) } == 0
     }
 
     /// Whether the file `name` in the folder `dir` is a placeholder (never following a link).

@@ -397,7 +397,11 @@ extension StoreSync {
         // Each change to the file is an event for the daemon's watches (the kernel's cache, the
         // query index) and a change of its ctime: what is already so is not done again (the
         // placeholder has the remote's size and mostly its mode).
-        guard Int64(before.st_size) == got.size || ftruncate(fd, off_t(got.size)) == 0, fsync(fd) == 0 else {
+        // The content goes to the disk later, a burst at a time (FillCommits.swift): the mark
+        // says "filled in this boot" until then. An fsync here when that cannot be.
+        let filled = Placeholder.filledValue(got.version)
+        let later = filled != nil && fills.waiting < FillCommits.most
+        guard Int64(before.st_size) == got.size || ftruncate(fd, off_t(got.size)) == 0, later || fsync(fd) == 0 else {
             throw DriveError.io("cannot write the download of \(path)", .init(rawValue: errno))
         }
         if let m = got.meta.mode, mode_t(m & 0o7777) != before.st_mode & 0o7777 { _ = fchmod(fd, mode_t(m & 0o7777)) }
@@ -406,20 +410,35 @@ extension StoreSync {
         let adopting = got.meta.itemID != nil && got.meta.itemID != base?.id
         // Its modification time is the placeholder's, or the remote's for another version; its
         // access time is now (the cache limit evicts the least recently used first). One call.
-        var times = [timespec(), before.st_mtim]
-        clock_gettime(CLOCK_REALTIME, &times[0])
+        var stamps = [timespec(), before.st_mtim]
+        clock_gettime(CLOCK_REALTIME, &stamps[0])
         if !(got.version == version && !adopting), let ns = got.meta.mtimeNanoseconds {
-            times[1] = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
+            stamps[1] = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
         }
-        _ = futimens(fd, &times)
+        _ = futimens(fd, &stamps)
         var after = stat()
         _ = fstat(fd, &after)
         // The base first: a crash before the attribute goes leaves a placeholder at this base.
         try bases.put(root: key, BaseRow(path: path, id: got.meta.itemID ?? base?.id, kind: .file,
                                          localToken: FolderRemote.version(after), remoteToken: got.version))
         if adopting, let rid = got.meta.itemID { takeID(rid, for: LocalItem(path: path, kind: .file, st: after)) }
-        guard Placeholder.clear(openFD: fd) else {
-            throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
+        if later, let filled, Placeholder.setMark(openFD: fd, filled) {
+            var now = stat()
+            if fstat(fd, &now) != 0 || !fills.add(fd: fd, st: now, mark: filled, times: times) {
+                // Not taken (no descriptor left): durable now, as the mark goes.
+                guard fsync(fd) == 0 else {
+                    let e = errno
+                    _ = Placeholder.setMark(openFD: fd, got.version)
+                    throw DriveError.io("cannot write the download of \(path)", .init(rawValue: e))
+                }
+                guard Placeholder.clear(openFD: fd) else {
+                    throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
+                }
+            }
+        } else {
+            guard (!later || fsync(fd) == 0), Placeholder.clear(openFD: fd) else {
+                throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
+            }
         }
         if after.st_size != before.st_size { told(path) }
         logger.info("store \(name): downloaded \(path) (\(got.size) bytes) on demand\(ahead ? ", read ahead" : "")")
@@ -489,7 +508,8 @@ extension StoreSync {
         let block = off_t(max(512, Int(st.st_blksize)))
         let span = (st.st_size + block - 1) / block * block
         // The mark first: a file cut short here is a placeholder (filled again when opened).
-        guard Placeholder.mark(fd: fd, version: b.remoteToken) else {
+        // (Under `transitions`: a "filled" mark going meanwhile must not take this one.)
+        guard fills.transitions.withLock({ _ in Placeholder.mark(fd: fd, version: b.remoteToken) }) else {
             throw DriveError.io("cannot mark \(path) as a placeholder", .init(rawValue: errno))
         }
         guard dd_fallocate(fd, 0x02 | 0x01 /* FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE */, 0, span) == 0 else {

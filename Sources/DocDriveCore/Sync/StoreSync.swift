@@ -128,6 +128,8 @@ final class StoreSync: Sendable {
     let progressDone: @Sendable (StorePath) -> Void
     /// Paths whose state changed, for the desktop status socket (the uploader's).
     let statusMarks: StatusMarks
+    /// Filled placeholders whose content is not known to be on the disk yet.
+    let fills: FillCommits
 
     init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
          index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
@@ -152,6 +154,7 @@ final class StoreSync: Sendable {
         self.progress = progress
         self.progressDone = progressDone
         self.statusMarks = statusMarks
+        self.fills = FillCommits(name: name, logger: logger)
     }
 
     var bases: BaseVersions { index.bases }

@@ -53,6 +53,15 @@ extension Uploader {
         downloads.take(Self.fillingKey(root, path), body)
     }
 
+    /// Makes the content of the open file `fd` of store `root`, filled in this boot and not
+    /// known to be on the disk yet, durable, and removes its "filled" mark (FillCommits.swift):
+    /// before a writable open or a truncate makes it the user's file. False when it cannot be
+    /// written to the disk.
+    public func settleFill(root: String, fd: Int32) -> Bool {
+        if let store = store(root) { return store.sync.fills.settle(fd: fd, times: filledTimes) }
+        return fsync(fd) == 0 && Placeholder.clear(openFD: fd)
+    }
+
     /// Whether the placeholder at `path` is asked for or being downloaded now.
     public func isFilling(root: String, path: StorePath) -> Bool {
         downloads.isAsked(Self.fillingKey(root, path))

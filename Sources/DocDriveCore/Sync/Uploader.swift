@@ -456,7 +456,10 @@ public final class Uploader: Sendable {
         stopping.store(true, ordering: .relaxed)
         queue.work.signal()
         while running.load(ordering: .relaxed) > 0 { usleep(10_000) }
-        for store in allStores().values { store.remote.finishCleanup() }
+        for store in allStores().values {
+            store.remote.finishCleanup()
+            store.sync.fills.commitNow()
+        }
         commitNoted()
         try? queue.recoverInterrupted()
         home.removeActivity()
@@ -692,6 +695,8 @@ public final class Uploader: Sendable {
         let marks = pollNow()
         let deadline = Date().addingTimeInterval(min(120, max(0.5, timeout)))
         while !polledSince(marks) && Date() < deadline { usleep(20_000) }
+        // What was downloaded is on the disk when the sync returns (FillCommits.swift).
+        for store in allStores().values { store.sync.fills.commitNow() }
         return remoteStates()
     }
 

@@ -682,7 +682,7 @@ def test_a_filled_file_keeps_a_mark_of_this_boot_until_its_content_is_on_the_dis
     it is a whole file; after a reboot (another boot id) it is a placeholder again, downloaded
     at its next open, so content a power cut lost is never served. A writable open or a
     truncate makes it durable first; `docdrive sync` and a stop commit what waits; a daemon
-    killed meanwhile leaves whole files."""
+    killed meanwhile leaves whole files, which the next start writes out."""
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().encode()
     filled = b"\0filled " + boot + b" "
     # Nothing is committed by itself during the test: only what it asks for.
@@ -721,14 +721,18 @@ def test_a_filled_file_keeps_a_mark_of_this_boot_until_its_content_is_on_the_dis
     assert mark(b.cache / "Reports/r05.txt").startswith(filled)
     b.sync()
     assert [rel for rel in names if mark(b.cache / rel) is not None] == [], {rel: mark(b.cache / rel) for rel in names}
+    waiting = b.d.home / "stores" / "shared" / "fills-waiting"
+    assert not waiting.exists(), "nothing waits: the marker of waiting fills is gone"
     a.sync()
     for rel in ("Reports/r02.txt", "Reports/r04.txt"):
         assert (a.dir / rel).read_bytes() == files[rel], rel
     # A daemon killed with fills waiting: those files are whole at the next mount, not
-    # downloaded again, and a writable open still settles them.
-    for rel in ("Reports/r10.txt", "Reports/r11.txt"):
+    # downloaded again, and the start finds them (the marker says some wait) and writes them out.
+    left = ("Reports/r10.txt", "Reports/r11.txt")
+    for rel in left:
         assert (b.dir / rel).read_bytes() == files[rel]
         assert mark(b.cache / rel).startswith(filled), rel
+    assert waiting.exists()
     before = len(downloads(b))
     pid = b.d.pid
     os.kill(pid, 9)
@@ -739,10 +743,10 @@ def test_a_filled_file_keeps_a_mark_of_this_boot_until_its_content_is_on_the_dis
         assert (b.dir / rel).read_bytes() == files[rel], rel
         assert os.getxattr(b.dir / rel, "user.docdrive.status") == b"synced", rel
     assert len(downloads(b)) == before, downloads(b)[before:]
-    with open(b.dir / "Reports/r10.txt", "r+b") as f:
-        assert mark(b.cache / "Reports/r10.txt") is None
-    b.sync()
-    assert blocks(b.cache)["Reports/r10.txt"] > 0
+    assert wait_until(lambda: all(mark(b.cache / rel) is None for rel in left) and not waiting.exists(), 30, 0.1), \
+        ({rel: mark(b.cache / rel) for rel in left}, waiting.exists())
+    assert "2 downloaded files the last run left waiting for the disk written out" in b.d.log_path.read_text()
+    assert all(blocks(b.cache)[rel] > 0 for rel in left)
 
 
 @pytest.mark.timeout(120)

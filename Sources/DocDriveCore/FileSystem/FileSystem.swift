@@ -462,7 +462,7 @@ public final class DriveFileSystem: Sendable {
                     clear()
                 }
             } else if file == nil, n.fileType == S_IFREG, let uploader, let root = contentRoot ?? n.root,
-                      case .filled = Placeholder.mark(fd: nfd) {
+                      root.key.hasPrefix("store:"), case .filled = Placeholder.mark(fd: nfd) {
                 // Filled in this boot: durable before the user's truncate (Sync/FillCommits.swift).
                 let rfd = try Sys.check { dd_reopen(nfd, O_RDONLY | O_CLOEXEC) }
                 defer { Sys.close(rfd) }

@@ -14,9 +14,11 @@
 // * a writable open or a truncate settles it first (`settle`: fsync, then the mark goes), so
 //   what the user writes is never taken for a placeholder's content after a power cut;
 // * `docdrive sync` and the daemon's stop commit what is waiting.
-// A daemon killed meanwhile leaves "filled" marks of this boot: those files stay whole (the
-// page cache has them) and settle at their next writable open, or are downloaded again after
-// a reboot.
+// While fills wait, a file (`marker`, beside the store's downloads folder) says so: a daemon
+// killed meanwhile leaves "filled" marks of this boot, and the next start, finding the file,
+// looks for them in its walk of the local copy and commits them (those files are whole: the
+// page cache has them). Without that, they would settle at their next writable open, or come
+// down again after a reboot.
 // Locks: `state` is a leaf; `transitions` (a file's "filled" mark going, or becoming a
 // placeholder's by an eviction) is taken before FilledTimes' parts.
 import CDocDriveSys
@@ -50,6 +52,8 @@ final class FillCommits: Sendable {
     let transitions = Mutex(())
     private let logger: Logger?
     private let name: String
+    /// Exists while fills wait (nil: none is kept, as in tests without a store folder).
+    let marker: String?
 
     /// A burst of fills has ended when none came for this long (DOCDRIVE_FILL_COMMIT_QUIET,
     /// seconds, for tests).
@@ -62,9 +66,16 @@ final class FillCommits: Sendable {
     /// More files than this waiting: a fill makes its own content durable (as before).
     static let most = 1024
 
-    init(name: String, logger: Logger?) {
+    init(name: String, logger: Logger?, marker: String?) {
         self.name = name
         self.logger = logger
+        self.marker = marker
+    }
+
+    /// Whether a daemon before this one stopped with fills waiting (its marker is there).
+    var leftByAStop: Bool {
+        guard let marker else { return false }
+        return access(marker, F_OK) == 0
     }
 
     /// How many fills wait to be made durable (for tests and status).
@@ -79,7 +90,11 @@ final class FillCommits: Sendable {
         let now = ProcessInfo.processInfo.systemUptime
         let start = state.withLock { s -> Bool? in
             guard s.files.count < Self.most else { return nil }
-            if s.files.isEmpty { s.first = now }
+            if s.files.isEmpty {
+                s.first = now
+                // (Once per burst, under the lock: the marker and the list agree.)
+                if let marker { close(open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)) }
+            }
             s.last = now
             s.files.append(Pending(fd: own, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino), mark: mark, times: times))
             defer { s.running = true }
@@ -132,8 +147,14 @@ final class FillCommits: Sendable {
         }
     }
 
-    /// One syncfs per file system of `batch`, then each file's "filled" mark goes.
+    /// One syncfs per file system of `batch`, then each file's "filled" mark goes; the marker
+    /// goes when nothing waits any more.
     private func commit(_ batch: [Pending]) {
+        defer {
+            state.withLock { s in
+                if s.files.isEmpty, let marker { unlink(marker) }
+            }
+        }
         guard !batch.isEmpty else { return }
         var synced = Set<UInt64>(), failed = Set<UInt64>()
         for p in batch where !synced.contains(p.dev) && !failed.contains(p.dev) {

@@ -154,7 +154,7 @@ final class StoreSync: Sendable {
         self.progress = progress
         self.progressDone = progressDone
         self.statusMarks = statusMarks
-        self.fills = FillCommits(name: name, logger: logger)
+        self.fills = FillCommits(name: name, logger: logger, marker: (downloads as NSString).deletingLastPathComponent + "/fills-waiting")
     }
 
     var bases: BaseVersions { index.bases }
@@ -1336,6 +1336,8 @@ final class StoreSync: Sendable {
         var seen = Set<StorePath>()
         var batch = [(String, StorePath, Double)]()
         let now = Date().timeIntervalSince1970
+        // Fills the daemon before this one left waiting (FillCommits.swift): found in this walk.
+        let fillsLeft = fills.leftByAStop
         func walk(_ dfd: Int32, _ path: StorePath) {
             for e in Beneath.names(dfd) ?? [] where !FolderRemote.isOwnName(e.name) {
                 if stopped() { return }
@@ -1344,6 +1346,7 @@ final class StoreSync: Sendable {
                 seen.insert(rel)
                 if let b = byPath[rel], b.localToken == FolderRemote.version(st) {
                     // unchanged since this device and the remote agreed
+                    if fillsLeft, st.st_mode & S_IFMT == S_IFREG { commitLeftFill(dfd, e.name[...]) }
                 } else if let b = byPath[rel], b.kind == .file, st.st_mode & S_IFMT == S_IFREG,
                           Placeholder.isPlaceholder(dfd, e.name[...]) {
                     // A placeholder the base knows holds nothing of the user's, whatever its
@@ -1364,6 +1367,23 @@ final class StoreSync: Sendable {
         walk(cachefd, .store)
         for b in all where !seen.contains(b.path) { batch.append((key, b.path, now)) }
         try? queue.enqueueAll(batch)
+        if fillsLeft, !stopped() {
+            let n = fills.waiting
+            fills.commitNow()
+            logger.info("store \(name): \(n) downloaded file\(n == 1 ? "" : "s") the last run left waiting for the disk written out")
+        }
+    }
+
+    /// The file `name` in `dir`, when it carries a "filled" mark of this boot, goes to the
+    /// fills to commit.
+    private func commitLeftFill(_ dir: Int32, _ name: ArraySlice<UInt8>) {
+        let fd = Beneath.withCName(name) { openat(dir, $0, O_RDONLY | dd_O_NOFOLLOW | dd_O_CLOEXEC | O_NONBLOCK) }
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var st = stat()
+        guard let raw = Placeholder.rawMark(openFD: fd), case .filled = Placeholder.mark(raw: raw, boot: Placeholder.bootID),
+              fstat(fd, &st) == 0 else { return }
+        if !fills.add(fd: fd, st: st, mark: raw, times: nil) { _ = fills.settle(fd: fd, times: nil) }
     }
 
     /// Removes the downloads a crash interrupted (call before any worker of the store runs).

@@ -63,8 +63,14 @@ final class FillCommits: Sendable {
     }()
     /// Fills wait at most this long after the first of a burst.
     static let longest = 10.0
-    /// More files than this waiting: a fill makes its own content durable (as before).
-    static let most = 1024
+    /// More files than this waiting: a fill makes its own content durable (as before). Each
+    /// holds a descriptor: at most a sixteenth of the open-file limit (4,096 at most), and a
+    /// batch goes once half of it waits (a burst of 1,000 small files is one batch, after it).
+    static let most: Int = {
+        var rl = rlimit()
+        let limit = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &rl) == 0 ? Int(clamping: rl.rlim_cur) : 1024
+        return max(16, min(4096, limit / 16))
+    }()
 
     init(name: String, logger: Logger?, marker: String?) {
         self.name = name
@@ -134,7 +140,7 @@ final class FillCommits: Sendable {
                     s.running = false
                     return nil
                 }
-                guard now - s.last >= Self.quiet || now - s.first >= Self.longest else { return [] }
+                guard now - s.last >= Self.quiet || now - s.first >= Self.longest || s.files.count >= Self.most / 2 else { return [] }
                 defer { s.files = [] }
                 return s.files
             }

@@ -13,6 +13,13 @@ final class FilledTimesTests: XCTestCase {
         return st
     }
 
+    /// The ctime (seconds) `t` shows for a file `ino` whose real ctime is `ctime`.
+    private func shown(_ t: FilledTimes, ino: UInt64, ctime: Int) -> Int {
+        var st = file(ino: ino, ctime: ctime)
+        t.apply(&st)
+        return st.st_ctim.tv_sec
+    }
+
     func testAFilledFileShowsItsPlaceholdersCtimeUntilItChanges() {
         // Given a placeholder with ctime 100, filled, with ctime 200 after the fill
         let t = FilledTimes()
@@ -60,17 +67,11 @@ final class FilledTimesTests: XCTestCase {
         t.filled(ino: 5, after: timespec(tv_sec: 200, tv_nsec: 500))
         // When the drive holds it (its "filled" mark goes, FillCommits.swift) and gives the new ctime
         XCTAssertTrue(t.hold(ino: 5, real: timespec(tv_sec: 200, tv_nsec: 500)))
-        var during = file(ino: 5, ctime: 250)
-        t.apply(&during)
-        XCTAssertEqual(during.st_ctim.tv_sec, 100, "between the change and its new ctime")
+        XCTAssertEqual(shown(t, ino: 5, ctime: 250), 100, "between the change and its new ctime")
         t.filled(ino: 5, after: timespec(tv_sec: 300, tv_nsec: 500))
         // Then the new ctime shows the placeholder's, and a later change the real one
-        var st = file(ino: 5, ctime: 300)
-        t.apply(&st)
-        XCTAssertEqual(st.st_ctim.tv_sec, 100)
-        var changed = file(ino: 5, ctime: 400)
-        t.apply(&changed)
-        XCTAssertEqual(changed.st_ctim.tv_sec, 400)
+        XCTAssertEqual(shown(t, ino: 5, ctime: 300), 100)
+        XCTAssertEqual(shown(t, ino: 5, ctime: 400), 400)
         // A file that changed since (or was never filled) is not held
         XCTAssertFalse(t.hold(ino: 5, real: timespec(tv_sec: 400, tv_nsec: 500)))
         XCTAssertFalse(t.hold(ino: 6, real: timespec(tv_sec: 1, tv_nsec: 500)))

@@ -45,6 +45,8 @@ final class FillCommits: Sendable {
         var first = 0.0
         var last = 0.0
         var running = false
+        /// Batches taken and not committed yet (the marker stays while one is).
+        var committing = 0
     }
 
     private let state = Mutex(State())
@@ -125,7 +127,10 @@ final class FillCommits: Sendable {
     /// Commits what waits, now, on the caller's thread (`docdrive sync`, the daemon's stop).
     func commitNow() {
         commit(state.withLock { s in
-            defer { s.files = [] }
+            defer {
+                s.files = []
+                s.committing += 1
+            }
             return s.files
         })
     }
@@ -141,7 +146,10 @@ final class FillCommits: Sendable {
                     return nil
                 }
                 guard now - s.last >= Self.quiet || now - s.first >= Self.longest || s.files.count >= Self.most / 2 else { return [] }
-                defer { s.files = [] }
+                defer {
+                    s.files = []
+                    s.committing += 1
+                }
                 return s.files
             }
             guard let batch else { return }
@@ -153,12 +161,13 @@ final class FillCommits: Sendable {
         }
     }
 
-    /// One syncfs per file system of `batch`, then each file's "filled" mark goes; the marker
-    /// goes when nothing waits any more.
+    /// One syncfs per file system of `batch` (taken from `state`, counted in `committing`),
+    /// then each file's "filled" mark goes; the marker goes when nothing waits any more.
     private func commit(_ batch: [Pending]) {
         defer {
             state.withLock { s in
-                if s.files.isEmpty, let marker { unlink(marker) }
+                s.committing -= 1
+                if s.files.isEmpty, s.committing == 0, let marker { unlink(marker) }
             }
         }
         guard !batch.isEmpty else { return }

@@ -135,6 +135,12 @@ public struct FileSystemOptions: Sendable {
 ///    `StoreSync.PollStart.held` (taken once, by `finishPoll`), `KernelCacheWatch.state` (held
 ///    across inotify_add_watch and inotify_rm_watch only). `BaseVersions.forEach` runs
 ///    its body inside an index read: the sync's bodies take no lock and use no index there.
+///    A store's `FillCommits.state` (fills waiting to be written out) is a leaf too, which
+///    also makes or removes the store's `fills-waiting` marker file (once per burst).
+/// 6a. A store's `FillCommits.transitions` (a file's "filled" mark going, or an eviction's
+///    mark) is held across that file's fgetxattr, fremovexattr and fstat, never across a
+///    sync of the disk, and comes before `FilledTimes`' shards. A writable open of a file
+///    filled in this boot takes it on a request thread (`settleFill`, after the file's fsync).
 /// 7. In the adapter, a `Passthrough` shard's `nodes` (one at a time) is held across the
 ///    backing-id ioctl and the taking of the node's content path (`Inode.acquire`, which takes
 ///    `Inode.slot`, 4, and may reopen the file), so it comes before 4 and its leaves; no other

@@ -86,7 +86,7 @@ final class FillCommits: Sendable {
         return access(marker, F_OK) == 0
     }
 
-    /// How many fills wait to be made durable (for tests and status).
+    /// How many fills wait to be made durable (a fill checks it against `most`).
     var waiting: Int { state.withLock { $0.files.count } }
 
     /// Takes the file `fd` (open, just filled; its mark is `mark`, a "filled" one) to make

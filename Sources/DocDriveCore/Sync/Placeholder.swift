@@ -11,7 +11,7 @@
 // hides from listings and refuses to set.
 //
 // Between a fill and the moment its content is known to be on the disk, the attribute holds a
-// third kind of value, "filled in boot B" (`markFilled`, FillCommits.swift): in boot B the
+// third kind of value, "filled in boot B" (`filledValue`, FillCommits.swift): in boot B the
 // file is whole (no placeholder); after a reboot it is a placeholder of the version it was
 // filled with, since a power cut may have lost its content.
 import CDocDriveSys
@@ -97,11 +97,6 @@ public enum Placeholder {
     /// The same from any descriptor (O_PATH too).
     public static func mark(fd: Int32) -> Mark? {
         readMark { dd_getxattr_path(fd, attribute, $0, $1) }.map { mark(raw: $0, boot: bootID) }
-    }
-
-    /// Whether the open file `fd` (not O_PATH) is a placeholder.
-    public static func isPlaceholder(openFD fd: Int32) -> Bool {
-        version(openFD: fd) != nil
     }
 
     /// Whether the open file `fd` carries a "filled" mark of this boot (its content not known

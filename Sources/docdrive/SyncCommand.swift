@@ -100,15 +100,17 @@ struct Sync: ParsableCommand {
                 if !offline.isEmpty { break }
             }
             if tty { warn("\r\u{1B}[K", newline: false) }
+            // Files whose upload failed and stores that are offline are said together: a file's
+            // retries can run out before its store is known offline, and which comes first is a
+            // race the user must not see as two different answers.
             let failed = try queue.failures()
-            if !failed.isEmpty {
-                for f in failed { warn("  \(f.root.replacingOccurrences(of: "store:", with: ""))/\(f.path): \(f.error)") }
-                throw DriveError(.io, "\(failed.count) file\(failed.count == 1 ? "" : "s") could not be uploaded (listed above); they are retried by themselves.")
-            }
+            for f in failed { warn("  \(f.root.replacingOccurrences(of: "store:", with: ""))/\(f.path): \(f.error)") }
+            let files = "\(failed.count) file\(failed.count == 1 ? "" : "s") could not be uploaded (listed above); they are retried by themselves."
             if !offline.isEmpty {
                 for o in offline { warn("  \(o)") }
-                throw DriveError(.unreachable, "\(offline.count) store\(offline.count == 1 ? " is" : "s are") offline (listed above): changes wait here until the remote answers.")
+                throw DriveError(.unreachable, "\(offline.count) store\(offline.count == 1 ? " is" : "s are") offline (listed above): changes wait here until the remote answers." + (failed.isEmpty ? "" : " " + files))
             }
+            if !failed.isEmpty { throw DriveError(.io, files) }
             let conflicts = try index.bases.conflicts()
             for (_, c) in conflicts { warn("  conflict: \(c.store)/\(c.path): the version from \(c.device) is kept as \(c.copy)") }
             let synced = try queue.counts()[.synced] ?? 0

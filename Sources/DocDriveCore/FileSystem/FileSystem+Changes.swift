@@ -32,6 +32,17 @@ extension DriveFileSystem {
     }
 
     /// The store path of an open or O_PATH descriptor whose content lives in `root`.
+    /// `Uploader.settleFill`, with a sentence in the log when the file's content cannot be
+    /// written to the disk (the writable open or truncate then fails with EIO).
+    func settleFill(_ uploader: Uploader, root: BackingRoot, fd: Int32) -> Bool {
+        if uploader.settleFill(root: root.key, fd: fd) { return true }
+        let reason = String(cString: strerror(errno))
+        let store = root.key.replacingOccurrences(of: "store:", with: "")
+        let what = storePath(fd: fd, root: root).map { "\(store)/\($0)" } ?? "a file of store \(store)"
+        logger.warning("\(what) was downloaded a moment ago and cannot be written to the disk (\(reason)); it cannot be opened for writing or truncated until it can (EIO)")
+        return false
+    }
+
     func storePath(fd: Int32, root: BackingRoot) -> StorePath? {
         guard case .at(let p) = storeLocation(fd: fd, root: root) else { return nil }
         return p

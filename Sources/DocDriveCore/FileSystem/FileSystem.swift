@@ -472,7 +472,7 @@ public final class DriveFileSystem: Sendable {
                 // Filled in this boot: durable before the user's truncate (Sync/FillCommits.swift).
                 let rfd = try Sys.check { dd_reopen(nfd, O_RDONLY | O_CLOEXEC) }
                 defer { Sys.close(rfd) }
-                guard uploader.settleFill(root: root.key, fd: rfd) else { throw .ioError }
+                guard settleFill(uploader, root: root, fd: rfd) else { throw .ioError }
             }
             defer {
                 if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot { publish(.truncated(fd: nfd, root: root)) }
@@ -782,7 +782,7 @@ public final class DriveFileSystem: Sendable {
         // Filled in this boot, its content not known to be on the disk yet: made durable before
         // it can become the user's file (Sync/FillCommits.swift).
         if case .filled = mark, flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
-            guard let uploader, let root = contentRoot ?? n.root, uploader.settleFill(root: root.key, fd: fd) else {
+            guard let uploader, let root = contentRoot ?? n.root, settleFill(uploader, root: root, fd: fd) else {
                 Sys.close(fd)
                 throw .ioError
             }

@@ -158,11 +158,11 @@ class Device:
         return json.loads(self.d.cli("status", "--json").stdout)
 
 
-def devices(new_drive, tmp_remote: SharedRemote, n: int, names=("alpha", "beta", "gamma")) -> list[Device]:
+def devices(new_drive, tmp_remote: SharedRemote, n: int, names=("alpha", "beta", "gamma"), log_level="info") -> list[Device]:
     out = []
     for i in range(n):
         dev = Device(new_drive(), tmp_remote, names[i])
-        dev.d.extra_env["DOCDRIVE_LOG_LEVEL"] = os.environ.get("DOCDRIVE_LOG_LEVEL", "info")
+        dev.d.extra_env["DOCDRIVE_LOG_LEVEL"] = os.environ.get("DOCDRIVE_LOG_LEVEL", log_level)
         out.append(dev.mount())
     return out
 
@@ -486,6 +486,63 @@ def test_a_reference_on_another_device_follows_a_rename(new_drive, shared):
     assert wait_until(lambda: ref.read_bytes() == b"Dear Sir", 5), ref.read_bytes()
 
 
+@pytest.mark.timeout(300)
+def test_a_rename_onto_a_name_another_device_makes_at_that_moment_loses_neither(new_drive, shared):
+    # The race of seed 2417074523 (see test_random_operations_on_three_devices): alpha renames
+    # src.txt to dst.txt while beta makes dst.txt, each at a random moment within about one poll
+    # interval of the other, in 20 folders. Beta's version survives every time, at dst.txt or
+    # as a conflict copy; alpha's does too unless beta wrote over it having read it.
+    seed = int(os.environ.get("DOCDRIVE_RACE_SEED", random.randrange(1 << 32)))
+    print(f"seed {seed}; replay with DOCDRIVE_RACE_SEED={seed}")
+    rng = random.Random(seed)
+    a, b = devices(new_drive, shared, 2, log_level="debug")
+    rounds = 20
+    for k in range(rounds):
+        write(a.dir / f"r{k}" / "src.txt", f"alpha's {k}\n".encode())
+    sync_all((a, b))
+    seen_by_beta, renamed = {}, []
+    for k in range(rounds):
+        delay_a, delay_b = rng.random() * 0.6, rng.random() * 0.6
+
+        def rename_on_alpha():
+            time.sleep(delay_a)
+            try:
+                renameat2(a.dir / f"r{k}" / "src.txt", a.dir / f"r{k}" / "dst.txt", RENAME_NOREPLACE)
+                renamed.append(k)
+            except FileExistsError:
+                pass  # beta's dst.txt was here first: alpha keeps its src.txt
+
+        def make_on_beta():
+            time.sleep(delay_b)
+            fd = os.open(b.dir / f"r{k}" / "dst.txt", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                seen_by_beta[k] = os.read(fd, 1 << 16)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"beta's {k}\n".encode(), 0)
+            finally:
+                os.close(fd)
+        threads = [threading.Thread(target=rename_on_alpha), threading.Thread(target=make_on_beta)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for _ in range(3):
+        for d in (a, b):
+            d.sync(timeout=120)
+    remote = shared.tree()
+    assert tree(a.dir) == tree(b.dir) == remote, f"seed {seed}: the devices and the remote differ"
+    lost = []
+    for k in range(rounds):
+        here = {p: v for p, v in remote.items() if p.startswith(f"r{k}/") and not p.endswith("/")}
+        if f"beta's {k}\n".encode() not in here.values():
+            lost.append((k, "beta", here))
+        if seen_by_beta[k] != f"alpha's {k}\n".encode() and f"alpha's {k}\n".encode() not in here.values():
+            lost.append((k, "alpha", here))
+    assert not lost, f"seed {seed}: versions lost: {lost[:5]}"
+    print(f"{len(renamed)} of {rounds} renames were made (the others found beta's file there); "
+          f"beta read alpha's version first in {sum(v != b'' for v in seen_by_beta.values())}")
+
+
 @pytest.mark.timeout(150)
 def test_an_unreachable_remote_is_offline_not_empty(new_drive, shared_folder):
     shared = shared_folder.folder
@@ -535,12 +592,18 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     # writing between a download's check and its rename, and a file renamed away from under
     # an editor-style save that kept a fresh id (seed 2961438107, fixed 2026-11-26). Since that
     # fix: 47 of 47 S3 runs passed (7 on 2026-11-26 08:39-08:49 UTC, 40 on 10:26-11:03 UTC).
+    # Open: one S3 failure in a CI rehearsal on 2026-11-27 (seed 2417074523: a file made on
+    # beta lost where alpha's rename onto its name arrived, no conflict copy), which 33 replays
+    # of its seed and 160 rounds of that race in two devices did not bring back; the daemons
+    # log at debug level here since, so that the next one says what each device decided.
     # Strict on both remotes.
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
     nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))
     print(f"seed {seed} ({nops} operations); replay with DOCDRIVE_SYNC_SEED={seed}")
     rng = random.Random(seed)
-    devs = devices(new_drive, shared, 3)
+    # Every decision in the log: a failure here is rare and timing-bound (it may not come back
+    # with its seed), so what each device decided about each path must be there when it does.
+    devs = devices(new_drive, shared, 3, log_level="debug")
     keep = os.environ.get("DOCDRIVE_TEST_LOGS")
     if keep:
         os.makedirs(keep, exist_ok=True)
@@ -746,7 +809,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
                  if any(f" {st}.txt" in line or f" {st} (" in line or f"/{st}.txt" in line for st in stems)]
         where_now = {k: v[:40] for k, v in final.items() if any(os.path.basename(k).startswith(st) for st in stems)}
         raise AssertionError(f"seed {seed}: {len(lost)} closed versions are lost: {lost[:10]}\nfinal: {where_now}\n"
-                             + "\n".join(lines[-80:]))
+                             + "\n".join(lines[-150:]))
     winners = {v: k for k, v in final.items() if "(conflict from " not in k}
     # A conflict copy never holds a version that won at its own document. On S3 a move is a
     # copy and then a conditional delete, so a version renamed on one device while another

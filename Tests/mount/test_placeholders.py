@@ -16,6 +16,7 @@ read whole files and their saves upload.
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import io
 import json
@@ -667,6 +668,14 @@ def test_a_documents_picture_reaches_a_device_that_has_only_its_placeholder(new_
     assert wait_until(lambda: xattr(b.dir / "Reports" / "memo.odt", "user.docdrive.thumbnail") == png2, 30), b.d.log_tail()
 
 
+def safe_read(path: Path) -> bytes | OSError:
+    """The file's content, or the error its open or read gives (for a wait on a download)."""
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        return e
+
+
 def mark(path: Path) -> bytes | None:
     """The placeholder attribute of a file of the local copy, None without one."""
     try:
@@ -747,6 +756,69 @@ def test_a_filled_file_keeps_a_mark_of_this_boot_until_its_content_is_on_the_dis
         ({rel: mark(b.cache / rel) for rel in left}, waiting.exists())
     assert "2 downloaded files the last run left waiting for the disk written out" in b.d.log_path.read_text()
     assert all(blocks(b.cache)[rel] > 0 for rel in left)
+
+
+@pytest.mark.timeout(300)
+def test_a_file_filled_before_a_crash_opens_offline_when_its_content_survived(new_drive, weed_server, tmp_path):
+    """S3: files read shortly before the machine crashed still carry a "filled" mark of the
+    boot before. One whose content reached the disk anyway (its MD5 is the object's ETag) opens
+    at once, offline too, with no download; one whose content was lost (a hole) is a
+    placeholder: offline its open fails with EIO, and online it downloads again."""
+    from weed import FaultProxy
+    shared = SharedRemote("s3", tmp_path / "unused", weed_server)
+    a = Device(new_drive(), shared, "alpha").mount()
+    files = {f"Reports/r{i}.txt": (f"report {i} " * (300 + i)).encode() for i in range(3)}
+    for rel, data in files.items():
+        write(a.dir / rel, data)
+    a.sync()
+    proxy = FaultProxy(weed_server.port)
+    proxy.failing = False
+    fronted = copy.copy(shared)
+    fronted.store_args = lambda: ["--s3", proxy.endpoint, "--bucket", weed_server.bucket, "--prefix", shared.prefix, "--path-style"]
+    b = Device(new_drive(), fronted, "beta")
+    # Nothing is written out by itself during the test, and each file is filled by its own open.
+    b.d.extra_env["DOCDRIVE_FILL_COMMIT_QUIET"] = "600"
+    config = (b.d.home / "config.yaml").read_text()
+    (b.d.home / "config.yaml").write_text(config.replace("    content: on-demand\n", "    content: on-demand\n    readahead: off\n"))
+    b.mount()
+    b.sync()
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().encode()
+    kept, lost = "Reports/r0.txt", "Reports/r1.txt"
+    for rel in (kept, lost):
+        assert (b.dir / rel).read_bytes() == files[rel]
+        assert mark(b.cache / rel).startswith(b"\0filled " + boot + b" "), mark(b.cache / rel)
+    # The machine crashes: the daemon is gone with both fills waiting, and after the reboot
+    # their marks name another boot; the content of one did not reach the disk (a hole).
+    pid = b.d.pid
+    os.kill(pid, 9)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+    b.d.teardown()
+    for rel in (kept, lost):
+        version = mark(b.cache / rel).split(b" ", 2)[2]
+        os.setxattr(b.cache / rel, "user.docdrive.placeholder", b"\0filled 00000000-1111-2222-3333-444444444444 " + version)
+    st = os.stat(b.cache / lost)
+    with open(b.cache / lost, "r+b") as f:
+        f.truncate(0)
+        f.truncate(len(files[lost]))
+    os.utime(b.cache / lost, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # Offline: the remote answers nothing.
+    proxy.failing = lambda method, path: True
+    before = len(downloads(b))
+    b.mount()
+    assert os.getxattr(b.dir / kept, "user.docdrive.status") == b"placeholder"
+    assert (b.dir / kept).read_bytes() == files[kept]
+    assert mark(b.cache / kept) is None
+    assert os.getxattr(b.dir / kept, "user.docdrive.status") == b"synced"
+    assert f"store shared: {kept} was downloaded before a restart and is whole: kept, not downloaded again" in b.d.log_path.read_text()
+    with pytest.raises(OSError) as e:
+        (b.dir / lost).read_bytes()
+    assert e.value.errno == errno.EIO, e.value
+    # Online again: the lost one downloads, with the right bytes.
+    proxy.failing = False
+    assert wait_until(lambda: safe_read(b.dir / lost) == files[lost], 60, 0.5), safe_read(b.dir / lost)
+    assert downloads(b)[before:] == [lost], downloads(b)[before:]
+    b.sync()
+    assert mark(b.cache / lost) is None
 
 
 @pytest.mark.timeout(120)

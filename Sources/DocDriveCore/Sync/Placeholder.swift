@@ -15,6 +15,7 @@
 // file is whole (no placeholder); after a reboot it is a placeholder of the version it was
 // filled with, since a power cut may have lost its content.
 import CDocDriveSys
+import Crypto
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -109,6 +110,24 @@ public enum Placeholder {
     /// Rewrites the mark of the open file `fd` (not O_PATH) to `value`.
     static func setMark(openFD fd: Int32, _ value: String) -> Bool {
         Array(value.utf8).withUnsafeBytes { dd_fsetxattr(fd, attribute, $0.baseAddress, $0.count, 0) } == 0
+    }
+
+    /// Whether the `size` bytes of the open file `fd` have the MD5 `version` (hex, as an S3
+    /// ETag of an object written in one piece): false for any other kind of version, and for
+    /// a file a crash left with holes or old blocks. Reads the whole file.
+    public static func contentIs(_ version: String, fd: Int32, size: Int64) -> Bool {
+        let hex = version.lowercased()
+        guard hex.utf8.count == 32, hex.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else { return false }
+        var md5 = Insecure.MD5()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var at: Int64 = 0
+        while at < size {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(at)) }
+            guard n > 0 else { return false }
+            md5.update(data: buffer[0..<n])
+            at += Int64(n)
+        }
+        return at == size && Hex.encode(Array(md5.finalize())) == hex
     }
 
     /// Whether the file `name` in the folder `dir` is a placeholder (never following a link).

@@ -375,6 +375,18 @@ extension StoreSync {
             var final = stat()
             times?.filled(ino: UInt64(before.st_ino), after: whole && fstat(fd, &final) == 0 ? final.st_ctim : nil)
         }
+        // Filled in an earlier boot, and a crash came before its content was known to be on the
+        // disk: when that content is whole after all (its MD5 is the version, as an S3 object
+        // written in one piece says), it is kept: no download, and it opens offline too.
+        if let raw = Placeholder.rawMark(openFD: fd), raw.hasPrefix(Placeholder.filledPrefix),
+           Placeholder.contentIs(version, fd: fd, size: Int64(before.st_size)) {
+            guard fsync(fd) == 0, Placeholder.clear(openFD: fd) else {
+                throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
+            }
+            logger.info("store \(name): \(path) was downloaded before a restart and is whole: kept, not downloaded again")
+            whole = true
+            return
+        }
         let base = try bases.base(root: key, path: path)
         let report: (Int64, Int64) -> Void = { [progress] done, total in progress(path, done, total, .down) }
         defer { progressDone(path) }

@@ -366,7 +366,8 @@ extension StoreSync {
         defer { unlock([path]) }
         let fd = try openLocalFile(path)
         defer { close(fd) }
-        guard let version = Placeholder.version(openFD: fd) else { return }
+        // One read of the mark: a placeholder of `version`, or filled in an earlier boot.
+        guard let raw = Placeholder.rawMark(openFD: fd), case .placeholder(let version) = Placeholder.mark(raw: raw, boot: Placeholder.bootID) else { return }
         var before = stat()
         _ = fstat(fd, &before)
         times?.filling(ino: UInt64(before.st_ino), before: before.st_ctim)
@@ -378,12 +379,12 @@ extension StoreSync {
         // Filled in an earlier boot, and a crash came before its content was known to be on the
         // disk: when that content is whole after all (its MD5 is the version, as an S3 object
         // written in one piece says), it is kept: no download, and it opens offline too.
-        if let raw = Placeholder.rawMark(openFD: fd), raw.hasPrefix(Placeholder.filledPrefix),
-           Placeholder.contentIs(version, fd: fd, size: Int64(before.st_size)) {
+        if raw.hasPrefix(Placeholder.filledPrefix), Placeholder.contentIs(version, fd: fd, size: Int64(before.st_size)) {
             guard fsync(fd) == 0, Placeholder.clear(openFD: fd) else {
                 throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
             }
             logger.info("store \(name): \(path) was downloaded before a restart and is whole: kept, not downloaded again")
+            countCached(blocks: before.st_blocks)
             whole = true
             return
         }
@@ -454,13 +455,18 @@ extension StoreSync {
         }
         if after.st_size != before.st_size { told(path) }
         logger.info("store \(name): downloaded \(path) (\(got.size) bytes) on demand\(ahead ? ", read ahead" : "")")
+        countCached(blocks: after.st_blocks)
+        whole = true
+    }
+
+    /// A file's content is here now: its blocks count in the cache's use (when counted).
+    private func countCached(blocks: blkcnt_t) {
         if let use = cacheUse.withLock({ u -> Int64? in
-            if u != nil { u! += Int64(after.st_blocks) * 512 }
+            if u != nil { u! += Int64(blocks) * 512 }
             return u
         }) {
             state.withLock { $0.cacheBytes = use }
         }
-        whole = true
     }
 
     /// Under the store's `cache-limit`: when the content kept here (the blocks of the files

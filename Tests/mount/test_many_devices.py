@@ -593,8 +593,8 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     # an editor-style save that kept a fresh id (seed 2961438107, fixed 2026-11-26). Since that
     # fix: 47 of 47 S3 runs passed (7 on 2026-11-26 08:39-08:49 UTC, 40 on 10:26-11:03 UTC).
     # Open: one S3 failure in a CI rehearsal on 2026-11-27 (seed 2417074523: a file made on
-    # beta lost where alpha's rename onto its name arrived, no conflict copy), which 33 replays
-    # of its seed and 160 rounds of that race in two devices did not bring back; the daemons
+    # beta lost where alpha's rename onto its name arrived, no conflict copy), which 25 replays
+    # of its seed and 230 rounds of that race on two devices did not bring back; the daemons
     # log at debug level here since, so that the next one says what each device decided.
     # Strict on both remotes.
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))

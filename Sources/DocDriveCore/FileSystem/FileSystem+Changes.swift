@@ -31,7 +31,6 @@ extension DriveFileSystem {
         return storeLocation(fd: fd, root: root)
     }
 
-    /// The store path of an open or O_PATH descriptor whose content lives in `root`.
     /// `Uploader.settleFill`, with a sentence in the log when the file's content cannot be
     /// written to the disk (the writable open or truncate then fails with EIO).
     func settleFill(_ uploader: Uploader, root: BackingRoot, fd: Int32) -> Bool {
@@ -43,6 +42,7 @@ extension DriveFileSystem {
         return false
     }
 
+    /// The store path of an open or O_PATH descriptor whose content lives in `root`.
     func storePath(fd: Int32, root: BackingRoot) -> StorePath? {
         guard case .at(let p) = storeLocation(fd: fd, root: root) else { return nil }
         return p

@@ -773,52 +773,55 @@ def test_a_file_filled_before_a_crash_opens_offline_when_its_content_survived(ne
     a.sync()
     proxy = FaultProxy(weed_server.port)
     proxy.failing = False
-    fronted = copy.copy(shared)
-    fronted.store_args = lambda: ["--s3", proxy.endpoint, "--bucket", weed_server.bucket, "--prefix", shared.prefix, "--path-style"]
-    b = Device(new_drive(), fronted, "beta")
-    # Nothing is written out by itself during the test, and each file is filled by its own open.
-    b.d.extra_env["DOCDRIVE_FILL_COMMIT_QUIET"] = "600"
-    config = (b.d.home / "config.yaml").read_text()
-    (b.d.home / "config.yaml").write_text(config.replace("    content: on-demand\n", "    content: on-demand\n    readahead: off\n"))
-    b.mount()
-    b.sync()
-    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().encode()
-    kept, lost = "Reports/r0.txt", "Reports/r1.txt"
-    for rel in (kept, lost):
-        assert (b.dir / rel).read_bytes() == files[rel]
-        assert mark(b.cache / rel).startswith(b"\0filled " + boot + b" "), mark(b.cache / rel)
-    # The machine crashes: the daemon is gone with both fills waiting, and after the reboot
-    # their marks name another boot; the content of one did not reach the disk (a hole).
-    pid = b.d.pid
-    os.kill(pid, 9)
-    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
-    b.d.teardown()
-    for rel in (kept, lost):
-        version = mark(b.cache / rel).split(b" ", 2)[2]
-        os.setxattr(b.cache / rel, "user.docdrive.placeholder", b"\0filled 00000000-1111-2222-3333-444444444444 " + version)
-    st = os.stat(b.cache / lost)
-    with open(b.cache / lost, "r+b") as f:
-        f.truncate(0)
-        f.truncate(len(files[lost]))
-    os.utime(b.cache / lost, ns=(st.st_atime_ns, st.st_mtime_ns))
-    # Offline: the remote answers nothing.
-    proxy.failing = lambda method, path: True
-    before = len(downloads(b))
-    b.mount()
-    assert os.getxattr(b.dir / kept, "user.docdrive.status") == b"placeholder"
-    assert (b.dir / kept).read_bytes() == files[kept]
-    assert mark(b.cache / kept) is None
-    assert os.getxattr(b.dir / kept, "user.docdrive.status") == b"synced"
-    assert f"store shared: {kept} was downloaded before a restart and is whole: kept, not downloaded again" in b.d.log_path.read_text()
-    with pytest.raises(OSError) as e:
-        (b.dir / lost).read_bytes()
-    assert e.value.errno == errno.EIO, e.value
-    # Online again: the lost one downloads, with the right bytes.
-    proxy.failing = False
-    assert wait_until(lambda: safe_read(b.dir / lost) == files[lost], 60, 0.5), safe_read(b.dir / lost)
-    assert downloads(b)[before:] == [lost], downloads(b)[before:]
-    b.sync()
-    assert mark(b.cache / lost) is None
+    try:
+        fronted = copy.copy(shared)
+        fronted.store_args = lambda: ["--s3", proxy.endpoint, "--bucket", weed_server.bucket, "--prefix", shared.prefix, "--path-style"]
+        b = Device(new_drive(), fronted, "beta")
+        # Nothing is written out by itself during the test, and each file is filled by its own open.
+        b.d.extra_env["DOCDRIVE_FILL_COMMIT_QUIET"] = "600"
+        config = (b.d.home / "config.yaml").read_text()
+        (b.d.home / "config.yaml").write_text(config.replace("    content: on-demand\n", "    content: on-demand\n    readahead: off\n"))
+        b.mount()
+        b.sync()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().encode()
+        kept, lost = "Reports/r0.txt", "Reports/r1.txt"
+        for rel in (kept, lost):
+            assert (b.dir / rel).read_bytes() == files[rel]
+            assert mark(b.cache / rel).startswith(b"\0filled " + boot + b" "), mark(b.cache / rel)
+        # The machine crashes: the daemon is gone with both fills waiting, and after the reboot
+        # their marks name another boot; the content of one did not reach the disk (a hole).
+        pid = b.d.pid
+        os.kill(pid, 9)
+        assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+        b.d.teardown()
+        for rel in (kept, lost):
+            version = mark(b.cache / rel).split(b" ", 2)[2]
+            os.setxattr(b.cache / rel, "user.docdrive.placeholder", b"\0filled 00000000-1111-2222-3333-444444444444 " + version)
+        st = os.stat(b.cache / lost)
+        with open(b.cache / lost, "r+b") as f:
+            f.truncate(0)
+            f.truncate(len(files[lost]))
+        os.utime(b.cache / lost, ns=(st.st_atime_ns, st.st_mtime_ns))
+        # Offline: the remote answers nothing.
+        proxy.failing = lambda method, path: True
+        before = len(downloads(b))
+        b.mount()
+        assert os.getxattr(b.dir / kept, "user.docdrive.status") == b"placeholder"
+        assert (b.dir / kept).read_bytes() == files[kept]
+        assert mark(b.cache / kept) is None
+        assert os.getxattr(b.dir / kept, "user.docdrive.status") == b"synced"
+        assert f"store shared: {kept} was downloaded before a restart and is whole: kept, not downloaded again" in b.d.log_path.read_text()
+        with pytest.raises(OSError) as e:
+            (b.dir / lost).read_bytes()
+        assert e.value.errno == errno.EIO, e.value
+        # Online again: the lost one downloads, with the right bytes.
+        proxy.failing = False
+        assert wait_until(lambda: safe_read(b.dir / lost) == files[lost], 60, 0.5), safe_read(b.dir / lost)
+        assert downloads(b)[before:] == [lost], downloads(b)[before:]
+        b.sync()
+        assert mark(b.cache / lost) is None
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.timeout(120)

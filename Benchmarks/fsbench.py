@@ -228,6 +228,7 @@ ROWS = [
     ("rand_cold", "4 KiB random read, {rand} file, cold", "IOPS", "up"),
     ("rand_warm", "4 KiB random read, {rand} file, warm", "IOPS", "up"),
     ("meta_create", "create {meta} empty files", "files/s", "up"),
+    ("meta_create_cpu", "daemon CPU per created file (utime+stime over the create step)", "µs", "down"),
     ("meta_stat", "stat {meta} files (dentries+inodes dropped)", "files/s", "up"),
     ("meta_stat_warm", "stat {meta} files again, 2 s later (warm)", "files/s", "up"),
     ("meta_readdir", "readdir {meta} files (ls -f \\| wc -l)", "files/s", "up"),

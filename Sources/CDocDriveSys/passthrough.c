@@ -3,6 +3,7 @@
 // the installed <linux/fuse.h> may predate passthrough (protocol 7.40).
 #define _GNU_SOURCE
 #include "docdrive_passthrough.h"
+#include "docdrive_requests.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -38,7 +39,9 @@ static void put32(char *p, uint32_t v) { memcpy(p, &v, 4); }
 
 ssize_t dd_fuse_io_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
+    dd_fuse_worker_reading();
     ssize_t n = read(fd, buf, len);
+    dd_fuse_worker_read(buf, n);
     const char *p = buf;
     /* fuse_init_in after the header: major, minor, max_readahead, flags, flags2. */
     if (n >= IN_HEADER_SIZE + 20 && get32(p + 4) == FUSE_INIT_OPCODE) {

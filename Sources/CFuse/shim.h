@@ -28,9 +28,10 @@ static inline int cfuse_session_loop_mt(struct fuse_session *se, unsigned int ma
 }
 
 /* Bitfields of fuse_file_info. */
-static inline void cfuse_fi_set_open_flags(struct fuse_file_info *fi, int direct_io, int keep_cache) {
+static inline void cfuse_fi_set_open_flags(struct fuse_file_info *fi, int direct_io, int keep_cache, int noflush) {
     fi->direct_io = direct_io ? 1 : 0;
     fi->keep_cache = keep_cache ? 1 : 0;
+    fi->noflush = noflush ? 1 : 0;
 }
 
 /* For a folder: the kernel may cache its listing (cache_readdir), and may keep what it has

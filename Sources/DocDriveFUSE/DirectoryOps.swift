@@ -7,10 +7,12 @@ import Glibc
 #endif
 
 func opOpendir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-    let fs = context(req).fs
+    let ctx = context(req)
+    let fs = ctx.fs
     do throws(Errno) {
         let d = try fs.opendir(ino)
         fi!.pointee.fh = handleValue(d)
+        ctx.releases.opened(ino, by: caller(req).pid, handle: fi!.pointee.fh)
         // The kernel's cache of the listing, and whether what it holds is still true (the core
         // decides: FileSystem+Directories).
         cfuse_fi_set_dir_flags(fi, d.cacheListing ? 1 : 0, d.keepListing ? 1 : 0)
@@ -68,7 +70,9 @@ func opReaddirplus(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ off: of
 }
 
 func opReleasedir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-    let fs = context(req).fs
+    let ctx = context(req)
+    let fs = ctx.fs
+    if let fi { ctx.releases.released(handle: fi.pointee.fh) }
     if let d = directoryStream(fi) {
         fs.releasedir(d)
         Unmanaged.passUnretained(d).release()

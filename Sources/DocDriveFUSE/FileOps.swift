@@ -13,7 +13,7 @@ private func fillOpen(_ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile)
     // Never FOPEN_DIRECT_IO, even for O_DIRECT: the kernel already sends an O_DIRECT file's
     // reads and writes straight to us (its direct_IO path), and direct_io on the handle would
     // refuse mmap of that file (ENODEV), which a native filesystem allows.
-    cfuse_fi_set_open_flags(fi, 0, f.keepCache ? 1 : 0)
+    cfuse_fi_set_open_flags(fi, 0, f.keepCache ? 1 : 0, f.noFlush ? 1 : 0)
 }
 
 /// Sends the reply to an OPEN or CREATE (`send`), passed through to the backing file when the
@@ -95,7 +95,10 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
     let ctx = context(req)
     let fs = ctx.fs
     do throws(Errno) {
-        let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: caller(req))
+        // Without FLUSH at its closes when the release barrier works (FileSystem+Releases):
+        // one request fewer per created file.
+        let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: caller(req),
+                                   noFlush: ctx.releases.available.load(ordering: .relaxed))
         fillOpen(fi!, f)
         if f.writable { ctx.activity?.writerOpened() }
         var p = entryParam(e, fs)

@@ -21,10 +21,14 @@ public final class FuseContext: Sendable {
     let session = Mutex<SessionState>(SessionState())
     /// Told of every request and of files opened for writing (nil: nothing is uploaded).
     let activity: MountActivity?
+    /// Waits for the RELEASEs the kernel has queued (created files are opened without FLUSH
+    /// when it can).
+    let releases: QueuedReleases
 
-    init(fs: DriveFileSystem, logger: Logger, passthrough: Bool, kernelChecksPermissions: Bool,
+    init(fs: DriveFileSystem, logger: Logger, mountpoint: String, passthrough: Bool, kernelChecksPermissions: Bool,
          onReady: @escaping @Sendable (Bool) -> Void) {
         self.fs = fs
+        self.releases = QueuedReleases(mountpoint: mountpoint, logger: logger)
         self.logger = logger
         self.onReady = onReady
         self.passthrough = Passthrough(wanted: passthrough, logger: logger)

@@ -27,7 +27,7 @@ public final class FuseSession: Sendable {
         self.mountpoint = mountpoint
         self.mountOptions = options
         self.logger = logger
-        self.context = FuseContext(fs: fs, logger: logger,
+        self.context = FuseContext(fs: fs, logger: logger, mountpoint: mountpoint,
                                    passthrough: passthrough && geteuid() == 0 && !fs.options.writebackCache,
                                    kernelChecksPermissions: options.split(separator: ",").contains("default_permissions"),
                                    onReady: onReady)
@@ -55,14 +55,16 @@ public final class FuseSession: Sendable {
         if fuse_session_mount(se, mountpoint) != 0 {
             throw DriveError(.mount, "Cannot mount on \(mountpoint): the kernel refused (is /dev/fuse available and fuse3 installed? the daemon log has libfuse's reason).")
         }
-        if context.passthrough.wanted {
-            // Requests and replies pass through our I/O functions, which add passthrough to the
-            // replies libfuse 3.14 cannot express (see docdrive_passthrough.h).
-            var io = fuse_custom_io(writev: dd_fuse_io_writev, read: dd_fuse_io_read,
-                                    splice_receive: nil, splice_send: dd_fuse_io_splice_send)
-            if fuse_session_custom_io(se, &io, fuse_session_fd(se)) != 0 {
-                logger.warning("libfuse refused the custom I/O; file I/O goes through the drive")
-            }
+        // Requests and replies pass through our I/O functions, which add passthrough to the
+        // replies libfuse 3.14 cannot express (see docdrive_passthrough.h) and record which
+        // request each worker holds (for the release barrier, docdrive_requests.h).
+        var io = fuse_custom_io(writev: dd_fuse_io_writev, read: dd_fuse_io_read,
+                                splice_receive: nil, splice_send: dd_fuse_io_splice_send)
+        if fuse_session_custom_io(se, &io, fuse_session_fd(se)) == 0 {
+            context.releases.available.store(true, ordering: .relaxed)
+            context.fs.setReleaseBarrier(ReleaseBarrier { [releases = context.releases] in releases.wait() })
+        } else {
+            logger.warning("libfuse refused the custom I/O; file I/O goes through the drive and every close is flushed")
         }
         context.passthrough.setDevice(fuse_session_fd(se))
         context.session.withLock { $0.pointer = SessionPointer(se) }
@@ -75,6 +77,8 @@ public final class FuseSession: Sendable {
         if !kept { logger.warning("inotify is not available: the kernel keeps entries and attributes for a second only") }
         logger.info("mounted at \(mountpoint) with -o \(mountOptions)")
         let rc = cfuse_session_loop_mt(se, 4, maxThreads)
+        context.releases.available.store(false, ordering: .relaxed)
+        context.fs.setReleaseBarrier(nil)
         context.fs.stopKernelCache()
         context.session.withLock { $0.pointer = SessionPointer(nil) }
         fuse_session_unmount(se)
@@ -87,6 +91,7 @@ public final class FuseSession: Sendable {
     /// Asks the session to end (from a signal): unmounting makes the kernel close the connection,
     /// which ends the loop once the last request is answered.
     public func requestExit() {
+        context.releases.available.store(false, ordering: .relaxed)  // no request would answer it
         context.session.withLock { s in
             guard let se = s.pointer.pointer else { return }
             fuse_session_exit(se)

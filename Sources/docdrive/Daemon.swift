@@ -67,7 +67,7 @@ struct Daemon {
         defer { queryEngine.stop() }
         let queries = QueryService(engine: queryEngine, mountpoint: mountpoint)
         let control = try ControlServer(home: home, logger: logger) { request, connection in
-            Self.answer(request, on: connection, documents: documents, queries: queries, uploader: uploader)
+            Self.answer(request, on: connection, fs: fs, documents: documents, queries: queries, uploader: uploader)
         }
         control.start()
         // File managers' emblems: the desktop status socket, where a runtime folder exists.
@@ -111,7 +111,7 @@ struct Daemon {
     }
 
     /// Answers one request of the control socket (on the connection's own thread).
-    static func answer(_ request: ControlRequest, on connection: ControlConnection, documents: DocumentService,
+    static func answer(_ request: ControlRequest, on connection: ControlConnection, fs: DriveFileSystem, documents: DocumentService,
                        queries: QueryService, uploader: Uploader) {
         switch request {
         case .open(let r):
@@ -138,6 +138,9 @@ struct Daemon {
             connection.answer { ReferencesAnswer(references: documents.references()) }
         case .syncPoll(let r):
             connection.answer { () -> SyncPollAnswer in
+                // A file closed before the sync whose release the kernel still has queued is
+                // a save too (FileSystem+Releases).
+                fs.awaitQueuedReleases()
                 let stores = uploader.pollAndWait(timeout: r.timeout ?? 120)
                 DriveFileSystem.waitForKernelNotices()  // what arrived shows when sync returns
                 return SyncPollAnswer(stores: stores)

@@ -347,6 +347,53 @@ sys.stdin.readline()
         p.wait(timeout=20)
 
 
+@pytest.mark.timeout(90)
+def test_a_lock_taken_through_the_creating_descriptor_goes_at_its_close(t):
+    """A descriptor that created its file gets no FLUSH at close (one request fewer per new
+    file): the release, which the kernel sends after close has returned, drops the locks taken
+    through it, and a lock request that meets them first waits for that release. So the lock is
+    free, through the mount and on the backing file, as soon as close returns."""
+    script = r"""
+import fcntl, os, sys
+for i in range(int(sys.argv[2])):
+    a = os.open(f"{sys.argv[1]}.{i}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(a, b"new")
+    fcntl.lockf(a, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    sys.stdin.readline()
+    os.close(a)
+    print("closed", flush=True)
+    sys.stdin.readline()
+"""
+    rounds = 20
+    p = subprocess.Popen([sys.executable, "-c", script, str(t.mnt / "created"), str(rounds)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for i in range(rounds):
+            f = t.mnt / f"created.{i}"
+            assert p.stdout.readline().strip() == "locked"
+            assert lockf_nb(f) in BUSY, f"round {i}: the creator's lock does not hold"
+            p.stdin.write("\n")
+            p.stdin.flush()
+            assert p.stdout.readline().strip() == "closed"
+            if i % 2:
+                fd = os.open(f, os.O_RDONLY)
+                try:
+                    held = getlk(fd)
+                finally:
+                    os.close(fd)
+                assert held[0] == fcntl.F_UNLCK, f"round {i}: F_GETLK right after the creator's close reports {held}"
+            assert lockf_nb(f) is None, f"round {i}: the lock taken through the creating descriptor outlived its close"
+            assert lockf_nb(t.backing / f.name) is None, f"round {i}: the backing file is still locked after the close"
+            assert f.read_bytes() == b"new"
+            p.stdin.write("\n")
+            p.stdin.flush()
+    finally:
+        p.stdin.close()
+        p.wait(timeout=20)
+    assert p.returncode == 0
+
+
 @pytest.mark.timeout(60)
 def test_sigkill_of_a_holder_releases_its_locks(t):
     files = {k: new_file(t.mnt / k) for k in ("lockf", "ofd", "flock")}

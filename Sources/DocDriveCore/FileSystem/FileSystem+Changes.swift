@@ -117,6 +117,7 @@ extension DriveFileSystem {
             return uploader.status(root: root.key, path: path)
         }
         guard let uploader, let root = n.root, uploader.uploads(root.key) else { return nil }
+        awaitReleases(of: n)
         switch storeLocation(n) {
         case .at(let path) where !path.isEmpty:
             let status = uploader.status(root: root.key, path: path)

@@ -10,6 +10,13 @@ extension DriveFileSystem {
     /// Locks taken through the mount are answered from the table, with the holder's pid; a
     /// lock of another program on the backing file from the backing file itself.
     public func getLock(_ id: UInt64, owner: UInt64, _ lock: RecordLock) throws(Errno) -> RecordLock {
+        let held = try conflictingLock(id, owner: owner, lock)
+        // The holder may have closed its file a moment ago, its release still queued.
+        guard held.type != dd_F_UNLCK, releasesMayDropLocks, awaitQueuedReleases() else { return held }
+        return try conflictingLock(id, owner: owner, lock)
+    }
+
+    private func conflictingLock(_ id: UInt64, owner: UInt64, _ lock: RecordLock) throws(Errno) -> RecordLock {
         let n = try lockable(id)
         let key = LockTable.OwnerKey(file: fileKey(n), owner: owner)
         enum Answer { case known(RecordLock), asked(RecordLock), failed(Int32), needProbe }
@@ -51,7 +58,7 @@ extension DriveFileSystem {
         var spare: Int32 = -1
         defer { if spare >= 0 { Sys.close(spare) } }
         let via = file.map(ObjectIdentifier.init)
-        try poll(wait: wait, isInterrupted: isInterrupted) { () throws(Errno) -> Bool in
+        func attempt() throws(Errno) -> Bool {
             while true {
                 switch locks.tryLock(key, lock, via: via, spare: &spare) {
                 case .granted: return true
@@ -61,6 +68,14 @@ extension DriveFileSystem {
                 }
             }
         }
+        // Without waiting: a conflict with a holder whose release is still queued is looked at
+        // again once that release is handled (a waiting request polls anyway).
+        if wait {
+            try poll(wait: true, isInterrupted: isInterrupted, attempt)
+        } else if try !attempt() {
+            guard releasesMayDropLocks, awaitQueuedReleases(), try attempt() else { throw .resourceTemporarilyUnavailable }
+        }
+        if let file { tookLock(through: file, owner: owner) }
     }
 
     /// flock(2) on an open file: its own backing descriptor is its own open file description,

@@ -68,9 +68,18 @@ public final class OpenFile: Sendable {
     let writesBypass = Atomic<Bool>(false)
     /// The file's version when it was opened, then when last checked. Lock: leaf.
     let seenVersion: Mutex<FileVersion?>
+    /// The kernel sends no FLUSH at its closes (FOPEN_NOFLUSH): what a close notes, the last
+    /// close's RELEASE notes, and the POSIX locks taken through it go then too. Only a file that
+    /// CREATE has just made is opened so (`create(noFlush:)`): nobody else has it open through
+    /// the mount, so no lock on it can be another descriptor's.
+    public let noFlush: Bool
+    /// The lock owners that took POSIX locks through this file (a `noFlush` file only): they
+    /// lose their locks on it at its release, as at a close. Lock: leaf.
+    let lockOwners = Mutex<[UInt64]>([])
 
     init(fd: Int32, inode: Inode, flags: Int32, version: FileVersion?, directIO: Bool, keepCache: Bool,
-         contentRoot: BackingRoot? = nil) {
+         contentRoot: BackingRoot? = nil, noFlush: Bool = false) {
+        self.noFlush = noFlush
         self.fd = fd
         self.inode = inode
         self.contentRoot = contentRoot ?? inode.root
@@ -124,8 +133,8 @@ public struct FileSystemOptions: Sendable {
 ///    close of its owners' backing descriptors (never a waiting call), so that the backing
 ///    file's locks and the table change together.
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
-///    `Coordinator.held`, `grantSet`, `appViews`, `invalidation`, `Namespace.layout/roots`,
-///    `OpenFile.seenVersion`, `Inode.versions`, an `OpenFiles` shard (a sync worker holds
+///    `Coordinator.held`, `grantSet`, `appViews`, `invalidation`, `releaseBarrier`,
+///    `Namespace.layout/roots`, `OpenFile.seenVersion`, `OpenFile.lockOwners`, `Inode.versions`, an `OpenFiles` shard (a sync worker holds
 ///    it across one rename or unlink in the local copy, `unlessOpenForWriting`), the uploader's `stores` copies (one at a time), `noted`,
 ///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
 ///    on a request thread by an open of a placeholder, which only queues its download, and by
@@ -192,6 +201,11 @@ public final class DriveFileSystem: Sendable {
     /// items every call ran through hundreds of thousands of thunks (60 % of the daemon's CPU),
     /// and the daemon died. A struct's field keeps its concrete form: nothing is rewritten.
     let invalidation = Mutex<KernelInvalidation?>(nil)
+    /// Waits for the RELEASEs the kernel has queued and the daemon has not handled yet (set by
+    /// the adapter when it can; FileSystem+Releases). Lock: leaf, never held across the wait.
+    let releaseBarrier = Mutex<ReleaseBarrier?>(nil)
+    /// How many `noFlush` files hold POSIX locks taken through them (FileSystem+Releases).
+    let noFlushLockHolders = Atomic<Int>(0)
     /// Folder paths for the notes of removals (see FolderPathCache).
     let folderPaths = FolderPathCache()
     /// The advisory locks processes hold through the mount (see FileSystem+Locks).
@@ -614,7 +628,11 @@ public final class DriveFileSystem: Sendable {
         return try lookupBacking(parent: p, name: newName)
     }
 
-    public func create(parent: UInt64, name: UnsafePointer<CChar>, mode: mode_t, flags: Int32, caller: Caller) throws(Errno) -> (NodeEntry, OpenFile) {
+    /// Creates and opens a file. `noFlush`: the kernel will send no FLUSH for this open (the
+    /// adapter asks for it when it can wait for queued releases, `setReleaseBarrier`); taken
+    /// only for a file this call made, not for an existing one or a save through a reference.
+    public func create(parent: UInt64, name: UnsafePointer<CChar>, mode: mode_t, flags: Int32, caller: Caller,
+                       noFlush: Bool = false) throws(Errno) -> (NodeEntry, OpenFile) {
         let p = try writableParent(parent)
         try checkName(name)
         let (f, direct) = backingOpenFlags(flags)
@@ -651,7 +669,8 @@ public final class DriveFileSystem: Sendable {
             if case .file(let ino) = former { reclaiming = ino }
             let e = try created(parent: p, name: name, caller, kind: .file, mode: mode, reclaiming: reclaiming)
             e.inode.cachedVersion.withLock { $0 = FileVersion(e.attr) }
-            let f = OpenFile(fd: fd, inode: e.inode, flags: flags, version: FileVersion(e.attr), directIO: direct, keepCache: false)
+            let f = OpenFile(fd: fd, inode: e.inode, flags: flags, version: FileVersion(e.attr), directIO: direct, keepCache: false,
+                             noFlush: noFlush)
             f.dirty.store(true, ordering: .relaxed)  // a new file, even empty, is a save
             return (e, f)
         } catch {
@@ -899,12 +918,14 @@ public final class DriveFileSystem: Sendable {
 
     public func release(_ file: OpenFile) {
         releaseLocks(file)
+        if file.noFlush { dropLocksTakenThrough(file) }
         if file.writesBypass.load(ordering: .relaxed), file.mappableShared { file.inode.mappableOpens.subtract(1, ordering: .relaxed) }
         // A passthrough file left nothing to note when it was only read, or only written (the
         // last close's flush looked at its version, and without read access it cannot be
         // mapped, so nothing can have written it since); the FUSE page cache was never used.
+        // A file without flushes has had no such look: its release is its close.
         if file.writesBypass.load(ordering: .relaxed), !file.writable || !file.readable,
-           !file.dirty.load(ordering: .relaxed) {
+           !file.dirty.load(ordering: .relaxed), !file.noFlush {
             Sys.close(file.fd)
             return
         }

@@ -1,0 +1,133 @@
+// The release barrier's record of what each libfuse worker holds: see docdrive_requests.h.
+#define _GNU_SOURCE
+#include "docdrive_requests.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FUSE_RELEASE_OPCODE 18
+#define IN_HEADER_SIZE 40   /* struct fuse_in_header: len, opcode, unique, ... */
+#define MAX_WORKERS 256     /* libfuse's limit is 64 (FuseSession.run) */
+
+enum { READING = 1, HOLDING = 2 };
+
+/* One per worker thread. `gen` moves when the worker starts a read; opcode and unique are
+   those of the request it read in that generation, valid once state is HOLDING. */
+struct worker {
+    atomic_int tid;   /* 0: free */
+    atomic_ulong gen;
+    atomic_int state;
+    atomic_uint opcode;
+    atomic_ullong unique;
+};
+
+static struct worker workers[MAX_WORKERS];
+static atomic_int untracked = 0;
+static __thread struct worker *me = NULL;
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+static void free_slot(void *p) {
+    struct worker *w = p;
+    atomic_store(&w->state, HOLDING);
+    atomic_store(&w->opcode, 0);
+    atomic_store(&w->tid, 0);
+}
+
+static void make_key(void) { pthread_key_create(&exit_key, free_slot); }
+
+static struct worker *slot(void) {
+    if (me) return me;
+    pthread_once(&key_once, make_key);
+    int tid = (int)gettid();
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&workers[i].tid, &expected, tid)) {
+            me = &workers[i];
+            pthread_setspecific(exit_key, me);
+            return me;
+        }
+    }
+    atomic_store(&untracked, 1);
+    return NULL;
+}
+
+void dd_fuse_worker_reading(void) {
+    struct worker *w = slot();
+    if (!w) return;
+    atomic_fetch_add(&w->gen, 1);
+    atomic_store(&w->state, READING);
+}
+
+void dd_fuse_worker_read(const void *buf, ssize_t n) {
+    struct worker *w = me;
+    if (!w) return;
+    uint32_t opcode = 0;
+    uint64_t unique = 0;
+    if (n >= IN_HEADER_SIZE) {
+        memcpy(&opcode, (const char *)buf + 4, 4);
+        memcpy(&unique, (const char *)buf + 8, 8);
+    }
+    atomic_store(&w->opcode, opcode);
+    atomic_store(&w->unique, unique);
+    atomic_store(&w->state, HOLDING);
+}
+
+/* The scheduler state of thread `tid` of this process ('S' sleeping, 'R' running, ...), or 0. */
+static char thread_state(int tid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');  /* the name may hold spaces and parentheses */
+    return p && p[1] == ' ' ? p[2] : 0;
+}
+
+static long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+/* Whether worker `w` may still hold a RELEASE queued before `before`: it holds one (until it
+   starts its next read), or it is in its read but not asleep there (it may have taken a request
+   from the kernel and not yet recorded it). A worker asleep in its read has taken nothing. */
+static int may_hold_earlier_release(struct worker *w, uint64_t before) {
+    int tid = atomic_load(&w->tid);
+    if (tid == 0) return 0;
+    unsigned long g1 = atomic_load(&w->gen);
+    int state = atomic_load(&w->state);
+    unsigned op = atomic_load(&w->opcode);
+    uint64_t unique = atomic_load(&w->unique);
+    if (atomic_load(&w->gen) != g1) return 1;  /* moving: look again */
+    if (state == HOLDING) return op == FUSE_RELEASE_OPCODE && unique < before;
+    if (thread_state(tid) != 'S') return 1;
+    return atomic_load(&w->gen) != g1 || atomic_load(&w->state) != READING;
+}
+
+int dd_fuse_await_earlier_releases(int timeout_ms) {
+    struct worker *self = me;
+    if (!self || atomic_load(&untracked)) return -2;
+    uint64_t before = atomic_load(&self->unique);
+    long deadline = now_ms() + timeout_ms;
+    for (int i = 0; i < MAX_WORKERS; i++) {
+        struct worker *w = &workers[i];
+        if (w == self) continue;
+        while (may_hold_earlier_release(w, before)) {
+            if (now_ms() > deadline) return -1;
+            usleep(50);
+        }
+    }
+    return 0;
+}
+
+int dd_gettid(void) { return (int)gettid(); }

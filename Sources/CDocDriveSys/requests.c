@@ -100,7 +100,8 @@ static long now_ms(void) {
 
 /* Whether worker `w` may still hold a RELEASE queued before `before`: it holds one (until it
    starts its next read), or it is in its read but not asleep there (it may have taken a request
-   from the kernel and not yet recorded it). A worker asleep in its read has taken nothing. */
+   from the kernel and not yet recorded it). A worker asleep in its read has taken nothing.
+   -1: cannot tell (its state in /proc cannot be read). */
 static int may_hold_earlier_release(struct worker *w, uint64_t before) {
     int tid = atomic_load(&w->tid);
     if (tid == 0) return 0;
@@ -110,7 +111,9 @@ static int may_hold_earlier_release(struct worker *w, uint64_t before) {
     uint64_t unique = atomic_load(&w->unique);
     if (atomic_load(&w->gen) != g1) return 1;  /* moving: look again */
     if (state == HOLDING) return op == FUSE_RELEASE_OPCODE && unique < before;
-    if (thread_state(tid) != 'S') return 1;
+    char s = thread_state(tid);
+    if (s == 0) return atomic_load(&w->tid) == tid ? -1 : 0;  /* or the thread has just ended */
+    if (s != 'S') return 1;
     return atomic_load(&w->gen) != g1 || atomic_load(&w->state) != READING;
 }
 
@@ -122,7 +125,9 @@ int dd_fuse_await_earlier_releases(int timeout_ms) {
     for (int i = 0; i < MAX_WORKERS; i++) {
         struct worker *w = &workers[i];
         if (w == self) continue;
-        while (may_hold_earlier_release(w, before)) {
+        int held;
+        while ((held = may_hold_earlier_release(w, before)) != 0) {
+            if (held < 0) return -2;
             if (now_ms() > deadline) return -1;
             usleep(50);
         }

@@ -34,8 +34,9 @@ private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, _ mark: dd_fuse_repl
     return rc == 0
 }
 
-/// The open file is done with (released by the kernel, or never handed to it).
-private func closeOpenFile(_ ctx: FuseContext, _ f: OpenFile) {
+/// The open file is done with (released by the kernel, or never handed to it, or left
+/// unreleased when the session ended: `UnreleasedFiles`).
+func closeOpenFile(_ ctx: FuseContext, _ f: OpenFile) {
     ctx.fs.release(f)
     if f.writable { ctx.activity?.writerReleased() }
     Unmanaged.passUnretained(f).release()
@@ -101,11 +102,13 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
                                    noFlush: ctx.releases.available.load(ordering: .relaxed))
         fillOpen(fi!, f)
         if f.writable { ctx.activity?.writerOpened() }
+        if f.noFlush { ctx.unreleased.add(fi!.pointee.fh) }
         var p = entryParam(e, fs)
         if !replyOpened(ctx, f, DD_REPLY_CREATE_PASSTHROUGH, {
             p.attr_timeout = fs.attributeTimeout(e.inode)  // as it is once passed through
             return fuse_reply_create(req, &p, fi)
         }) {
+            if f.noFlush { ctx.unreleased.remove(fi!.pointee.fh) }
             fs.forget(e.inode.nodeID, 1)
             closeOpenFile(ctx, f)
         }
@@ -148,6 +151,7 @@ func opFlush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<f
 func opRelease(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
     let ctx = context(req)
     if let f = openFile(fi) {
+        if f.noFlush { ctx.unreleased.remove(fi!.pointee.fh) }
         ctx.passthrough.released(f)
         // flock_release: the file held a flock; release() drops the open file's locks anyway
         // (and closing its backing descriptor drops the flock itself).

@@ -24,6 +24,8 @@ public final class FuseContext: Sendable {
     /// Waits for the RELEASEs the kernel has queued (created files are opened without FLUSH
     /// when it can).
     let releases: QueuedReleases
+    /// Created files the kernel has not released yet (released by the session at its end).
+    let unreleased = UnreleasedFiles()
 
     init(fs: DriveFileSystem, logger: Logger, mountpoint: String, passthrough: Bool, kernelChecksPermissions: Bool,
          onReady: @escaping @Sendable (Bool) -> Void) {

@@ -79,6 +79,14 @@ public final class FuseSession: Sendable {
         let rc = cfuse_session_loop_mt(se, 4, maxThreads)
         context.releases.available.store(false, ordering: .relaxed)
         context.fs.setReleaseBarrier(nil)
+        // Releases the kernel dropped with the connection (an abort ends the requests it still
+        // holds; an unmount lets them through first, and cannot end a connection whose files are
+        // still open, so such a file was closed, or its process has lost it with the abort).
+        let dropped = context.unreleased.drain()
+        for h in dropped {
+            closeOpenFile(context, Unmanaged<OpenFile>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(h))!).takeUnretainedValue())
+        }
+        if !dropped.isEmpty { logger.info("released \(dropped.count) created file(s) whose release the kernel dropped with the connection; their saves are noted") }
         context.fs.stopKernelCache()
         context.session.withLock { $0.pointer = SessionPointer(nil) }
         fuse_session_unmount(se)

@@ -68,7 +68,10 @@ final class QueuedReleases: Sendable {
                 return false
             }
             let outcome = state.withLock { $0?.outcome ?? -1 }
-            if outcome == -2 { logger.warning("too many request threads to tell which releases are being handled") }
+            if outcome == -2, available.exchange(false, ordering: .relaxed) {
+                // Created files are flushed at their closes again, as other files are.
+                logger.warning("cannot tell which releases are being handled (too many request threads, or /proc/self/task unreadable): created files get a FLUSH at close from now on")
+            }
             return outcome == 0
         }
     }
@@ -93,5 +96,36 @@ final class QueuedReleases: Sendable {
             b!.outcome = outcome
             b!.done.signal()
         }
+    }
+}
+
+/// The files opened without FLUSH (created ones) that the kernel has not released yet, by
+/// handle. A RELEASE still queued in the kernel when the connection ends (an unmount in the
+/// instant after the last close) is dropped with it: once the session has ended, the files
+/// left here are released by the daemon itself, so their saves are noted and uploaded in the
+/// unmount's grace time rather than at the next mount.
+///
+/// Lock: each shard is a leaf.
+final class UnreleasedFiles: Sendable {
+    private final class Shard: Sendable {
+        let handles = Mutex<Set<UInt64>>([])
+    }
+    private let shards = (0..<16).map { _ in Shard() }
+
+    @inline(__always)
+    private func shard(_ handle: UInt64) -> Shard { shards[Int((handle >> 4) & 15)] }
+
+    /// Before the open reply is sent (its RELEASE may come at once after it).
+    func add(_ handle: UInt64) {
+        _ = shard(handle).handles.withLock { $0.insert(handle) }
+    }
+
+    func remove(_ handle: UInt64) {
+        _ = shard(handle).handles.withLock { $0.remove(handle) }
+    }
+
+    /// Every handle left, and none from now on.
+    func drain() -> [UInt64] {
+        shards.flatMap { s in s.handles.withLock { set in defer { set = [] }; return Array(set) } }
     }
 }

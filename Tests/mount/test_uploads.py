@@ -753,6 +753,77 @@ def test_unmount_uploads_pending_files_first(new_drive):
     assert u.uploads()["pending"] == 0, u.uploads()
 
 
+FUSECTL = Path("/sys/fs/fuse/connections")
+
+
+def stop_daemon(pid):
+    """SIGSTOP, and wait until every thread has stopped (the signal reaches them a moment later,
+    and a worker still running would take a request the test means to leave in the kernel)."""
+    def stopped():
+        for t in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                s = (t / "stat").read_text()
+            except FileNotFoundError:
+                continue
+            if s[s.rindex(")") + 2] not in "Tt":
+                return False
+        return True
+    os.kill(pid, signal.SIGSTOP)
+    assert wait_until(stopped, 10), f"daemon {pid} did not stop"
+
+
+@pytest.mark.timeout(120)
+def test_a_file_closed_in_the_instant_before_an_unmount_is_uploaded(new_drive):
+    """A created file's close sends no FLUSH: its save is noted at its RELEASE, which the kernel
+    queues after close has returned. Here the daemon is stopped while the file is closed and the
+    mount unmounted, and the kernel drops that RELEASE with the connection: the daemon releases
+    the file itself once its session ends, so the save is uploaded in the unmount's grace time."""
+    u = up_drive(new_drive, writeback=0.2)
+    data = b"closed in the instant before the unmount\n"
+    fd = os.open(u.dir / "last.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, data)
+    pid = u.d.pid
+    stop_daemon(pid)
+    try:
+        os.close(fd)  # returns without the daemon: no FLUSH for a created file
+        p = run(["fusermount3", "-u", str(u.d.mnt)], check=False, timeout=30)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert p.returncode == 0, f"fusermount3 -u with the daemon stopped: {p.stderr}"
+    assert wait_until(lambda: not pid_alive(pid), 60), "the daemon did not end after the unmount"
+    assert tree(u.remote) == {"last.txt": data}, \
+        f"the file closed before the unmount is not on the remote: {sorted(tree(u.remote))}\n{u.d.log_tail()}"
+    assert "whose release the kernel dropped" in u.d.log_tail(80), u.d.log_tail(80)
+
+
+@pytest.mark.timeout(120)
+def test_a_created_file_whose_release_an_abort_dropped_is_still_uploaded(new_drive):
+    """An aborted connection drops the requests the kernel still holds, a created file's RELEASE
+    among them (its close sent no FLUSH). The daemon keeps such files' handles and releases them
+    itself when its session ends, so the save is noted and uploaded in the grace time."""
+    if not any(FUSECTL.iterdir()) and os.geteuid() == 0:
+        run(["mount", "-t", "fusectl", "fusectl", str(FUSECTL)], check=False)
+    u = up_drive(new_drive, writeback=0.2)
+    abort = FUSECTL / str(os.stat(u.d.mnt).st_dev) / "abort"
+    assert abort.exists(), f"{abort} is missing: the fuse control filesystem is not mounted (and cannot be)"
+    data = b"closed, then the connection was aborted\n"
+    fd = os.open(u.dir / "aborted.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, data)
+    pid = u.d.pid
+    stop_daemon(pid)
+    try:
+        os.close(fd)
+        abort.write_text("1")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert wait_until(lambda: not pid_alive(pid), 60), "the daemon did not end after the abort"
+    # libfuse leaves an aborted connection's mount in place ("Transport endpoint is not connected").
+    run(["fusermount3", "-uz", str(u.d.mnt)], check=False, timeout=30)
+    assert tree(u.remote) == {"aborted.txt": data}, \
+        f"the file whose release the abort dropped is not on the remote: {sorted(tree(u.remote))}\n{u.d.log_tail()}"
+    assert "whose release the kernel dropped" in u.d.log_tail(80), u.d.log_tail(80)
+
+
 @pytest.mark.timeout(120)
 def test_unmount_keeps_what_it_cannot_upload_and_next_mount_resumes(new_drive):
     u = up_drive(new_drive, writeback=0.2, mount=False).mount("--upload-grace", "3")

@@ -21,7 +21,8 @@ void dd_fuse_worker_read(const void *buf, ssize_t n);
 
 /* On the worker handling a request: waits until no other worker handles a RELEASE that the
    kernel queued before the calling worker's request (at most `timeout_ms`).
-   0: none left; -1: timed out; -2: the workers are not tracked (too many threads). */
+   0: none left; -1: timed out; -2: cannot tell (too many threads to track, or a worker's
+   state in /proc/self/task cannot be read). */
 int dd_fuse_await_earlier_releases(int timeout_ms);
 
 /* The calling thread's id (gettid). */

@@ -772,6 +772,28 @@ def stop_daemon(pid):
     assert wait_until(stopped, 10), f"daemon {pid} did not stop"
 
 
+def close_with_the_daemon_stopped(u, name, data, end_connection):
+    """Creates `name` holding `data`, stops the daemon (every thread), closes the file, which
+    sends nothing for a created file, and runs `end_connection`; then lets the daemon go on and
+    waits until it has ended (after its grace time's uploads)."""
+    fd = os.open(u.dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.write(fd, data)
+    pid = u.d.pid
+    stop_daemon(pid)
+    try:
+        os.close(fd)
+        end_connection()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert wait_until(lambda: not pid_alive(pid), 60), "the daemon did not end after its connection did"
+
+
+def assert_dropped_release_uploaded(u, name, data):
+    assert tree(u.remote) == {name: data}, \
+        f"the file closed before the connection ended is not on the remote: {sorted(tree(u.remote))}\n{u.d.log_tail()}"
+    assert "whose release the kernel dropped" in u.d.log_tail(80), u.d.log_tail(80)
+
+
 @pytest.mark.timeout(120)
 def test_a_file_closed_in_the_instant_before_an_unmount_is_uploaded(new_drive):
     """A created file's close sends no FLUSH: its save is noted at its RELEASE, which the kernel
@@ -780,20 +802,12 @@ def test_a_file_closed_in_the_instant_before_an_unmount_is_uploaded(new_drive):
     the file itself once its session ends, so the save is uploaded in the unmount's grace time."""
     u = up_drive(new_drive, writeback=0.2)
     data = b"closed in the instant before the unmount\n"
-    fd = os.open(u.dir / "last.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    os.write(fd, data)
-    pid = u.d.pid
-    stop_daemon(pid)
-    try:
-        os.close(fd)  # returns without the daemon: no FLUSH for a created file
+
+    def unmount():
         p = run(["fusermount3", "-u", str(u.d.mnt)], check=False, timeout=30)
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    assert p.returncode == 0, f"fusermount3 -u with the daemon stopped: {p.stderr}"
-    assert wait_until(lambda: not pid_alive(pid), 60), "the daemon did not end after the unmount"
-    assert tree(u.remote) == {"last.txt": data}, \
-        f"the file closed before the unmount is not on the remote: {sorted(tree(u.remote))}\n{u.d.log_tail()}"
-    assert "whose release the kernel dropped" in u.d.log_tail(80), u.d.log_tail(80)
+        assert p.returncode == 0, f"fusermount3 -u with the daemon stopped: {p.stderr}"
+    close_with_the_daemon_stopped(u, "last.txt", data, unmount)
+    assert_dropped_release_uploaded(u, "last.txt", data)
 
 
 @pytest.mark.timeout(120)
@@ -807,21 +821,10 @@ def test_a_created_file_whose_release_an_abort_dropped_is_still_uploaded(new_dri
     abort = FUSECTL / str(os.stat(u.d.mnt).st_dev) / "abort"
     assert abort.exists(), f"{abort} is missing: the fuse control filesystem is not mounted (and cannot be)"
     data = b"closed, then the connection was aborted\n"
-    fd = os.open(u.dir / "aborted.txt", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    os.write(fd, data)
-    pid = u.d.pid
-    stop_daemon(pid)
-    try:
-        os.close(fd)
-        abort.write_text("1")
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    assert wait_until(lambda: not pid_alive(pid), 60), "the daemon did not end after the abort"
+    close_with_the_daemon_stopped(u, "aborted.txt", data, lambda: abort.write_text("1"))
     # libfuse leaves an aborted connection's mount in place ("Transport endpoint is not connected").
     run(["fusermount3", "-uz", str(u.d.mnt)], check=False, timeout=30)
-    assert tree(u.remote) == {"aborted.txt": data}, \
-        f"the file whose release the abort dropped is not on the remote: {sorted(tree(u.remote))}\n{u.d.log_tail()}"
-    assert "whose release the kernel dropped" in u.d.log_tail(80), u.d.log_tail(80)
+    assert_dropped_release_uploaded(u, "aborted.txt", data)
 
 
 @pytest.mark.timeout(120)

@@ -163,6 +163,11 @@ public struct FileSystemOptions: Sendable {
 ///    three-device test hung a mount with a worker waiting in fuse_reverse_inval_entry.)
 ///    The kernel cache's watch thread (FileSystem+KernelCache) sends entry and inode
 ///    invalidations holding no lock, and no request waits for that thread.
+///    `QueuedReleases.serial` (one release barrier at a time, FileSystem+Releases) is held
+///    across the barrier's open and close of the mount's root and its wait, and only
+///    `QueuedReleases.state` (a leaf) is taken under it; no lock of the core is held when a
+///    barrier starts (a request thread starts one for a lock conflict or a status attribute,
+///    and waits for other workers, never for itself). `UnreleasedFiles`' shards are leaves.
 ///
 /// 8. The change feed (ChangeFeed) runs its subscribers on the operation's thread after the
 ///    operation's system calls, with no lock of the core held; each subscriber takes leaves

@@ -12,7 +12,7 @@ func opOpendir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer
     do throws(Errno) {
         let d = try fs.opendir(ino)
         fi!.pointee.fh = handleValue(d)
-        ctx.releases.opened(ino, by: caller(req).pid, handle: fi!.pointee.fh)
+        if ino == 1 { ctx.releases.opened(ino, by: caller(req).pid, handle: fi!.pointee.fh) }  // FUSE_ROOT_ID
         // The kernel's cache of the listing, and whether what it holds is still true (the core
         // decides: FileSystem+Directories).
         cfuse_fi_set_dir_flags(fi, d.cacheListing ? 1 : 0, d.keepListing ? 1 : 0)

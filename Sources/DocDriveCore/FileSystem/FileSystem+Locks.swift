@@ -75,7 +75,7 @@ extension DriveFileSystem {
         } else if try !attempt() {
             guard releasesMayDropLocks, awaitQueuedReleases(), try attempt() else { throw .resourceTemporarilyUnavailable }
         }
-        if let file { tookLock(through: file, owner: owner) }
+        if let file { tookLock(through: file) }
     }
 
     /// flock(2) on an open file: its own backing descriptor is its own open file description,

@@ -38,28 +38,16 @@ extension DriveFileSystem {
         awaitQueuedReleases()
     }
 
-    /// `owner` took a POSIX lock through `file`: a `noFlush` file's release drops it (its
-    /// close sent no FLUSH to drop it then).
-    func tookLock(through file: OpenFile, owner: UInt64) {
-        guard file.noFlush else { return }
-        let first = file.lockOwners.withLock { owners -> Bool in
-            guard !owners.contains(owner) else { return false }
-            owners.append(owner)
-            return owners.count == 1
-        }
-        if first { noFlushLockHolders.add(1, ordering: .relaxed) }
+    /// A POSIX lock was taken through `file`: while a `noFlush` file holds some, a conflict may
+    /// be one its queued release is about to end (its release drops them: `releaseLocks`).
+    func tookLock(through file: OpenFile) {
+        guard file.noFlush, !file.tookLocks.exchange(true, ordering: .relaxed) else { return }
+        noFlushLockHolders.add(1, ordering: .relaxed)
     }
 
-    /// The release of a `noFlush` file: the owners that locked through it lose their locks on
-    /// the file, as they would have at the close.
-    func dropLocksTakenThrough(_ file: OpenFile) {
-        let owners = file.lockOwners.withLock { o -> [UInt64] in
-            defer { o = [] }
-            return o
-        }
-        guard !owners.isEmpty else { return }
-        for owner in owners { dropLocks(file, owner: owner) }
-        noFlushLockHolders.subtract(1, ordering: .relaxed)
+    /// The release of a `noFlush` file (its locks went with `releaseLocks`).
+    func releasedWithoutFlush(_ file: OpenFile) {
+        if file.tookLocks.load(ordering: .relaxed) { noFlushLockHolders.subtract(1, ordering: .relaxed) }
     }
 
     /// A lock request met a conflict: may a queued release be about to end it?

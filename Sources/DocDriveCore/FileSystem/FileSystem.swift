@@ -69,13 +69,13 @@ public final class OpenFile: Sendable {
     /// The file's version when it was opened, then when last checked. Lock: leaf.
     let seenVersion: Mutex<FileVersion?>
     /// The kernel sends no FLUSH at its closes (FOPEN_NOFLUSH): what a close notes, the last
-    /// close's RELEASE notes, and the POSIX locks taken through it go then too. Only a file that
-    /// CREATE has just made is opened so (`create(noFlush:)`): nobody else has it open through
-    /// the mount, so no lock on it can be another descriptor's.
+    /// close's RELEASE notes, and the POSIX locks last taken through it go then too (the lock
+    /// table drops an owner's locks with the open file its last request came through). Only a
+    /// file that CREATE has just made is opened so (`create(noFlush:)`): nobody else has it open
+    /// through the mount, so no lock on it can be another descriptor's.
     public let noFlush: Bool
-    /// The lock owners that took POSIX locks through this file (a `noFlush` file only): they
-    /// lose their locks on it at its release, as at a close. Lock: leaf.
-    let lockOwners = Mutex<[UInt64]>([])
+    /// A POSIX lock was taken through this `noFlush` file (counted in `noFlushLockHolders`).
+    let tookLocks = Atomic<Bool>(false)
 
     init(fd: Int32, inode: Inode, flags: Int32, version: FileVersion?, directIO: Bool, keepCache: Bool,
          contentRoot: BackingRoot? = nil, noFlush: Bool = false) {
@@ -134,7 +134,7 @@ public struct FileSystemOptions: Sendable {
 ///    file's locks and the table change together.
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
 ///    `Coordinator.held`, `grantSet`, `appViews`, `invalidation`, `releaseBarrier`,
-///    `Namespace.layout/roots`, `OpenFile.seenVersion`, `OpenFile.lockOwners`, `Inode.versions`, an `OpenFiles` shard (a sync worker holds
+///    `Namespace.layout/roots`, `OpenFile.seenVersion`, `Inode.versions`, an `OpenFiles` shard (a sync worker holds
 ///    it across one rename or unlink in the local copy, `unlessOpenForWriting`), the uploader's `stores` copies (one at a time), `noted`,
 ///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
 ///    on a request thread by an open of a placeholder, which only queues its download, and by
@@ -923,7 +923,7 @@ public final class DriveFileSystem: Sendable {
 
     public func release(_ file: OpenFile) {
         releaseLocks(file)
-        if file.noFlush { dropLocksTakenThrough(file) }
+        if file.noFlush { releasedWithoutFlush(file) }
         if file.writesBypass.load(ordering: .relaxed), file.mappableShared { file.inode.mappableOpens.subtract(1, ordering: .relaxed) }
         // A passthrough file left nothing to note when it was only read, or only written (the
         // last close's flush looked at its version, and without read access it cannot be

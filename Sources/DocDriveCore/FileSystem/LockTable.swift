@@ -154,7 +154,8 @@ public final class LockTable: Sendable {
     }
 
     /// Drops what an open file held when it goes away: its OFD locks (owned by the open file)
-    /// and its flock. A process's POSIX locks were already dropped by the flush of its close.
+    /// and its flock. A process's POSIX locks were already dropped by the flush of its close;
+    /// those last taken through a file without flushes (`OpenFile.noFlush`) go here.
     func dropOpenFile(_ file: FileKey, _ id: ObjectIdentifier) {
         let fds: [Int32] = shard(file).state.withLock { s in
             var fds = [Int32]()

@@ -67,13 +67,15 @@ final class S3KeysTests: XCTestCase {
     }
 
     func testMetadataTravelsAsHeaders() {
-        let meta = RemoteMeta(itemID: "item-1", deviceID: "dev-9", deviceName: "Zoë's laptop", mtimeNanoseconds: 1_700_000_000_123_456_789, mode: 0o644)
+        let meta = RemoteMeta(itemID: "item-1", deviceID: "dev-9", deviceName: "Zoë's laptop", mtimeNanoseconds: 1_700_000_000_123_456_789, mode: 0o644,
+                              origin: "12:1700000000.123456789:77 0123456789abcdef")
         let headers = S3Meta.headers(meta, link: true, upload: "tok")
         XCTAssertTrue(headers.allSatisfy { $0.1.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F } }, "\(headers)")
         let dict = Dictionary(headers, uniquingKeysWith: { a, _ in a })
         XCTAssertEqual(dict["x-amz-meta-docdrive-device-name"], "Zo%C3%AB's laptop")
         XCTAssertEqual(dict["x-amz-meta-docdrive-mode"], "644")
         XCTAssertEqual(dict["x-amz-meta-mtime"], "1700000000.123456789")
+        XCTAssertEqual(dict["x-amz-meta-docdrive-origin"], "12:1700000000.123456789:77 0123456789abcdef")
         // Servers give the names back in other cases.
         let back = S3Meta.meta(headers.map { ($0.0.uppercased(), $0.1) })
         XCTAssertEqual(back.meta, meta)

@@ -32,15 +32,22 @@ final class SyncDevice: @unchecked Sendable {
     /// What happens (once) right before this device's first decision of a path: another
     /// device's change at that moment.
     let beforeDeciding = PathActions()
+    /// Paths whose next upload this device stops after (as a crash would): the remote holds
+    /// it, the base does not say so. `stoppedAfterUpload`: those it stopped after.
+    let stopAfterUpload = PathSet()
+    let stoppedAfterUpload = PathSet()
 
-    init(_ base: String, name: String, remote: RemoteConfig) throws {
+    /// `restarting`: the drive home `name` is there already (a device started again).
+    init(_ base: String, name: String, remote: RemoteConfig, restarting: Bool = false) throws {
         home = DriveHome(path: base + "/" + name)
         let store = StoreConfig(name: "shared", displayName: "Shared", remote: remote, writebackDelay: 0.05, poll: 3600)
         rootKey = store.rootKey
         let config = DriveConfig(stores: [store])
-        try home.initialize(with: config)
-        try home.saveDevice(DeviceIdentity.make(name: name))
-        try FileManager.default.createDirectory(atPath: home.cachePath("shared"), withIntermediateDirectories: true)
+        if !restarting {
+            try home.initialize(with: config)
+            try home.saveDevice(DeviceIdentity.make(name: name))
+            try FileManager.default.createDirectory(atPath: home.cachePath("shared"), withIntermediateDirectories: true)
+        }
         index = try ItemIndex(path: home.indexPath)
         index.startWriter()
         var logger = Logger(label: "sync-\(name)")
@@ -66,6 +73,11 @@ final class SyncDevice: @unchecked Sendable {
         let open = hooks.isOpenForWriting
         hooks.hasUnsyncedWrites = { st in open(UInt64(st.st_dev), UInt64(st.st_ino)) }
         hooks.willDecide = { [beforeDeciding] path in beforeDeciding.actions.withLock { $0.removeValue(forKey: path) }?() }
+        hooks.uploaded = { [stopAfterUpload, stoppedAfterUpload] path throws(DriveError) in
+            guard stopAfterUpload.paths.withLock({ $0.remove(path) }) != nil else { return }
+            stoppedAfterUpload.paths.withLock { _ = $0.insert(path) }
+            throw DriveError(.io, "the test stops the device after the upload of \(path)")
+        }
         uploader.setSyncHooks(hooks)
         uploader.start()
     }
@@ -477,6 +489,37 @@ final class SyncEngineTests: XCTestCase {
                 XCTAssertEqual(try d.id("f.txt"), id, kind)
                 XCTAssertEqual(try d.id("g.txt"), other, kind)
             }
+        }
+    }
+
+    func testAnUploadWhoseRecordACrashCutOffIsTakenForThisDevicesOwnAfterTheRestart() throws {
+        for (kind, remote) in try remotes() {
+            // Given two files on two devices
+            var (a, b) = try two(remote, kind, files: ["gone.txt": "v1", "saved.txt": "v1"])
+            // When the first device's uploads of two saves and a new file reach the remote and
+            // it stops (a crash) before it records them
+            let paths: Set = ["gone.txt", "saved.txt", "new.txt"]
+            a.stopAfterUpload.paths.withLock { $0 = paths }
+            a.write("gone.txt", "v2")
+            a.write("saved.txt", "v2")
+            a.write("new.txt", "new")
+            let deadline = Date().addingTimeInterval(20)
+            while a.stoppedAfterUpload.paths.withLock({ $0 }) != paths && Date() < deadline { usleep(2_000) }
+            a.stop()
+            XCTAssertEqual(a.stoppedAfterUpload.paths.withLock { $0 }, paths, "\(kind): the uploads reached the remote")
+            devices.removeAll { $0 === a }
+            // after the user had deleted one of them and the new file, and saved the other again
+            XCTAssertEqual(unlink(a.cache + "/gone.txt"), 0)
+            XCTAssertEqual(unlink(a.cache + "/new.txt"), 0)
+            let fd = open(a.cache + "/saved.txt", O_WRONLY | O_TRUNC)
+            XCTAssertEqual(Foundation.write(fd, "v3", 2), 2)
+            close(fd)
+            // Then, started again, it takes the remote's versions for its own: the deletes and
+            // the save go up, nothing comes back, and no conflict copy is made
+            a = try SyncDevice(base, name: "alpha-\(kind)", remote: remote, restarting: true)
+            devices.append(a)
+            settleAll(a, b)
+            for d in [a, b] { XCTAssertEqual(d.tree(), ["saved.txt": "v3"], kind) }
         }
     }
 }

@@ -13,14 +13,20 @@ public struct RemoteMeta: Equatable, Sendable, Codable {
     /// Modification time in nanoseconds since 1970, and permission bits, as the writer had them.
     public var mtimeNanoseconds: Int64?
     public var mode: UInt32?
+    /// Where a file's version comes from: the writing device's local version of it (size,
+    /// mtime and inode there) and the path it was written to (StoreSync.origin). With
+    /// `deviceID` it lets that device know the version for its own after a stop between the
+    /// remote write and its record (StoreSync.ownUnrecorded).
+    public var origin: String?
 
     public init(itemID: String? = nil, deviceID: String? = nil, deviceName: String? = nil,
-                mtimeNanoseconds: Int64? = nil, mode: UInt32? = nil) {
+                mtimeNanoseconds: Int64? = nil, mode: UInt32? = nil, origin: String? = nil) {
         self.itemID = itemID
         self.deviceID = deviceID
         self.deviceName = deviceName
         self.mtimeNanoseconds = mtimeNanoseconds
         self.mode = mode
+        self.origin = origin
     }
 }
 

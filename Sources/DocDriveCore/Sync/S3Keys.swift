@@ -148,6 +148,7 @@ public enum S3Meta {
     static let mode = "docdrive-mode"
     static let link = "docdrive-link"
     static let upload = "docdrive-upload"
+    static let origin = "docdrive-origin"
     static let rcloneMtime = "mtime"
 
     /// The headers to send with a write.
@@ -162,6 +163,7 @@ public enum S3Meta {
             h.append((header + rcloneMtime, "\(v / 1_000_000_000).\(String(repeating: "0", count: 9 - frac.count))\(frac)"))
         }
         if let v = meta.mode { h.append((header + mode, String(v, radix: 8))) }
+        if let v = meta.origin { h.append((header + origin, percentEncoded(v))) }
         if link { h.append((header + self.link, "1")) }
         if let upload { h.append((header + self.upload, upload)) }
         return h
@@ -182,6 +184,7 @@ public enum S3Meta {
             case deviceName: m.deviceName = value.removingPercentEncoding ?? value
             case mtime: m.mtimeNanoseconds = Int64(value)
             case mode: m.mode = UInt32(value, radix: 8)
+            case origin: m.origin = value.removingPercentEncoding ?? value
             case self.link: link = value == "1"
             case self.upload: upload = value
             case rcloneMtime:

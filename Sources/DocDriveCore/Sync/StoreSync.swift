@@ -31,6 +31,9 @@ public struct SyncHooks: Sendable {
     /// A worker is about to decide the store path (as text), its lock held: the drive does
     /// nothing here; a test does what another device does at that moment.
     public var willDecide: @Sendable (String) -> Void = { _ in }
+    /// An upload of the store path (as text) is on the remote and its base not written yet: the
+    /// drive does nothing here; a test stops the device at this moment (by throwing).
+    public var uploaded: @Sendable (String) throws(DriveError) -> Void = { _ in }
     /// A file of another device arrived in the store `root` at `path` as the item `id`: as a
     /// placeholder, or `downloaded` (its picture comes from the remote, RemotePictures).
     public var arrived: @Sendable (_ root: String, _ path: StorePath, _ id: String, _ downloaded: Bool) -> Void = { _, _, _, _ in }
@@ -531,6 +534,14 @@ final class StoreSync: Sendable {
         var base = try bases.base(root: key, path: path)
         let newID = try newHereID(path, local, base, firstTry: firstTry)
         var remoteItem = newID != nil ? nil : try remote.item(at: path)
+        // This device's own upload, made before a stop that came before its record: the base
+        // takes it, and what changed here since (a delete, a new save) is decided against it.
+        if let r = remoteItem, let made = Self.ownUnrecorded(r, base: base, device: device.id) {
+            let b = BaseRow(path: path, id: r.meta.itemID ?? base?.id, kind: .file, localToken: made, remoteToken: r.version)
+            try bases.put(root: key, b)
+            base = b
+            logger.info("store \(name): \(path): the remote holds this device's upload of it from before a stop; recorded as seen")
+        }
 
         // Renamed here: the local item is an item the remote has (or had) under another path.
         if newID == nil, let l = local, let outcome = try renamedHere(path, l, base: &base, remoteItem: &remoteItem) { return outcome }
@@ -743,6 +754,7 @@ final class StoreSync: Sendable {
             var m = meta(id: id)
             m.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
             m.mode = UInt32(st.st_mode & 0o7777)
+            m.origin = Self.origin(FolderRemote.version(st), at: l.path)
             let r: RemoteItem
             do {
                 r = try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
@@ -761,6 +773,7 @@ final class StoreSync: Sendable {
                 throw DriveError(.io, "\(error)")
             }
             progressDone(l.path)
+            try hooks().uploaded(l.path.description)
             // Changed while it went up (a remote that streams without checking, S3): the remote
             // holds what was read; this device has seen that version and sends the file again.
             var after = stat()
@@ -770,6 +783,35 @@ final class StoreSync: Sendable {
             }
             try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
         }
+    }
+
+    /// `RemoteMeta.origin` of an upload of the local version `token` to `path`: the token, a
+    /// space, and 16 hex digits of the path's SHA-256 (S3 keeps 2 KB of metadata per object;
+    /// a path may be longer).
+    static func origin(_ token: String, at path: StorePath) -> String {
+        token + " " + FolderRemote.hex(SHA256.hash(data: path.bytes)).prefix(16)
+    }
+
+    /// The local version that the remote file `r` was uploaded from, when this device wrote it
+    /// at this path and its base does not say so: the device stopped (a crash, a full index
+    /// disk) between the remote write and the base's write. That version is one this device
+    /// has seen, not another device's change: a delete or a save made here since goes over
+    /// it, and nothing comes back. Not when the file was moved or copied here (another device's
+    /// move keeps the metadata, the path it was written to says so), nor when its size or time
+    /// is not the uploaded one (a program that is not DocDrive editing a remote folder's file
+    /// in place keeps its metadata, not its time).
+    static func ownUnrecorded(_ r: RemoteItem, base: BaseRow?, device: String) -> String? {
+        guard r.kind == .file, r.meta.deviceID == device, let o = r.meta.origin,
+              r.version != base?.remoteToken else { return nil }
+        let halves = o.split(separator: " ")
+        guard halves.count == 2, o == origin(String(halves[0]), at: r.path) else { return nil }
+        // "size:seconds.nanoseconds:inode" (FolderRemote.version)
+        let parts = halves[0].split(separator: ":")
+        guard parts.count == 3, Int64(parts[0]) == r.size else { return nil }
+        let time = parts[1].split(separator: ".")
+        guard time.count == 2, let sec = Int64(time[0]), let nsec = Int64(time[1]),
+              r.meta.mtimeNanoseconds == sec * 1_000_000_000 + nsec else { return nil }
+        return String(halves[0])
     }
 
     /// Queues every path this device has a base for under the folder `path`.
@@ -1266,8 +1308,10 @@ final class StoreSync: Sendable {
         if content == .onDemand {
             let new = items.indices.compactMap { k -> RemoteItem? in
                 let i = items[k]
+                // (This device's own upload that a stop kept from its record is decided instead.)
                 guard (i.kind == .folder || i.kind == .file && i.size > 0) && !known[k]
-                        && !(i.meta.itemID.map { knownIDs.contains($0) } ?? false) else { return nil }
+                        && !(i.meta.itemID.map { knownIDs.contains($0) } ?? false)
+                        && Self.ownUnrecorded(i, base: nil, device: device.id) == nil else { return nil }
                 return i
             }
             if !new.isEmpty { changed.subtract(placeNewPlaceholders(new)) }

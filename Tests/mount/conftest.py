@@ -70,7 +70,7 @@ def base_dir():
 @pytest.fixture(scope="session")
 def drive(base_dir):
     d = Drive(base_dir / "shared").create()
-    (base_dir / "native").mkdir()
+    (base_dir / "native").mkdir(exist_ok=True)  # a module with its own drive may have made it
     try:
         d.mount()
     except AssertionError as e:

@@ -1,7 +1,9 @@
 """Ownership and permissions with a root-run daemon mounted -o allow_other: what another user
 creates is theirs, the kernel's permission checks hold, setuid/setgid are cleared like on a
 native filesystem. Each scenario runs as uid 1000 (setpriv) in the mount and in a native folder."""
+import errno
 import os
+import struct
 
 import pytest
 
@@ -159,6 +161,36 @@ rec("content", lambda: open(b + "/w", "rb").read().decode())
     m = os.stat(t.mnt / "w")
     assert m.st_mode & 0o6000 == 0, oct(m.st_mode)
     assert os.stat(t.backing / "w").st_mode & 0o6000 == 0
+
+
+def test_a_write_removes_a_file_capability_as_natively(t):
+    """A write removes the file's capability (security.capability), root's too: the kernel asks
+    the drive whether the file has one before the first write. A file the drive has just created
+    is known to have none until one is set on it; one set through the mount is then seen."""
+    cap = struct.pack("<5I", 0x02000001, 1 << 10, 0, 0, 0)  # revision 2, effective, cap_net_bind_service
+    for base in (t.mnt, t.native):
+        p = base / "capped"
+        fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o755)
+        try:
+            os.write(fd, b"made")
+            os.setxattr(p, "security.capability", cap)
+            assert os.getxattr(p, "security.capability") == cap, base
+            os.write(fd, b" and written again")
+        finally:
+            os.close(fd)
+        with pytest.raises(OSError) as e:
+            os.getxattr(p, "security.capability")
+        assert e.value.errno == errno.ENODATA, base
+        os.setxattr(p, "security.capability", cap)
+        with open(p, "ab") as f:
+            f.write(b", appended")
+        with pytest.raises(OSError) as e:
+            os.getxattr(p, "security.capability")
+        assert e.value.errno == errno.ENODATA, base
+    with pytest.raises(OSError) as e:
+        os.getxattr(t.backing / "capped", "security.capability")
+    assert e.value.errno == errno.ENODATA
+    assert (t.mnt / "capped").read_bytes() == (t.native / "capped").read_bytes() == b"made and written again, appended"
 
 
 def test_owner_write_keeps_setuid_bits_root_write_too(t):

@@ -674,6 +674,9 @@ public final class DriveFileSystem: Sendable {
             if case .file(let ino) = former { reclaiming = ino }
             let e = try created(parent: p, name: name, caller, kind: .file, mode: mode, reclaiming: reclaiming)
             e.inode.cachedVersion.withLock { $0 = FileVersion(e.attr) }
+            // A file made just now has no file capability (none is inherited): the kernel's look
+            // for one before the first write is answered without a getxattr of the backing file.
+            e.inode.hasNoCapability.store(true, ordering: .relaxed)
             let f = OpenFile(fd: fd, inode: e.inode, flags: flags, version: FileVersion(e.attr), directIO: direct, keepCache: false,
                              noFlush: noFlush)
             f.dirty.store(true, ordering: .relaxed)  // a new file, even empty, is a save

@@ -495,7 +495,8 @@ final class SyncEngineTests: XCTestCase {
     func testAnUploadWhoseRecordACrashCutOffIsTakenForThisDevicesOwnAfterTheRestart() throws {
         for (kind, remote) in try remotes() {
             // Given two files on two devices
-            var (a, b) = try two(remote, kind, files: ["gone.txt": "v1", "saved.txt": "v1"])
+            let (first, b) = try two(remote, kind, files: ["gone.txt": "v1", "saved.txt": "v1"])
+            var a = first
             // When the first device's uploads of two saves and a new file reach the remote and
             // it stops (a crash) before it records them
             let paths: Set = ["gone.txt", "saved.txt", "new.txt"]

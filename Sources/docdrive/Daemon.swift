@@ -141,6 +141,7 @@ struct Daemon {
                 // A file closed before the sync whose release the kernel still has queued is
                 // a save too (FileSystem+Releases).
                 fs.awaitQueuedReleases()
+                if r.retryFailed == true { uploader.retryFailedNow() }
                 let stores = uploader.pollAndWait(timeout: r.timeout ?? 120)
                 DriveFileSystem.waitForKernelNotices()  // what arrived shows when sync returns
                 return SyncPollAnswer(stores: stores)

@@ -47,6 +47,7 @@ struct Sync: ParsableCommand {
             // queued), the queue drains, and again until a look finds nothing new.
             var offline = [String]()
             var answeredBefore = false
+            var retryFailed = false, retriedFailed = false
             rounds: for round in 0..<20 {
                 var sawWork = false
                 let left = timeout.map { max(0.5, $0 - Date().timeIntervalSince(start)) } ?? 120
@@ -58,9 +59,11 @@ struct Sync: ParsableCommand {
                 // and is gone now has stopped mid-sync. Any other failure (no answer, an
                 // unreadable one, a protocol mismatch) is the sync's.
                 switch Result(catching: { () throws(DriveError) in
-                    try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left), timeout: Int(left) + 10)
+                    try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left, retryFailed: retryFailed ? true : nil), timeout: Int(left) + 10)
                 }) {
-                case .success(let a): answer = a
+                case .success(let a):
+                    answer = a
+                    retryFailed = false
                 case .failure(let e) where e.code == .notMounted && !answeredBefore:
                     if round > 0 { break rounds }
                 case .failure(let e) where e.code == .notMounted:
@@ -96,8 +99,18 @@ struct Sync: ParsableCommand {
                     }
                     usleep(300_000)
                 }
-                if !sawWork && round > 0 { break }
                 if !offline.isEmpty { break }
+                if !sawWork && round > 0 {
+                    // Before failed files are reported, each goes once more now: its last try
+                    // may have failed just before its remote recovered (a remote failing only
+                    // some requests never looks down), and its back-off may not have ended yet.
+                    if !retriedFailed, (try queue.counts()[.failed] ?? 0) > 0 {
+                        retriedFailed = true
+                        retryFailed = true
+                        continue
+                    }
+                    break
+                }
             }
             if tty { warn("\r\u{1B}[K", newline: false) }
             // Files whose upload failed and stores that are offline are said together: a file's

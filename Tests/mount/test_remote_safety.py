@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -145,6 +146,39 @@ def test_a_failed_upload_of_a_file_deleted_since_is_dropped(new_drive):
                                f"{p.stderr.strip()}; uploads {u.uploads()}")
     assert u.uploads()["failed"] == 0, u.uploads()
     assert not (u.remote / "sub" / "a.txt").exists()
+
+
+@pytest.mark.timeout(120)
+def test_docdrive_sync_tries_a_failed_file_again_before_it_reports_it(new_drive):
+    # A remote that refuses one file but answers its reachability check (as an S3 server failing
+    # some requests does) is never seen down, so no "remote is back" retry comes: a file that
+    # used up its tries waits for its doubling delay. `docdrive sync` must not report it failed
+    # without a try of its own: the remote may have recovered during the delay.
+    u = up_drive(new_drive, writeback=0.2)
+    (u.remote / "sub").mkdir()
+    # The remote folder refuses new files (immutable: root too), its marker stays readable.
+    subprocess.run(["chattr", "+i", str(u.remote / "sub")], check=True)
+    try:
+        write(u.dir / "sub" / "a.txt", b"saved while the remote refused it\n")
+        # failed after its third try (delays 1 s, 2 s), then once more (4 s): the next try is 8 s away
+        tries = lambda: u.d.log_tail(400).count("sync of sub/a.txt with up failed")
+        assert wait_until(lambda: tries() >= 4, 40), (tries(), u.uploads(), u.d.log_tail())
+        assert u.uploads()["failed"] == 1, u.uploads()
+    finally:
+        subprocess.run(["chattr", "-i", str(u.remote / "sub")], check=True)
+    # when the remote takes it again, `docdrive sync` uploads it rather than reporting the failure
+    t0 = time.monotonic()
+    p = u.sync(5, check=0)
+    print(f"docdrive sync took {time.monotonic() - t0:.1f} s after {tries()} failed tries")
+    assert (u.remote / "sub" / "a.txt").read_bytes() == b"saved while the remote refused it\n"
+    assert u.uploads()["failed"] == 0, u.uploads()
+    assert xstatus(u.dir / "sub" / "a.txt") == "synced"
+    # a file that still fails is reported, after that one try
+    os.mkfifo(u.dir / "pipe")
+    assert wait_until(lambda: u.uploads()["failed"] == 1, 30), u.uploads()
+    p = u.sync(8)
+    assert p.returncode == 1 and "named pipe" in p.stderr, (p.returncode, p.stderr)
+    assert "1 failed file retried now" in u.d.log_tail(100), u.d.log_tail()
 
 
 # --------------------------------------------------------------------------- symlinks, folders, fifos

@@ -225,11 +225,16 @@ extension ControlRequest {
     }
 
     /// Look at every store's remote now; answered once that look is done (or after `timeout`
-    /// seconds, 0.5 to 120; 120 when nil).
+    /// seconds, 0.5 to 120; 120 when nil). With `retryFailed`, every file whose upload failed
+    /// goes again now, before its back-off ends.
     public struct SyncPoll: ControlCommand {
         public typealias Answer = SyncPollAnswer
         public var timeout: Double?
-        public init(timeout: Double? = nil) { self.timeout = timeout }
+        public var retryFailed: Bool?
+        public init(timeout: Double? = nil, retryFailed: Bool? = nil) {
+            self.timeout = timeout
+            self.retryFailed = retryFailed
+        }
         public var request: ControlRequest { .syncPoll(self) }
     }
 

@@ -153,6 +153,17 @@ public final class UploadQueue: Sendable {
         work.signal()
     }
 
+    /// Failed entries go again now (their back-off cut short); returns how many.
+    @discardableResult
+    public func makeFailedDue(now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {
+        let n = try write { db -> Int in
+            try db.execute(sql: "UPDATE upload SET due = ? WHERE state = 'failed' AND due > ?", arguments: [now, now])
+            return db.changesCount
+        }
+        work.signal()
+        return n
+    }
+
     /// What `docdrive sync` waits for: everything pending or uploading, and failed entries
     /// that are due for another try (their remote came back).
     public func waitingCount(now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {

@@ -689,6 +689,19 @@ public final class Uploader: Sendable {
         Dictionary(uniqueKeysWithValues: allStores().values.map { ($0.config.name, $0.sync.state.withLock { $0 }) })
     }
 
+    /// `docdrive sync`, before it reports failed files: each goes again now. A remote that
+    /// fails only some of the requests never looks down, so the retry when it comes back
+    /// (`retryWhereRemotesCameBack`) does not happen, and a file's last try may have failed
+    /// just before the remote recovered.
+    public func retryFailedNow() {
+        do {
+            let n = try queue.makeFailedDue()
+            if n > 0 { logger.info("\(n) failed file\(n == 1 ? "" : "s") retried now (docdrive sync)") }
+        } catch {
+            logger.error("\(error.message)")
+        }
+    }
+
     /// `docdrive sync`'s look at the remotes: every store polls now; answers once each poll is
     /// done, or after `timeout` seconds (0.5 to 120).
     public func pollAndWait(timeout: Double) -> [String: RemoteState] {

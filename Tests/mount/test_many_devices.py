@@ -780,7 +780,8 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     remote_tree = shared.tree()
     for d, t in zip(devs, trees):
         differing = {k for k, _ in set(t.items()) ^ set(remote_tree.items())}
-        assert t == remote_tree, f"seed {seed}: {d.name} differs from the remote at {sorted(differing)[:20]}\n" + explain(differing)
+        assert t == remote_tree, explain(differing) + f"\nseed {seed}: {d.name} differs from the remote at {sorted(differing)[:20]}"
+
     # Item ids: one item, one id, the same on every device as on the remote. Every file has
     # its id on the remote; a folder has where the server keeps a folder marker's metadata.
     for d, s_ in zip(devs, idsets):
@@ -791,8 +792,8 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     assert not missing, f"seed {seed}: files without an id on the remote: {missing[:10]}"
     for d, s_ in zip(devs, idsets):
         differing = {k for k, i in remote_ids.items() if s_.get(k) != i}
-        assert not differing, (f"seed {seed}: {d.name} has other item ids than the remote at {sorted(differing)[:20]}\n"
-                               + explain({k + "/" if k + "/" in remote_tree else k for k in differing}))
+        assert not differing, (explain({k + "/" if k + "/" in remote_tree else k for k in differing})
+                               + f"\nseed {seed}: {d.name} has other item ids than the remote at {sorted(differing)[:20]}")
     print(f"item ids: the {len(remote_ids)} the remote holds are the same on the three devices")
     final = trees[0]
     # Every version a device closed is the final content of a file, or was overwritten by a
@@ -808,8 +809,9 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
         lines = [f"{d.name}: {line[11:]}" for d in devs for line in d.d.log_path.read_text(errors="replace").splitlines()
                  if any(f" {st}.txt" in line or f" {st} (" in line or f"/{st}.txt" in line for st in stems)]
         where_now = {k: v[:40] for k, v in final.items() if any(os.path.basename(k).startswith(st) for st in stems)}
-        raise AssertionError(f"seed {seed}: {len(lost)} closed versions are lost: {lost[:10]}\nfinal: {where_now}\n"
-                             + "\n".join(lines[-150:]))
+        # The logs first, the finding last: CI shows the end of a long message.
+        raise AssertionError("\n".join(lines[-150:]) + f"\nseed {seed}: {len(lost)} closed versions are lost: "
+                             f"{lost[:10]}\nfinal: {where_now}\nreplay with DOCDRIVE_SYNC_SEED={seed}")
     winners = {v: k for k, v in final.items() if "(conflict from " not in k}
     # A conflict copy never holds a version that won at its own document. On S3 a move is a
     # copy and then a conditional delete, so a version renamed on one device while another

@@ -113,6 +113,12 @@ final class SyncDevice: @unchecked Sendable {
         for p in noted ?? [from, to] { note(p) }
     }
 
+    /// Makes the folder `path` (as the mount does: then the note for the uploader).
+    func mkdir(_ path: String) {
+        XCTAssertEqual(Foundation.mkdir(cache + "/" + path, 0o755), 0)
+        note(path)
+    }
+
     func note(_ path: String) {
         uploader.noteChanged(root: rootKey, path: path)
     }
@@ -292,6 +298,29 @@ final class SyncEngineTests: XCTestCase {
             for d in [a, b] {
                 XCTAssertEqual(d.tree(), ["moved.txt": "v2 from beta"], kind)
                 XCTAssertEqual(try d.id("moved.txt"), id, kind)
+            }
+        }
+    }
+
+    func testAFileThisDeviceUploadedMovedAwayAndBackByAnotherFollowsBothMoves() throws {
+        // (Seed 2368072074 of the three-device test on S3: the move back matched the path the
+        // upload's metadata names, and the file was taken for an upload a stop kept from its
+        // record: deleted on the remote, then here.)
+        for (kind, remote) in try remotes() {
+            // Given a file this device uploaded, on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When the other moves it into a folder, this one follows, and the other moves it back
+            b.mkdir("A")
+            b.rename("f.txt", "A/f.txt")
+            settleAll(b, a)
+            XCTAssertEqual(a.tree(), ["A/f.txt": "v1"], kind)
+            b.rename("A/f.txt", "f.txt")
+            settleAll(b, a)
+            // Then it is back at its first name on both, one item with its id, nothing deleted
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v1"], kind)
+                XCTAssertEqual(try d.id("f.txt"), id, kind)
             }
         }
     }

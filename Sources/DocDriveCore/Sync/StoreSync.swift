@@ -536,7 +536,11 @@ final class StoreSync: Sendable {
         var remoteItem = newID != nil ? nil : try remote.item(at: path)
         // This device's own upload, made before a stop that came before its record: the base
         // takes it, and what changed here since (a delete, a new save) is decided against it.
-        if let r = remoteItem, let made = Self.ownUnrecorded(r, base: base, device: device.id) {
+        // Not an item this device knows at another path: that is its upload moved away and
+        // back by another device (a move keeps the metadata, so the path it was written to
+        // matches again), which follows the move below.
+        if let r = remoteItem, let made = Self.ownUnrecorded(r, base: base, device: device.id),
+           try r.meta.itemID.flatMap({ id throws(DriveError) in try bases.base(root: key, id: id) }).map({ $0.path == path }) ?? true {
             let b = BaseRow(path: path, id: r.meta.itemID ?? base?.id, kind: .file, localToken: made, remoteToken: r.version)
             try bases.put(root: key, b)
             base = b

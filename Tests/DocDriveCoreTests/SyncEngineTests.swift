@@ -219,6 +219,13 @@ final class SyncEngineTests: XCTestCase {
         for _ in 0..<2 { for d in devs { d.settle() } }
     }
 
+    func testStatusTellsApartTwoDevicesOfOneName() {
+        let metas = [RemoteMeta(deviceID: "0fced1d3e4ee", deviceName: "vm"), RemoteMeta(deviceID: "a1b2c3d4e5f6", deviceName: "vm"),
+                     RemoteMeta(deviceID: "0fced1d3e4ee", deviceName: "vm"), RemoteMeta(deviceID: "77", deviceName: "laptop"),
+                     RemoteMeta(), RemoteMeta(deviceID: "77", deviceName: "laptop")]
+        XCTAssertEqual(RemoteState.deviceNames(metas), ["laptop", "vm (0fced1d3)", "vm (a1b2c3d4)"])
+    }
+
     func testAFileRenamedHereAndChangedThereIsRenamedAndChanged() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices

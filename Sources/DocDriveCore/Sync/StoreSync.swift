@@ -67,12 +67,25 @@ public struct RemoteState: Equatable, Sendable, Codable {
     public var lastPoll: Double?
     public var offlineSince: Double?
     public var offlineReason: String?
-    /// Names of the devices that wrote what the remote holds.
+    /// Names of the devices that wrote what the remote holds (`deviceNames`).
     public var devices: [String] = []
     /// Why the last download of a placeholder failed (cleared by the next that succeeds).
     public var downloadProblem: String? = nil
     /// Bytes of content kept on this device, as last counted (stores with a cache limit).
     public var cacheBytes: Int64? = nil
+
+    /// The names of the devices that wrote `metas`, sorted; two devices of one name (two
+    /// machines with one host name) are told apart by the start of their ids.
+    public static func deviceNames(_ metas: [RemoteMeta]) -> [String] {
+        var idsByName = [String: Set<String>]()
+        for m in metas {
+            guard let name = m.deviceName else { continue }
+            idsByName[name, default: []].insert(m.deviceID ?? "")
+        }
+        return idsByName.flatMap { name, ids in
+            ids.count == 1 ? [name] : ids.map { $0.isEmpty ? name : "\(name) (\($0.prefix(8)))" }
+        }.sorted()
+    }
 
     public init(lastPoll: Double? = nil, offlineSince: Double? = nil, offlineReason: String? = nil, devices: [String] = []) {
         (self.lastPoll, self.offlineSince, self.offlineReason, self.devices) = (lastPoll, offlineSince, offlineReason, devices)
@@ -1274,7 +1287,7 @@ final class StoreSync: Sendable {
             s.offlineSince = nil
             s.offlineReason = nil
             s.lastPoll = Date().timeIntervalSince1970
-            s.devices = Array(Set(items.compactMap(\.meta.deviceName))).sorted()
+            s.devices = RemoteState.deviceNames(items.map(\.meta))
             return was
         }
         if wasOffline {

@@ -38,9 +38,12 @@ final class SyncDevice: @unchecked Sendable {
     let stoppedAfterUpload = PathSet()
 
     /// `restarting`: the drive home `name` is there already (a device started again).
-    init(_ base: String, name: String, remote: RemoteConfig, restarting: Bool = false) throws {
+    /// `content`: the store's content mode (on demand, what is new on the remote is placed as
+    /// placeholders).
+    init(_ base: String, name: String, remote: RemoteConfig, restarting: Bool = false, content: StoreConfig.ContentMode = .allLocal) throws {
         home = DriveHome(path: base + "/" + name)
-        let store = StoreConfig(name: "shared", displayName: "Shared", remote: remote, writebackDelay: 0.05, poll: 3600)
+        var store = StoreConfig(name: "shared", displayName: "Shared", remote: remote, writebackDelay: 0.05, poll: 3600)
+        store.content = content
         rootKey = store.rootKey
         let config = DriveConfig(stores: [store])
         if !restarting {
@@ -557,6 +560,43 @@ final class SyncEngineTests: XCTestCase {
             devices.append(a)
             settleAll(a, b)
             for d in [a, b] { XCTAssertEqual(d.tree(), ["saved.txt": "v3"], kind) }
+        }
+    }
+
+    func testNewFilesDeletedOrRenamedAfterUploadsACrashCutOffStayThatWayOnDemand() throws {
+        for (kind, remote) in try remotes() {
+            // Given a device that keeps content on demand, on a store it knows an item of
+            var a = try SyncDevice(base, name: "alpha-\(kind)", remote: remote, content: .onDemand)
+            let b = try SyncDevice(base, name: "beta-\(kind)", remote: remote)
+            devices += [a, b]
+            a.write("known.txt", "v1")
+            settleAll(a, b)
+            XCTAssertEqual(b.read("known.txt"), "v1", kind)
+            // When the uploads of two new files reach the remote and the device stops (a crash)
+            // before it records them
+            let paths: Set = ["new.txt", "moved.txt"]
+            a.stopAfterUpload.paths.withLock { $0 = paths }
+            a.write("new.txt", "new")
+            a.write("moved.txt", "moved")
+            let deadline = Date().addingTimeInterval(20)
+            while a.stoppedAfterUpload.paths.withLock({ $0 }) != paths && Date() < deadline { usleep(2_000) }
+            // after the user had renamed one of them (the mount records it; the uploader has not
+            // heard of it yet)
+            a.rename("moved.txt", "renamed.txt", noted: [])
+            a.stop()
+            XCTAssertEqual(a.stoppedAfterUpload.paths.withLock { $0 }, paths, "\(kind): the uploads reached the remote")
+            devices.removeAll { $0 === a }
+            // and deleted the other
+            XCTAssertEqual(unlink(a.cache + "/new.txt"), 0)
+            // Then, started again (the remote's new items are placed before their metadata is
+            // read, on S3), it takes the remote's versions for its own: the delete and the rename
+            // go up, and neither old name comes back (not even as a placeholder)
+            a = try SyncDevice(base, name: "alpha-\(kind)", remote: remote, restarting: true, content: .onDemand)
+            devices.append(a)
+            a.note("renamed.txt")
+            settleAll(a, b)
+            for d in [a, b] { XCTAssertEqual(d.tree(), ["known.txt": "v1", "renamed.txt": "moved"], "\(kind) \(d.home.path)") }
+            XCTAssertEqual(try a.id("renamed.txt"), try b.id("renamed.txt"), "\(kind): one item on both devices")
         }
     }
 }

@@ -238,6 +238,10 @@ extension StoreSync {
             defer { unlock([path]) }
             guard let dir = folder(path.folder) else { continue }
             let name = path.lastName
+            // This device's own upload, made before a stop that came before its record, of a
+            // file deleted or renamed here since: left to its decision (`syncLocked`), which
+            // the poll queues (the base's id is not the remote's).
+            if r.kind == .file, Self.ownUnrecorded(r, base: nil, device: device.id) != nil { continue }
             guard let st = Self.takeAttributes(dir.fd, name, r, localToken: r.kind == .file ? w.localToken : nil) else { continue }
             let id = r.meta.itemID ?? w.baseID
             rows.append(BaseRow(path: path, id: id, kind: r.kind, localToken: r.kind == .file ? FolderRemote.version(st) : "",
@@ -252,6 +256,26 @@ extension StoreSync {
         }
         flush()
         logger.info("store \(name): \(done) of \(paths.count) items placed before their metadata took it")
+    }
+
+    /// Removes the placeholder at `path` when it is still the one placed for `r` (its version,
+    /// and unchanged since: `localToken`); true when it is gone. The caller holds the path's
+    /// lock (a first open, which fills it, takes it too).
+    func removeUnchangedPlaceholder(_ path: StorePath, of r: RemoteItem, localToken: String) -> Bool {
+        guard let cachefd = try? openCache() else { return false }
+        defer { close(cachefd) }
+        guard case .success(let dir) = Beneath.openFolder(cachefd, path.folder.names) else { return false }
+        defer { close(dir) }
+        let fd = Beneath.withCName(path.lastName) { openat(dir, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var st = stat()
+        guard Placeholder.version(fd: fd) == r.version, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
+              FolderRemote.version(st) == localToken,
+              Beneath.withCName(path.lastName, { unlinkat(dir, $0, 0) }) == 0 else { return false }
+        index.record(.removed(root: key, ino: Int64(st.st_ino)))
+        told(path)
+        return true
     }
 
     /// The placeholder `name` in the folder `dir` (or the folder, when `r` is one) takes the

@@ -549,11 +549,8 @@ final class StoreSync: Sendable {
         var remoteItem = newID != nil ? nil : try remote.item(at: path)
         // This device's own upload, made before a stop that came before its record: the base
         // takes it, and what changed here since (a delete, a new save) is decided against it.
-        // Not an item this device knows at another path: that is its upload moved away and
-        // back by another device (a move keeps the metadata, so the path it was written to
-        // matches again), which follows the move below.
-        if let r = remoteItem, let made = Self.ownUnrecorded(r, base: base, device: device.id),
-           try r.meta.itemID.flatMap({ id throws(DriveError) in try bases.base(root: key, id: id) }).map({ $0.path == path }) ?? true {
+        if let r = remoteItem, let made = try ownUnrecordedUpload(path, r, local: local, base: base) {
+            if local?.placeholder == true { local = try localItem(path) }  // (a placeholder placed again is gone)
             let b = BaseRow(path: path, id: r.meta.itemID ?? base?.id, kind: .file, localToken: made, remoteToken: r.version)
             try bases.put(root: key, b)
             base = b
@@ -800,6 +797,26 @@ final class StoreSync: Sendable {
             }
             try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
         }
+    }
+
+    /// The local version this device uploaded as the remote item `r` at `path`, when a stop
+    /// came before its record (`ownUnrecorded`); nil otherwise. Not an item this device knows at
+    /// another path: that is its upload moved away and back by another device (a move keeps
+    /// the metadata, so the path it was written to matches again), which follows the move.
+    ///
+    /// Also when the upload's file is gone here since (deleted or renamed before the stop) and
+    /// the remote's listing placed it again as a placeholder before its metadata was read
+    /// (`placeBeforeMetadata`: the base then has the placeholder's own id, not the remote's).
+    /// That placeholder is removed here (the caller holds the path's lock), so that the delete
+    /// or the rename goes up.
+    private func ownUnrecordedUpload(_ path: StorePath, _ r: RemoteItem, local: LocalItem?, base: BaseRow?) throws(DriveError) -> String? {
+        let placedAgain = local.map { l in base.map { b in
+            l.placeholder && b.remoteToken == r.version && b.localToken == l.token && b.id != r.meta.itemID
+        } ?? false } ?? false
+        guard let made = Self.ownUnrecorded(r, base: placedAgain ? nil : base, device: device.id) else { return nil }
+        if let id = r.meta.itemID, let known = try bases.base(root: key, id: id), known.path != path { return nil }
+        if placedAgain, !removeUnchangedPlaceholder(path, of: r, localToken: base?.localToken ?? "") { return nil }
+        return made
     }
 
     /// `RemoteMeta.origin` of an upload of the local version `token` to `path`: the token, a

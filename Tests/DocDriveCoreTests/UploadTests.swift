@@ -264,7 +264,7 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertEqual(try queue.claim(root: "r").map(\.path), "b")
         // A signal between the ticket and the wait is not lost.
         ticket = queue.workTicket()
-        try queue.makeAllDue()
+        try queue.makeDue(.all)
         start = Date()
         queue.waitForWork(root: "r", after: ticket, cap: 60)
         XCTAssertLessThan(Date().timeIntervalSince(start), 30, "the signal before the wait was lost")
@@ -297,6 +297,30 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertEqual(state, .failed)
         XCTAssertEqual(error, "The remote folder /nas is full.")
         XCTAssertNotNil(try queue.claim(root: "r", now: now + 301))
+    }
+
+    func testFailedEntriesCanBeMadeDueWithoutCuttingTheDelayOfSaves() throws {
+        // Given a file that failed four times (its next try 8 s after the last)
+        try queue.enqueue(root: "r", path: "failed", due: 0, now: 0)
+        var now = 1.0
+        for k in 0..<4 {
+            if k > 0 { now += 20 }
+            let job = try XCTUnwrap(try queue.claim(root: "r", now: now))
+            try queue.fail(job, error: "refused", now: now)
+        }
+        now += 1
+        XCTAssertEqual(try queue.state(root: "r", path: "failed")?.0, .failed)
+        // and two saves in their write-back delay, in two stores
+        try queue.enqueue(root: "r", path: "saved", due: now + 100, now: now)
+        try queue.enqueue(root: "s", path: "other", due: now + 100, now: now)
+        XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: now).map(\.path), [])
+        // When the failed entries are made due, the failed file goes now and the save still waits
+        XCTAssertEqual(try queue.makeDue(.failed, now: now), 1)
+        XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: now).map(\.path), ["failed"])
+        // and when everything of one store is, its save goes now, not the other store's
+        XCTAssertEqual(try queue.makeDue(.all, root: "r", now: now), 1)
+        XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: now).map(\.path), ["saved"])
+        XCTAssertEqual(try queue.claim(root: "s", limit: 16, now: now).map(\.path), [])
     }
 
     func testQueueSurvivesRestartAndInterruptedUploadsResume() throws {

@@ -144,20 +144,22 @@ public final class UploadQueue: Sendable {
             """).execute(arguments: [root, path, due, now])
     }
 
-    /// Everything waiting is due now (at unmount, to upload what can be uploaded).
-    public func makeAllDue(root: String? = nil, now: Double = Date().timeIntervalSince1970) throws(DriveError) {
-        try write { db in
-            try db.execute(sql: "UPDATE upload SET due = ? WHERE state IN ('pending', 'failed') AND due > ? AND (? IS NULL OR root = ?)",
-                           arguments: [now, now, root, root])
-        }
-        work.signal()
+    /// Which waiting entries `makeDue` makes due now.
+    public enum Waiting: Sendable {
+        /// Pending and failed ones (at unmount, to upload what can be uploaded; a remote back).
+        case all
+        /// Failed ones only (`docdrive sync`'s last try), not the write-back delay of saves.
+        case failed
     }
 
-    /// Failed entries go again now (their back-off cut short); returns how many.
+    /// The `which` entries waiting (of the store `root`, or of every store) go now: their
+    /// delay or back-off cut short. Returns how many.
     @discardableResult
-    public func makeFailedDue(now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {
+    public func makeDue(_ which: Waiting, root: String? = nil, now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {
+        let states = which == .all ? "('pending', 'failed')" : "('failed')"
         let n = try write { db -> Int in
-            try db.execute(sql: "UPDATE upload SET due = ? WHERE state = 'failed' AND due > ?", arguments: [now, now])
+            try db.execute(sql: "UPDATE upload SET due = ? WHERE state IN \(states) AND due > ? AND (? IS NULL OR root = ?)",
+                           arguments: [now, now, root, root])
             return db.changesCount
         }
         work.signal()

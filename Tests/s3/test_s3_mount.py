@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -282,6 +283,8 @@ def test_boto3_reads_what_the_mount_saved_and_the_mount_sees_what_boto3_wrote(we
     assert arrived, {r: (read(dev.path(r)) or b"")[:40] for r in want} | {"log": dev.d.log_tail()}
     print(f"boto3's create, overwrite and delete seen in the mount after {took:.2f} s (poll {POLL} s)")
     assert os.stat(dev.path(b"Inbox/from boto3.txt")).st_mtime_ns == 1_700_000_000_250_000_000
+    # (boto3's objects carry no mode: they show 0644, as rclone shows them)
+    assert stat.S_IMODE(os.stat(dev.path(b"Inbox/from boto3.txt")).st_mode) == 0o644
     assert sorted(os.listdir(dev.downloads) if dev.downloads.exists() else []) == []
     # and `docdrive sync` finds both sides agreeing: the mount and the bucket hold the same files.
     dev.sync()
@@ -714,6 +717,7 @@ def test_a_kill_during_a_download_on_demand_leaves_a_placeholder(weed, new_drive
         backing = dev.d.home / "stores" / STORE / "cache" / "big.bin"
         assert os.stat(dev.path(b"big.bin")).st_size == len(data)
         assert os.getxattr(dev.path(b"big.bin"), "user.docdrive.status") == b"placeholder"
+        assert stat.S_IMODE(os.stat(dev.path(b"big.bin")).st_mode) == 0o644  # (an object without a mode)
         proxy.stall = "big.bin"
         failed = []
 
@@ -749,6 +753,7 @@ def test_a_kill_during_a_download_on_demand_leaves_a_placeholder(weed, new_drive
         assert os.getxattr(dev.path(b"big.bin"), "user.docdrive.status") == b"placeholder"
         assert sha(read(dev.path(b"big.bin"))) == sha(data)
         assert os.getxattr(dev.path(b"big.bin"), "user.docdrive.status") == b"synced"
+        assert stat.S_IMODE(os.stat(dev.path(b"big.bin")).st_mode) == 0o644
         # Nothing went up: the object is the one boto3 put.
         dev.sync()
         assert sha(c.get_object(Bucket=weed.bucket, Key=f"{prefix}/big.bin")["Body"].read()) == sha(data)

@@ -170,7 +170,7 @@ public enum Placeholder {
         // (fsetxattr: no path through /proc, as `mark` needs for an O_PATH descriptor.)
         guard ftruncate(fd, off_t(r.size)) == 0,
               Array(r.version.utf8).withUnsafeBytes({ dd_fsetxattr(fd, attribute, $0.baseAddress, $0.count, 0) }) == 0 else { return false }
-        if let m = r.meta.mode { _ = fchmod(fd, mode_t(m & 0o7777)) }
+        _ = fchmod(fd, r.meta.fileMode)
         setTimes(fd, r.meta.mtimeNanoseconds)
         return true
     }

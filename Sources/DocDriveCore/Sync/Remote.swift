@@ -13,6 +13,11 @@ public struct RemoteMeta: Equatable, Sendable, Codable {
     /// Modification time in nanoseconds since 1970, and permission bits, as the writer had them.
     public var mtimeNanoseconds: Int64?
     public var mode: UInt32?
+    /// The permission bits of a file that came with none (another tool's object): as rclone
+    /// and a new file under the usual umask have them. (A folder without them: 0755.)
+    public static let fileModeWhenNone: UInt32 = 0o644
+    /// `mode`, or `fileModeWhenNone` (for files).
+    public var fileMode: mode_t { mode_t((mode ?? Self.fileModeWhenNone) & 0o7777) }
     /// Where a file's version comes from: the writing device's local version of it (size,
     /// mtime and inode there) and the path it was written to (StoreSync.origin). With
     /// `deviceID` it lets that device know the version for its own after a stop between the

@@ -326,7 +326,7 @@ final class StoreSync: Sendable {
             progressDone(r.path)
             if got.kind == .file {
                 guard fsync(tmp.fd) == 0 else { throw DriveError.io("cannot write the download of \(r.path)", .init(rawValue: errno)) }
-                if let m = got.meta.mode { _ = fchmod(tmp.fd, mode_t(m & 0o7777)) }
+                _ = fchmod(tmp.fd, got.meta.fileMode)
                 if let ns = got.meta.mtimeNanoseconds {
                     var times = [timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT)),
                                  timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))]

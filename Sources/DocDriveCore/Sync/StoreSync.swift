@@ -436,14 +436,13 @@ final class StoreSync: Sendable {
             // decided as it is (a conflict). The old path's sync may have left it to this one
             // ("that path's sync moves it"): it is decided again, as gone here.
             if let id = try index.knownItemID(root: key, ino: Int64(l.st.st_ino)), base?.id != id,
-               let old = try bases.base(root: key, id: id), old.path != path, try localItem(old.path) == nil {
+               let old = try baseOfItem(id, elsewhereThan: path), try localItem(old.path) == nil {
                 try? queue.enqueue(root: key, path: old.path, due: 0)
             }
             return nil
         }
         guard let id = localID(l), base?.id != id else { return nil }
-        var old = try bases.base(root: key, id: id)
-        if old?.path == path { old = nil }
+        let old = try baseOfItem(id, elsewhereThan: path)
         let listed = remoteIDs.withLock { $0[id] }
         guard old != nil || (listed != nil && listed != path) else { return nil }
         if let old {
@@ -519,7 +518,7 @@ final class StoreSync: Sendable {
     /// `base` are the moved item's and nil is returned (the path is decided as usual).
     private func movedThere(_ path: StorePath, _ r: RemoteItem, local: inout LocalItem?, base: inout BaseRow?) throws(DriveError) -> SyncOutcome? {
         guard let id = r.meta.itemID else { return nil }
-        let old = try bases.base(root: key, id: id).flatMap { $0.path != path ? $0 : nil }
+        let old = try baseOfItem(id, elsewhereThan: path)
         // Where the item is here: the index knows; else at its old path.
         var places = [StorePath]()
         if let rootIno = cacheInode(), let p = try? index.knownPath(id: id, root: key, rootIno: rootIno) { places.append(StorePath(p)) }
@@ -540,6 +539,12 @@ final class StoreSync: Sendable {
             return nil
         }
         return nil
+    }
+
+    /// The base of the item `id` when it is at another path than `path` (the item moved, here
+    /// or on another device, or is known there under another name).
+    private func baseOfItem(_ id: String, elsewhereThan path: StorePath) throws(DriveError) -> BaseRow? {
+        try bases.base(root: key, id: id).flatMap { $0.path != path ? $0 : nil }
     }
 
     private func syncLocked(_ path: StorePath, firstTry: Bool = false) throws(DriveError) -> SyncOutcome {
@@ -693,7 +698,7 @@ final class StoreSync: Sendable {
     private func placeElsewhere(_ id: String, than path: StorePath) throws(DriveError) -> StorePath? {
         var places = Set<StorePath>()
         if let p = remoteIDs.withLock({ $0[id] }), p != path { places.insert(p) }
-        if let b = try bases.base(root: key, id: id), b.path != path { places.insert(b.path) }
+        if let b = try baseOfItem(id, elsewhereThan: path) { places.insert(b.path) }
         for p in places where try remote.item(at: p)?.meta.itemID == id { return p }
         return nil
     }
@@ -814,7 +819,7 @@ final class StoreSync: Sendable {
             l.placeholder && b.remoteToken == r.version && b.localToken == l.token && b.id != r.meta.itemID
         } ?? false } ?? false
         guard let made = Self.ownUnrecorded(r, base: placedAgain ? nil : base, device: device.id) else { return nil }
-        if let id = r.meta.itemID, let known = try bases.base(root: key, id: id), known.path != path { return nil }
+        if let id = r.meta.itemID, try baseOfItem(id, elsewhereThan: path) != nil { return nil }
         if placedAgain, !removeUnchangedPlaceholder(path, of: r, localToken: base?.localToken ?? "") { return nil }
         return made
     }

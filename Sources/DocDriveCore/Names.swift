@@ -28,20 +28,23 @@ public enum Names {
 
     /// App ids are reverse-DNS style: letters, digits, ".", "-", "_", starting with a letter or digit.
     public static func problem(withAppID id: String) -> String? {
-        problem(withIdentifier: id, allowed: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+        problem(withIdentifier: id, allowed: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_",
+                phrase: "an app id is made of letters, digits, \".\", \"-\" and \"_\", such as com.example.notes")
     }
 
     /// Store names are short machine names: lowercase letters, digits, "-" and "_".
     public static func problem(withStoreName name: String) -> String? {
-        problem(withIdentifier: name, allowed: "abcdefghijklmnopqrstuvwxyz0123456789-_")
+        problem(withIdentifier: name, allowed: "abcdefghijklmnopqrstuvwxyz0123456789-_",
+                phrase: "a store name is made of lowercase letters, digits, \"-\" and \"_\", such as shared; the name the mount shows is its display name, --name")
     }
 
-    private static func problem(withIdentifier id: String, allowed: String) -> String? {
+    /// `phrase`: what such an identifier is made of, told with a character that is not.
+    private static func problem(withIdentifier id: String, allowed: String, phrase: String) -> String? {
         if id.isEmpty { return "it is empty" }
         if id.utf8.count > 128 { return "it is longer than 128 bytes" }
         let ok = Set(allowed.unicodeScalars)
         if let bad = id.unicodeScalars.first(where: { !ok.contains($0) }) {
-            return "it contains \"\(bad.escaped(asASCII: true))\""
+            return "it contains \"\(bad.escaped(asASCII: true))\" (\(phrase))"
         }
         if let first = id.unicodeScalars.first, !(first.properties.isAlphabetic || ("0"..."9").contains(first)) {
             return "it must start with a letter or digit"

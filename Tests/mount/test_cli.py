@@ -87,6 +87,13 @@ def test_invalid_names_are_refused(home, args):
     assert (home.home / "config.yaml").read_text() == before
 
 
+def test_a_refused_store_name_says_what_a_store_name_is_made_of(home):
+    home.cli("init")
+    msg = one_error(home.cli("store", "add", "Shared", "--name", "Shared", "--folder", "/tmp", check=False), code=4)
+    assert 'The store name "Shared" is not valid: it contains "S"' in msg, msg
+    assert "lowercase letters, digits" in msg and "--name" in msg, msg
+
+
 def test_display_name_clash_is_refused(home):
     home.create()
     p = home.cli("app", "add", "other.app", "--name", "Work", "--public", check=False)

@@ -6,6 +6,7 @@
 import Crypto
 import DocDriveCore
 import Foundation
+import Synchronization
 import XCTest
 
 final class S3RemoteTests: XCTestCase {
@@ -172,6 +173,45 @@ final class S3RemoteTests: XCTestCase {
         _ = try r.move("D", version: "", to: "E")
         XCTAssertEqual(try r.list().map(\.path), ["E", "E/one", "E/sub", "E/sub/two", "b.txt", "c.txt"])
         XCTAssertEqual(try get(r, "E/sub/two").1, Array("2".utf8))
+    }
+
+    func testAMoveOntoANameAnotherDeviceCreatesAtThatMomentNeverReplacesItsFile() throws {
+        let mover = try makeRemote()
+        let creator = try makeRemote(prefix: mover.keys.prefix)
+        // Both devices' writes are conditional (nothing may be there); on SeaweedFS a
+        // server-side copy and a PutObject at the same moment both succeeded in about 1 try
+        // in 15, the last one replacing the other.
+        let tries = 150
+        var both = [Int]()
+        for i in 0..<tries {
+            let source = try put(mover, StorePath("from-\(i).txt"), "moved \(i)", meta: RemoteMeta(itemID: "moved-\(i)"))
+            let target = StorePath("to-\(i).txt")
+            let created = try file(Array("created \(i)".utf8))
+            defer { close(created) }
+            let start = DispatchSemaphore(value: 0)
+            let group = DispatchGroup()
+            let moved = Mutex(false), made = Mutex(false)
+            DispatchQueue.global().async(group: group) {
+                start.wait()
+                let ok = (try? mover.move(source.path, version: source.version, to: target)) != nil
+                moved.withLock { $0 = ok }
+            }
+            DispatchQueue.global().async(group: group) {
+                start.wait()
+                let ok = (try? creator.upload(from: created, to: target, expecting: .absent, meta: RemoteMeta(itemID: "made-\(i)"),
+                                            limit: nil, progress: nil)) != nil
+                made.withLock { $0 = ok }
+            }
+            start.signal()
+            start.signal()
+            group.wait()
+            if moved.withLock({ $0 }) && made.withLock({ $0 }) { both.append(i) }
+            // Whatever won, nothing is lost: the moved file is at one of its two paths.
+            let there = try XCTUnwrap(try mover.item(at: target), "try \(i)")
+            let stillAtSource = try mover.item(at: source.path)
+            XCTAssertTrue(there.meta.itemID == "moved-\(i)" || stillAtSource?.meta.itemID == "moved-\(i)", "try \(i): the moved file is gone")
+        }
+        XCTAssertEqual(both, [], "both the move and the create succeeded (one replaced the other) in these tries")
     }
 
     // MARK: Listing

@@ -290,6 +290,16 @@ def test_boto3_reads_what_the_mount_saved_and_the_mount_sees_what_boto3_wrote(we
     dev.sync()
     assert dev.tree() == bucket_tree(c, weed.bucket, prefix)
     assert dev.store_status()["conflicts"] == []
+    # A file another tool wrote with a content type and metadata of its own, renamed through the
+    # mount, keeps both at its new key (a move copies the object with what it carries).
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/page.html", Body=b"<p>hi</p>\n", ContentType="text/html",
+                 Metadata={"owner": "web team"})
+    assert wait_until(lambda: read(dev.path(b"page.html")) == b"<p>hi</p>\n", 20, 0.1), dev.d.log_tail()
+    os.rename(dev.path(b"page.html"), dev.path(b"index.html"))
+    dev.sync()
+    h = c.head_object(Bucket=weed.bucket, Key=f"{prefix}/index.html")
+    assert h["ContentType"] == "text/html" and h["Metadata"].get("owner") == "web team", h
+    assert "page.html" not in {k.rsplit("/", 1)[-1] for k in bucket_objects(c, weed.bucket, prefix)}
 
 
 @pytest.mark.timeout(120)

@@ -188,6 +188,9 @@ extension S3Remote {
         throw client.failure(r, what)
     }
 
+    /// The headers of an object's content that a rewrite keeps (lowercase).
+    static let contentHeaders: Set<String> = ["content-type", "content-encoding", "content-language", "content-disposition", "cache-control", "expires"]
+
     /// `copyObject` of a small file: its bytes and metadata read (if still `etag`) and written
     /// to `to` with `If-None-Match: *`.
     private func rewriteObject(_ key: String, etag: String, to: String, what: String) throws(DriveError) {
@@ -198,15 +201,20 @@ extension S3Remote {
         case 412: throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
         default: throw client.failure(got, what)
         }
-        let (meta, link, upload) = S3Meta.meta(got.headerPairs)
+        // What a server-side copy keeps goes along as it is: every `x-amz-meta-*` (DocDrive's and
+        // other tools') and the content headers another tool may have set.
+        let kept = got.headerPairs.filter { name, _ in
+            let n = name.lowercased()
+            return n.hasPrefix("x-amz-meta-") || Self.contentHeaders.contains(n)
+        }
+        let type: [(String, String)] = kept.contains { $0.0.lowercased() == "content-type" } ? [] : [("Content-Type", "application/octet-stream")]
         var retried = false
-        let r = try client.send(.PUT, key: to, headers: S3Meta.headers(meta, link: link, upload: upload)
-                                    + [("If-None-Match", "*"), ("Content-Type", "application/octet-stream")],
+        let r = try client.send(.PUT, key: to, headers: kept + type + [("If-None-Match", "*")],
                                 body: .bytes(got.body), beforeRetry: { retried = true })
         if r.status == 200 { return }
         // A retried write whose first attempt landed: the target holds these bytes.
         if retried, r.status == 412 || r.status == 409, let h = try head(to), h.size == Int64(got.body.count),
-           h.meta.itemID == meta.itemID { return }
+           h.meta.itemID == S3Meta.meta(got.headerPairs).meta.itemID { return }
         throw client.failure(r, what)
     }
 }

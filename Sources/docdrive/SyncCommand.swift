@@ -94,6 +94,11 @@ struct Sync: ParsableCommand {
                         if tty { warn("\rWaiting for \(waiting) upload\(waiting == 1 ? "" : "s") (\(c[.uploading] ?? 0) in progress)...\u{1B}[K", newline: false) }
                     }
                     if let timeout, Date().timeIntervalSince(start) > timeout {
+                        // Nothing waits (the remotes were looked at, the queue is idle, only
+                        // failed files may be left): that is the answer, not a timeout. On a busy
+                        // machine the settling and the one retry of failed files can take longer
+                        // than a short --timeout, and "0 files are still waiting" said nothing.
+                        if waiting == 0 { break rounds }
                         if tty { warn("") }
                         throw DriveError(.busy, "\(waiting) file\(waiting == 1 ? " is" : "s are") still waiting for upload after \(Int(timeout)) s (is the drive mounted and the remote reachable? see `docdrive status`).")
                     }

@@ -213,6 +213,10 @@ def test_a_fifo_is_reported_failed_not_synced(new_drive):
     p = u.sync(5)
     assert p.returncode == 1 and "named pipe" in p.stderr, p.stderr
     assert not os.path.lexists(u.remote / "pipe")
+    # a --timeout shorter than the settling of failed files (1.5 s) and their one retry: when
+    # nothing waits, the answer is the failure, not "0 files are still waiting"
+    p = u.sync(1)
+    assert p.returncode == 1 and "named pipe" in p.stderr, (p.returncode, p.stderr)
 
 
 # --------------------------------------------------------------------------- reserved names

@@ -214,6 +214,64 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertEqual(both, [], "both the move and the create succeeded (one replaced the other) in these tries")
     }
 
+    func testReassignGivesAFileNewMetadataAndKeepsItsBytesAndAnotherToolsHeaders() throws {
+        let r = try makeRemote()
+        // another tool's object: a type and metadata of its own, then DocDrive's id on it
+        let theirs = NSTemporaryDirectory() + "curl-re-\(UUID().uuidString)"
+        files.append(theirs)
+        try Data("<p>theirs</p>\n".utf8).write(to: URL(fileURLWithPath: theirs))
+        let url = endpoint + "/" + bucket + "/" + r.keys.keyPrefix + "page.html"
+        _ = try curl(["-sS", "-f", "-T", theirs, "-H", "Content-Type: text/html", "-H", "x-amz-meta-owner: web team", url])
+        let before = try XCTUnwrap(try r.item(at: "page.html"))
+        let after = try r.reassign("page.html", version: before.version, meta: RemoteMeta(itemID: "new-id"))
+        XCTAssertEqual(after.meta.itemID, "new-id")
+        XCTAssertEqual(after.version, before.version, "same bytes written in one piece, same ETag")
+        XCTAssertEqual(try get(r, "page.html").1, Array("<p>theirs</p>\n".utf8))
+        let headers = try curl(["-sS", "-f", "-I", url]).lowercased()
+        XCTAssertTrue(headers.contains("x-amz-meta-owner: web team"), headers)
+        XCTAssertTrue(headers.contains("content-type: text/html"), headers)
+        XCTAssertTrue(headers.contains("x-amz-meta-docdrive-id: new-id"), headers)
+        // a version that is not the object's any more is refused
+        _ = try put(r, "page.html", "<p>saved since</p>\n", expecting: .version(after.version), meta: RemoteMeta(itemID: "new-id"))
+        XCTAssertThrowsError(try r.reassign("page.html", version: after.version, meta: RemoteMeta(itemID: "other"))) { e in
+            XCTAssertEqual((e as? DriveError)?.code, .remoteChanged, "\(e)")
+        }
+        XCTAssertEqual(try get(r, "page.html").1, Array("<p>saved since</p>\n".utf8))
+    }
+
+    func testReassignNeverBringsBackBytesASaveOfTheSameMomentReplaced() throws {
+        let healer = try makeRemote()
+        let saver = try makeRemote(prefix: healer.keys.prefix)
+        // The heal of a duplicate item id (a copy onto itself with new metadata) and another
+        // device's save of the same file race: if the save succeeds, its bytes must stay.
+        let tries = 150
+        var lost = [Int]()
+        for i in 0..<tries {
+            let path = StorePath("f-\(i).txt")
+            let old = try put(healer, path, "old \(i)", meta: RemoteMeta(itemID: "dup-\(i)"))
+            let saved = try file(Array("saved \(i), longer".utf8))
+            defer { close(saved) }
+            let start = DispatchSemaphore(value: 0)
+            let group = DispatchGroup()
+            let didSave = Mutex(false)
+            DispatchQueue.global().async(group: group) {
+                start.wait()
+                _ = try? healer.reassign(path, version: old.version, meta: RemoteMeta(itemID: "own-\(i)"))
+            }
+            DispatchQueue.global().async(group: group) {
+                start.wait()
+                let ok = (try? saver.upload(from: saved, to: path, expecting: .version(old.version), meta: RemoteMeta(itemID: "dup-\(i)"),
+                                            limit: nil, progress: nil)) != nil
+                didSave.withLock { $0 = ok }
+            }
+            start.signal()
+            start.signal()
+            group.wait()
+            if didSave.withLock({ $0 }), try get(healer, path).1 != Array("saved \(i), longer".utf8) { lost.append(i) }
+        }
+        XCTAssertEqual(lost, [], "a save succeeded and its bytes were replaced by the old ones in these tries")
+    }
+
     // MARK: Listing
 
     func testAListingPagesThroughEveryKey() throws {

@@ -151,6 +151,15 @@ public enum S3Meta {
     static let origin = "docdrive-origin"
     static let rcloneMtime = "mtime"
 
+    /// Whether the header `name` is one of DocDrive's own metadata fields (rclone's mtime
+    /// included, which DocDrive writes beside its own).
+    static func isOwn(_ name: String) -> Bool {
+        let n = name.lowercased()
+        guard n.hasPrefix(header) else { return false }
+        let field = n.dropFirst(header.count)
+        return field.hasPrefix("docdrive-") || field == rcloneMtime
+    }
+
     /// The headers to send with a write.
     public static func headers(_ meta: RemoteMeta, link: Bool = false, upload: String? = nil) -> [(String, String)] {
         var h = [(String, String)]()

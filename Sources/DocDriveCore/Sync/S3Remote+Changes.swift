@@ -134,6 +134,17 @@ extension S3Remote {
         var m = meta
         m.mtimeNanoseconds = meta.mtimeNanoseconds ?? h.meta.mtimeNanoseconds
         m.mode = meta.mode ?? h.meta.mode
+        if h.size <= Self.copyByRewriteLimit {
+            // Read and written anew, as a move is (`copyByRewriteLimit`): a server-side copy onto
+            // itself may land after another device's save of the same moment and bring back the
+            // bytes that save replaced.
+            try rewriteObject(key, etag: version, to: key, meta: S3Meta.headers(m, link: h.link, upload: h.upload),
+                              what: "give \(path) its own item id")
+            guard let now = try head(key) else {
+                throw DriveError(.remoteChanged, "\(path) was deleted on \(displayName) meanwhile.")
+            }
+            return RemoteItem(path: path, kind: now.link ? .symlink : .file, version: now.etag, size: now.size, meta: now.meta)
+        }
         let source = "/" + client.settings.bucket + "/" + SigV4.encode(key, slash: false)
         let r = try client.send(.PUT, key: key, headers: [("x-amz-copy-source", source), ("x-amz-copy-source-if-match", "\"\(version)\""),
                                                           ("x-amz-metadata-directive", "REPLACE"), ("Content-Type", "application/octet-stream")]
@@ -191,9 +202,12 @@ extension S3Remote {
     /// The headers of an object's content that a rewrite keeps (lowercase).
     static let contentHeaders: Set<String> = ["content-type", "content-encoding", "content-language", "content-disposition", "cache-control", "expires"]
 
-    /// `copyObject` of a small file: its bytes and metadata read (if still `etag`) and written
-    /// to `to` with `If-None-Match: *`.
-    private func rewriteObject(_ key: String, etag: String, to: String, what: String) throws(DriveError) {
+    /// A small file's bytes and metadata read (if still `etag`) and written anew: to `to`, where
+    /// nothing may be (`copyObject`), or onto itself with DocDrive's metadata replaced by `meta`
+    /// if it is still `etag` (`reassign`). Both writes are conditional PutObjects, which exclude
+    /// a save or create of another device made at the same moment; a server-side copy does not.
+    private func rewriteObject(_ key: String, etag: String, to: String, meta: [(String, String)]? = nil,
+                               what: String) throws(DriveError) {
         let got = try client.send(.GET, key: key, headers: [("If-Match", "\"\(etag)\"")])
         switch got.status {
         case 200: break
@@ -202,19 +216,28 @@ extension S3Remote {
         default: throw client.failure(got, what)
         }
         // What a server-side copy keeps goes along as it is: every `x-amz-meta-*` (DocDrive's and
-        // other tools') and the content headers another tool may have set.
-        let kept = got.headerPairs.filter { name, _ in
+        // other tools') and the content headers another tool may have set. New metadata replaces
+        // DocDrive's own fields only.
+        var kept = got.headerPairs.filter { name, _ in
             let n = name.lowercased()
-            return n.hasPrefix("x-amz-meta-") || Self.contentHeaders.contains(n)
+            return n.hasPrefix(S3Meta.header) || Self.contentHeaders.contains(n)
+        }
+        if let meta {
+            kept = kept.filter { !S3Meta.isOwn($0.0) } + meta
         }
         let type: [(String, String)] = kept.contains { $0.0.lowercased() == "content-type" } ? [] : [("Content-Type", "application/octet-stream")]
+        let condition = to == key ? ("If-Match", "\"\(etag)\"") : ("If-None-Match", "*")
         var retried = false
-        let r = try client.send(.PUT, key: to, headers: kept + type + [("If-None-Match", "*")],
+        let r = try client.send(.PUT, key: to, headers: kept + type + [condition],
                                 body: .bytes(got.body), beforeRetry: { retried = true })
         if r.status == 200 { return }
         // A retried write whose first attempt landed: the target holds these bytes.
+        let written = S3Meta.meta(kept).meta.itemID
         if retried, r.status == 412 || r.status == 409, let h = try head(to), h.size == Int64(got.body.count),
-           h.meta.itemID == S3Meta.meta(got.headerPairs).meta.itemID { return }
+           h.meta.itemID == written { return }
+        if to == key, r.status == 412 || r.status == 404 {
+            throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
+        }
         throw client.failure(r, what)
     }
 }

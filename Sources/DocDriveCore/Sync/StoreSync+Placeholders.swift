@@ -266,16 +266,24 @@ extension StoreSync {
         defer { close(cachefd) }
         guard case .success(let dir) = Beneath.openFolder(cachefd, path.folder.names) else { return false }
         defer { close(dir) }
-        let fd = Beneath.withCName(path.lastName) { openat(dir, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var st = stat()
-        guard Placeholder.version(fd: fd) == r.version, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
-              FolderRemote.version(st) == localToken,
+        guard let st = Self.unchangedPlaceholder(dir, path.lastName, of: r.version, localToken: localToken),
               Beneath.withCName(path.lastName, { unlinkat(dir, $0, 0) }) == 0 else { return false }
         index.record(.removed(root: key, ino: Int64(st.st_ino)))
         told(path)
         return true
+    }
+
+    /// The stat of the file `name` in the folder `dir` if it is the placeholder of the remote
+    /// version `version` and, when `localToken` is given, unchanged since it was placed; nil
+    /// otherwise (content arrived, written here, replaced, or not a file).
+    static func unchangedPlaceholder(_ dir: Int32, _ name: ArraySlice<UInt8>, of version: String, localToken: String?) -> stat? {
+        let fd = Beneath.withCName(name) { openat(dir, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard Placeholder.version(fd: fd) == version, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
+              localToken.map({ FolderRemote.version(st) == $0 }) ?? true else { return nil }
+        return st
     }
 
     /// The placeholder `name` in the folder `dir` (or the folder, when `r` is one) takes the
@@ -283,14 +291,7 @@ extension StoreSync {
     /// placeholder of `r`'s version and, when `localToken` is given, unchanged since it was
     /// placed. Returns its stat after, nil when it was left alone.
     static func takeAttributes(_ dir: Int32, _ name: ArraySlice<UInt8>, _ r: RemoteItem, localToken: String?) -> stat? {
-        if r.kind == .file {
-            let fd = Beneath.withCName(name) { openat(dir, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
-            guard fd >= 0 else { return nil }
-            defer { close(fd) }
-            var st = stat()
-            guard Placeholder.version(fd: fd) == r.version, fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG,
-                  localToken.map({ FolderRemote.version(st) == $0 }) ?? true else { return nil }
-        }
+        if r.kind == .file, unchangedPlaceholder(dir, name, of: r.version, localToken: localToken) == nil { return nil }
         if let m = r.meta.mode {
             _ = Beneath.withCName(name) { fchmodat(dir, $0, mode_t(m & 0o7777), 0) }
         }

@@ -6,6 +6,8 @@ import XCTest
 final class SyncDecisionTests: XCTestCase {
     // Versions of one document: `l*` local tokens, `r*` remote tokens; hashes name contents.
     static let base = SyncBase(path: "doc.odt", localToken: "l1", remoteToken: "r1")
+    /// The base of a version `r1` written over `r0`.
+    static let sibling = SyncBase(path: "doc.odt", localToken: "l1", remoteToken: "r1", parent: "r0")
     static func local(_ token: String, _ path: String = "doc.odt", hash: String? = nil, kind: SyncEntry.Kind = .file) -> SyncEntry {
         SyncEntry(path: path, kind: kind, token: token, hash: hash)
     }
@@ -33,6 +35,31 @@ final class SyncDecisionTests: XCTestCase {
         Case(name: "deleted there", item: SyncItem(local: local("l1"), base: base, remote: nil), want: SyncPlan(.deleteLocal)),
         Case(name: "deleted there, busy here", item: SyncItem(local: local("l1"), base: base, remote: nil, localBusy: true),
              want: SyncPlan(.upload)),
+        // Changed there by a write over the version before the base's (`r0`): two writes
+        // conditional on one version both succeeded, the base's version was replaced unseen.
+        Case(name: "changed there over the version before the base's (a race both writes won)",
+             item: SyncItem(local: local("l1"), base: sibling, remote: SyncEntry(path: "doc.odt", token: "r2", parent: "r0")),
+             want: SyncPlan(.conflict)),
+        Case(name: "changed there over the base's version",
+             item: SyncItem(local: local("l1"), base: sibling, remote: SyncEntry(path: "doc.odt", token: "r2", parent: "r1")),
+             want: SyncPlan(.download)),
+        Case(name: "changed there twice since the base (a version in between)",
+             item: SyncItem(local: local("l1"), base: sibling, remote: SyncEntry(path: "doc.odt", token: "r3", parent: "r2")),
+             want: SyncPlan(.download)),
+        Case(name: "changed there, the parent unknown (another tool's write)",
+             item: SyncItem(local: local("l1"), base: sibling, remote: remote("r2")), want: SyncPlan(.download)),
+        Case(name: "made again there after a delete, like the base's version (creates are not compared)",
+             item: SyncItem(local: local("l1"), base: SyncBase(path: "doc.odt", localToken: "l1", remoteToken: "r1", parent: RemoteMeta.created),
+                            remote: SyncEntry(path: "doc.odt", token: "r2", parent: RemoteMeta.created)),
+             want: SyncPlan(.download)),
+        Case(name: "changed there over r0, where the base's write kept r0's ETag (the same bytes saved again)",
+             item: SyncItem(local: local("l1"), base: SyncBase(path: "doc.odt", localToken: "l1", remoteToken: "r0", parent: "r0"),
+                            remote: SyncEntry(path: "doc.odt", token: "r2", parent: "r0")),
+             want: SyncPlan(.download)),
+        Case(name: "a race both writes won, a placeholder here (nothing to keep)",
+             item: SyncItem(local: local("l1"), base: sibling, remote: SyncEntry(path: "doc.odt", token: "r2", parent: "r0"),
+                            localIsPlaceholder: true),
+             want: SyncPlan(.download)),
         // Both changed.
         Case(name: "changed on both", item: SyncItem(local: local("l2"), base: base, remote: remote("r2")), want: SyncPlan(.conflict)),
         Case(name: "changed on both to the same content",

@@ -229,6 +229,42 @@ final class SyncEngineTests: XCTestCase {
         XCTAssertEqual(RemoteState.deviceNames(metas), ["laptop", "vm (0fced1d3)", "vm (a1b2c3d4)"])
     }
 
+    func testASaveAnotherDevicesSaveOfTheSameMomentReplacedUnseenIsKept() throws {
+        // S3 only: a folder remote's writes are made under its lock. On SeaweedFS a multipart
+        // upload's completion and a PutObject, both `If-Match` the same version, both succeeded
+        // in 25 of 100 tries (2026-11-27): the one that landed last replaced the other unseen.
+        for (kind, remote) in try remotes() {
+            guard case .s3(let settings) = remote else { continue }
+            // Given a file on two devices
+            let (a, _) = try two(remote, kind, files: ["f.txt": "v1"])
+            let s3 = try S3Remote(settings: settings, device: "test")
+            let v1 = try XCTUnwrap(try s3.item(at: "f.txt"))
+            // When this device saves it, written over v1,
+            a.write("f.txt", "v2 from alpha")
+            a.settle()
+            let v2 = try XCTUnwrap(try s3.item(at: "f.txt"))
+            XCTAssertEqual(v2.meta.parent, v1.version, "an S3 write names the version it was written over")
+            // and another device's save of the same moment, written over v1 too, lands after it
+            // (what the race leaves: its write, as that device sends it, made here with curl)
+            let theirs = base + "/theirs.txt"
+            try Data("v2 from gamma".utf8).write(to: URL(fileURLWithPath: theirs))
+            let url = settings.endpoint + "/" + settings.bucket + "/" + s3.keys.keyPrefix + "f.txt"
+            _ = try S3RemoteTests.curl(["-sS", "-f", "-T", theirs, "-H", "x-amz-meta-docdrive-id: \(try XCTUnwrap(v2.meta.itemID))",
+                                        "-H", "x-amz-meta-docdrive-device-name: gamma", "-H", "x-amz-meta-docdrive-parent: \(v1.version)", url])
+            a.settle()
+            // Then neither version is lost: this device's stays the file and goes up again, the
+            // other is kept as a conflict copy, on the remote too
+            let tree = a.tree()
+            XCTAssertEqual(tree["f.txt"], "v2 from alpha", "\(kind): \(tree)")
+            let copies = tree.filter { $0.key.hasPrefix("f (conflict from gamma ") }
+            XCTAssertEqual(Array(copies.values), ["v2 from gamma"], "\(kind): \(tree)")
+            a.settle()
+            let now = try XCTUnwrap(try s3.item(at: "f.txt"))
+            XCTAssertEqual(now.size, Int64("v2 from alpha".utf8.count), "\(kind): this device's version went up again")
+            XCTAssertNotNil(try s3.item(at: StorePath(try XCTUnwrap(copies.keys.first))), "\(kind): the conflict copy is on the remote")
+        }
+    }
+
     func testAFileRenamedHereAndChangedThereIsRenamedAndChanged() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices

@@ -12,17 +12,20 @@ public struct BaseRow: Equatable, Sendable {
     public var kind: SyncEntry.Kind
     public var localToken: String
     public var remoteToken: String
+    /// The version `remoteToken` was written over (`RemoteMeta.parent`), where the remote says.
+    public var parent: String?
 
-    public init(path: StorePath, id: String?, kind: SyncEntry.Kind, localToken: String, remoteToken: String) {
+    public init(path: StorePath, id: String?, kind: SyncEntry.Kind, localToken: String, remoteToken: String, parent: String? = nil) {
         self.path = path
         self.id = id
         self.kind = kind
         self.localToken = localToken
         self.remoteToken = remoteToken
+        self.parent = parent
     }
 
     public var base: SyncBase {
-        SyncBase(path: path.description, kind: kind, localToken: localToken, remoteToken: remoteToken)
+        SyncBase(path: path.description, kind: kind, localToken: localToken, remoteToken: remoteToken, parent: parent)
     }
 }
 
@@ -61,6 +64,9 @@ public final class BaseVersions: Sendable {
                 t.primaryKey(["root", "copy"])
             }
         }
+        m.registerMigration("v6 base parents") { db in
+            try db.alter(table: "syncBase") { t in t.add(column: "parent", .text) }
+        }
     }
 
     private func write<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
@@ -77,7 +83,7 @@ public final class BaseVersions: Sendable {
 
     private static func row(_ r: Row) -> BaseRow {
         BaseRow(path: r["path"], id: r["id"], kind: SyncEntry.Kind(rawValue: r["kind"]) ?? .file,
-                localToken: r["localToken"], remoteToken: r["remoteToken"])
+                localToken: r["localToken"], remoteToken: r["remoteToken"], parent: r["parent"])
     }
 
     // The statements a sync runs for every path are compiled once per connection (cached).
@@ -120,10 +126,10 @@ public final class BaseVersions: Sendable {
     public func put(root: String, _ row: BaseRow) throws(DriveError) {
         try write { db in
             try db.cachedStatement(sql: """
-                INSERT INTO syncBase (root, path, id, kind, localToken, remoteToken) VALUES (?, ?, ?, ?, ?, ?)
+                INSERT INTO syncBase (root, path, id, kind, localToken, remoteToken, parent) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(root, path) DO UPDATE SET id = excluded.id, kind = excluded.kind,
-                  localToken = excluded.localToken, remoteToken = excluded.remoteToken
-                """).execute(arguments: [root, row.path, row.id, row.kind.rawValue, row.localToken, row.remoteToken])
+                  localToken = excluded.localToken, remoteToken = excluded.remoteToken, parent = excluded.parent
+                """).execute(arguments: [root, row.path, row.id, row.kind.rawValue, row.localToken, row.remoteToken, row.parent])
         }
     }
 
@@ -132,12 +138,12 @@ public final class BaseVersions: Sendable {
         guard !rows.isEmpty else { return }
         try write { db in
             let statement = try db.cachedStatement(sql: """
-                INSERT INTO syncBase (root, path, id, kind, localToken, remoteToken) VALUES (?, ?, ?, ?, ?, ?)
+                INSERT INTO syncBase (root, path, id, kind, localToken, remoteToken, parent) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(root, path) DO UPDATE SET id = excluded.id, kind = excluded.kind,
-                  localToken = excluded.localToken, remoteToken = excluded.remoteToken
+                  localToken = excluded.localToken, remoteToken = excluded.remoteToken, parent = excluded.parent
                 """)
             for row in rows {
-                try statement.execute(arguments: [root, row.path, row.id, row.kind.rawValue, row.localToken, row.remoteToken])
+                try statement.execute(arguments: [root, row.path, row.id, row.kind.rawValue, row.localToken, row.remoteToken, row.parent])
             }
         }
     }

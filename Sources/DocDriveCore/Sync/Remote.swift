@@ -23,15 +23,24 @@ public struct RemoteMeta: Equatable, Sendable, Codable {
     /// `deviceID` it lets that device know the version for its own after a stop between the
     /// remote write and its record (StoreSync.ownUnrecorded).
     public var origin: String?
+    /// The remote version this version was written over (the version its write was conditional
+    /// on), `RemoteMeta.created` for a create. Written by remotes whose conditional writes may
+    /// not exclude each other (S3: SeaweedFS lets a multipart upload's completion and a
+    /// PutObject of the same moment both succeed): two versions written over the same one are
+    /// siblings, and the one that landed first was replaced unseen (`SyncItem.remoteReplacedBaseUnseen`).
+    public var parent: String?
+    /// `parent` of a version written where nothing was.
+    public static let created = "none"
 
     public init(itemID: String? = nil, deviceID: String? = nil, deviceName: String? = nil,
-                mtimeNanoseconds: Int64? = nil, mode: UInt32? = nil, origin: String? = nil) {
+                mtimeNanoseconds: Int64? = nil, mode: UInt32? = nil, origin: String? = nil, parent: String? = nil) {
         self.itemID = itemID
         self.deviceID = deviceID
         self.deviceName = deviceName
         self.mtimeNanoseconds = mtimeNanoseconds
         self.mode = mode
         self.origin = origin
+        self.parent = parent
     }
 }
 

@@ -149,6 +149,7 @@ public enum S3Meta {
     static let link = "docdrive-link"
     static let upload = "docdrive-upload"
     static let origin = "docdrive-origin"
+    static let parent = "docdrive-parent"
     static let rcloneMtime = "mtime"
 
     /// Whether the header `name` is one of DocDrive's own metadata fields (rclone's mtime
@@ -173,6 +174,7 @@ public enum S3Meta {
         }
         if let v = meta.mode { h.append((header + mode, String(v, radix: 8))) }
         if let v = meta.origin { h.append((header + origin, percentEncoded(v))) }
+        if let v = meta.parent { h.append((header + parent, percentEncoded(v))) }
         if link { h.append((header + self.link, "1")) }
         if let upload { h.append((header + self.upload, upload)) }
         return h
@@ -194,6 +196,7 @@ public enum S3Meta {
             case mtime: m.mtimeNanoseconds = Int64(value)
             case mode: m.mode = UInt32(value, radix: 8)
             case origin: m.origin = value.removingPercentEncoding ?? value
+            case parent: m.parent = value.removingPercentEncoding ?? value
             case self.link: link = value == "1"
             case self.upload: upload = value
             case rcloneMtime:

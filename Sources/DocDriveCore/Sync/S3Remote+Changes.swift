@@ -30,6 +30,7 @@ extension S3Remote {
     }
 
     public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+        let meta = Self.written(over: expecting, meta)
         try checkConditionalWrites()
         let key = try keys.key(path)
         let token = Self.randomToken()

@@ -96,6 +96,7 @@ extension S3Remote {
 
     public func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                        limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+        let meta = Self.written(over: expecting, meta)
         let key = try keys.key(path)
         try checkConditionalWrites()
         var st = stat()
@@ -117,6 +118,16 @@ extension S3Remote {
         let r = try client.send(.PUT, key: key, headers: headers, body: body, beforeRetry: { retried = true; sent = 0 })
         return try written(r, key: key, path: path, kind: .file, size: size, meta: meta, token: token, retried: retried,
                            expecting: expecting, what: "upload \(path)")
+    }
+
+    /// `meta` with the version a write is conditional on as its parent (`RemoteMeta.parent`).
+    static func written(over expecting: RemoteExpectation, _ meta: RemoteMeta) -> RemoteMeta {
+        var m = meta
+        switch expecting {
+        case .absent: m.parent = RemoteMeta.created
+        case .version(let v): m.parent = v
+        }
+        return m
     }
 
     /// The item a write made, from its answer; a refused condition is `.remoteChanged`, unless

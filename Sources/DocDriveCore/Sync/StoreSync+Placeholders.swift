@@ -98,7 +98,7 @@ extension StoreSync {
                 close(tmp.fd)
                 if moved != 0 { unlink(tmp.path) }
                 guard ok else { continue }
-                rows.append(BaseRow(path: r.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
+                rows.append(BaseRow(path: r.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version, parent: r.meta.parent))
                 index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: name, kind: .file, id: id))
                 if let shown = r.path.string, let c = SyncDecision.conflictCopy(shown) {
                     try? bases.addConflict(root: key, ConflictRecord(store: self.name, path: c.original, copy: shown,
@@ -245,7 +245,7 @@ extension StoreSync {
             guard let st = Self.takeAttributes(dir.fd, name, r, localToken: r.kind == .file ? w.localToken : nil) else { continue }
             let id = r.meta.itemID ?? w.baseID
             rows.append(BaseRow(path: path, id: id, kind: r.kind, localToken: r.kind == .file ? FolderRemote.version(st) : "",
-                                remoteToken: r.version))
+                                remoteToken: r.version, parent: r.meta.parent))
             if let rid = r.meta.itemID, !w.sameID {
                 index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: String(decoding: name, as: UTF8.self),
                                       kind: r.kind == .folder ? .directory : .file, id: rid))
@@ -458,7 +458,7 @@ extension StoreSync {
         _ = fstat(fd, &after)
         // The base first: a crash before the attribute goes leaves a placeholder at this base.
         try bases.put(root: key, BaseRow(path: path, id: got.meta.itemID ?? base?.id, kind: .file,
-                                         localToken: FolderRemote.version(after), remoteToken: got.version))
+                                         localToken: FolderRemote.version(after), remoteToken: got.version, parent: got.meta.parent))
         if adopting, let rid = got.meta.itemID { takeID(rid, for: LocalItem(path: path, kind: .file, st: after)) }
         if later, let filled, Placeholder.setMark(openFD: fd, filled) {
             var now = stat()

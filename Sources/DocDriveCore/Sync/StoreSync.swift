@@ -556,7 +556,7 @@ final class StoreSync: Sendable {
         // takes it, and what changed here since (a delete, a new save) is decided against it.
         if let r = remoteItem, let made = try ownUnrecordedUpload(path, r, local: local, base: base) {
             if local?.placeholder == true { local = try localItem(path) }  // (a placeholder placed again is gone)
-            let b = BaseRow(path: path, id: r.meta.itemID ?? base?.id, kind: .file, localToken: made, remoteToken: r.version)
+            let b = BaseRow(path: path, id: r.meta.itemID ?? base?.id, kind: .file, localToken: made, remoteToken: r.version, parent: r.meta.parent)
             try bases.put(root: key, b)
             base = b
             logger.info("store \(name): \(path): the remote holds this device's upload of it from before a stop; recorded as seen")
@@ -616,8 +616,8 @@ final class StoreSync: Sendable {
             return .busy
         }
         let item = SyncItem(local: local?.entry, base: base?.base,
-                            remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version) },
-                            localBusy: isBusyLocally(local))
+                            remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version, parent: $0.meta.parent) },
+                            localBusy: isBusyLocally(local), localIsPlaceholder: local?.placeholder ?? false)
         let plan = SyncDecision.decide(item)
         logger.debug("store \(name): \(path): local \(local?.token ?? "-") base \(base?.localToken ?? "-")/\(base?.remoteToken ?? "-") remote \(remoteItem?.version ?? "-"): \(plan) (ids \(local.flatMap { try? index.knownItemID(root: key, ino: Int64($0.st.st_ino)) } ?? "-") \(base?.id ?? "-") \(remoteItem?.meta.itemID ?? "-"))")
         switch plan.action {
@@ -645,7 +645,8 @@ final class StoreSync: Sendable {
                 r = try remote.makeFolder(path, meta: m)
             }
             if let rid = r.meta.itemID, rid != localID(l) { takeID(rid, for: l) }
-            try bases.put(root: key, BaseRow(path: path, id: r.meta.itemID ?? localID(l), kind: l.kind, localToken: l.token, remoteToken: r.version))
+            try bases.put(root: key, BaseRow(path: path, id: r.meta.itemID ?? localID(l), kind: l.kind, localToken: l.token, remoteToken: r.version,
+                                             parent: r.meta.parent))
             return .synced
         case .upload:
             try upload(local!, base: base, remoteThere: remoteItem, id: newID)
@@ -661,6 +662,9 @@ final class StoreSync: Sendable {
             try bases.remove(root: key, path: path)
             return .removed
         case .conflict:
+            if let b = item.base, let r = item.remote, !item.localBusy, SyncDecision.replacedUnseen(b, r) {
+                logger.warning("store \(name): \(path): the version this device last saw on \(remote.displayName) was replaced by \(remoteItem!.meta.deviceName ?? "another device")'s, written at the same moment over the version before it (the server let both writes succeed); both are kept")
+            }
             try conflict(local!, remoteItem!, base: base)
             return .synced
         }
@@ -797,10 +801,11 @@ final class StoreSync: Sendable {
             // holds what was read; this device has seen that version and sends the file again.
             var after = stat()
             if fstat(fd, &after) == 0, FolderRemote.version(after) != FolderRemote.version(st) || after.st_ctim.tv_nsec != st.st_ctim.tv_nsec {
-                try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: "", remoteToken: r.version))
+                try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: "", remoteToken: r.version, parent: r.meta.parent))
                 throw DriveError(.changedDuringUpload, "\(l.path) changed while it was uploaded; it will be uploaded again.")
             }
-            try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version))
+            try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version,
+                                             parent: r.meta.parent))
         }
     }
 
@@ -1004,7 +1009,8 @@ final class StoreSync: Sendable {
         }
         guard let now = Beneath.stat(dir, name), let kind = FolderRemote.kind(now) else { return }
         let id = r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now))
-        try bases.put(root: key, BaseRow(path: r.path, id: id, kind: kind, localToken: placedToken ?? FolderRemote.version(now), remoteToken: r.version))
+        try bases.put(root: key, BaseRow(path: r.path, id: id, kind: kind, localToken: placedToken ?? FolderRemote.version(now), remoteToken: r.version,
+                                         parent: r.meta.parent))
         if kind == .file, let id { hooks().arrived(key, r.path, id, !asPlaceholder) }
     }
 
@@ -1038,7 +1044,7 @@ final class StoreSync: Sendable {
                     if fstat(fd, &st) == 0, FolderRemote.version(st) == l.token, Self.sameContent(fd, tmp.fd) {
                         if let rid = r.meta.itemID, rid != localID(l) { takeID(rid, for: l) }
                         try bases.put(root: key, BaseRow(path: l.path, id: r.meta.itemID ?? localID(l), kind: .file,
-                                                         localToken: l.token, remoteToken: r.version))
+                                                         localToken: l.token, remoteToken: r.version, parent: r.meta.parent))
                         return
                     }
                 }

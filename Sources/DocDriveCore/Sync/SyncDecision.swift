@@ -13,12 +13,16 @@ public struct SyncEntry: Equatable, Sendable {
     public var token: String
     /// SHA-256 of the content when known: two sides with the same hash hold the same version.
     public var hash: String?
+    /// The remote side only: the version this one was written over, where the remote says
+    /// (`RemoteMeta.parent`).
+    public var parent: String?
 
-    public init(path: String, kind: Kind = .file, token: String, hash: String? = nil) {
+    public init(path: String, kind: Kind = .file, token: String, hash: String? = nil, parent: String? = nil) {
         self.path = path
         self.kind = kind
         self.token = token
         self.hash = hash
+        self.parent = parent
     }
 }
 
@@ -30,12 +34,15 @@ public struct SyncBase: Equatable, Sendable {
     public var localToken: String
     /// The remote version last seen; every write and delete on the remote is conditional on it.
     public var remoteToken: String
+    /// The version `remoteToken` was written over, where the remote says (`RemoteMeta.parent`).
+    public var parent: String?
 
-    public init(path: String, kind: SyncEntry.Kind = .file, localToken: String, remoteToken: String) {
+    public init(path: String, kind: SyncEntry.Kind = .file, localToken: String, remoteToken: String, parent: String? = nil) {
         self.path = path
         self.kind = kind
         self.localToken = localToken
         self.remoteToken = remoteToken
+        self.parent = parent
     }
 }
 
@@ -53,15 +60,18 @@ public struct SyncItem: Equatable, Sendable {
     /// over a delete: the folder stays.
     public var changedInsideLocally: Bool
     public var changedInsideRemotely: Bool
+    /// The local copy is a placeholder: it stands for the base's version without its content.
+    public var localIsPlaceholder: Bool
 
     public init(local: SyncEntry?, base: SyncBase?, remote: SyncEntry?, localBusy: Bool = false,
-                changedInsideLocally: Bool = false, changedInsideRemotely: Bool = false) {
+                changedInsideLocally: Bool = false, changedInsideRemotely: Bool = false, localIsPlaceholder: Bool = false) {
         self.local = local
         self.base = base
         self.remote = remote
         self.localBusy = localBusy
         self.changedInsideLocally = changedInsideLocally
         self.changedInsideRemotely = changedInsideRemotely
+        self.localIsPlaceholder = localIsPlaceholder
     }
 }
 
@@ -147,7 +157,10 @@ public enum SyncDecision {
                 if s.localBusy || s.changedInsideLocally { return SyncPlan(.upload) }
                 return SyncPlan(.deleteLocal)
             }
-            if s.localBusy { return SyncPlan(.conflict, move: move) }
+            // The base's version replaced unseen (a race the server let both writes win): this
+            // device's copy of it stays and goes up again, theirs is kept as a conflict copy. A
+            // placeholder has no content to keep: the remote's version comes.
+            if s.localBusy || (!s.localIsPlaceholder && replacedUnseen(base, s.remote!)) { return SyncPlan(.conflict, move: move) }
             return SyncPlan(.download, move: move)
         case (true, true):
             switch (localGone, remoteGone) {
@@ -161,6 +174,18 @@ public enum SyncDecision {
                 return SyncPlan(.conflict, move: move)
             }
         }
+    }
+
+    /// Whether the remote version `r` was written over the version the base's was written over,
+    /// not over the base's: two writes conditional on one version both succeeded (a server
+    /// whose conditional writes do not exclude each other), and the base's version, which this
+    /// device holds, was replaced by a writer that never saw it. Not for creates (a file deleted
+    /// and made again elsewhere looks the same), nor when the base's write kept its parent's
+    /// ETag (the same bytes saved again: a later write over it names that ETag too).
+    static func replacedUnseen(_ base: SyncBase, _ r: SyncEntry) -> Bool {
+        guard base.kind == .file, r.kind == .file, let p = r.parent, p != RemoteMeta.created,
+              p == base.parent, p != base.remoteToken, r.token != base.remoteToken else { return false }
+        return true
     }
 
     /// No base: the item is new on one side, or on both (created on two devices under one name).

@@ -135,6 +135,7 @@ extension S3Remote {
         var m = meta
         m.mtimeNanoseconds = meta.mtimeNanoseconds ?? h.meta.mtimeNanoseconds
         m.mode = meta.mode ?? h.meta.mode
+        m.parent = version  // written over it
         if h.size <= Self.copyByRewriteLimit {
             // Read and written anew, as a move is (`copyByRewriteLimit`): a server-side copy onto
             // itself may land after another device's save of the same moment and bring back the
@@ -225,6 +226,9 @@ extension S3Remote {
         }
         if let meta {
             kept = kept.filter { !S3Meta.isOwn($0.0) } + meta
+        } else {
+            // A copy at a new path was written where nothing was (`RemoteMeta.parent`).
+            kept = kept.filter { $0.0.lowercased() != S3Meta.header + S3Meta.parent } + [(S3Meta.header + S3Meta.parent, RemoteMeta.created)]
         }
         let type: [(String, String)] = kept.contains { $0.0.lowercased() == "content-type" } ? [] : [("Content-Type", "application/octet-stream")]
         let condition = to == key ? ("If-Match", "\"\(etag)\"") : ("If-None-Match", "*")

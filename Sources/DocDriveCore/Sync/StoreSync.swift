@@ -616,7 +616,10 @@ final class StoreSync: Sendable {
             return .busy
         }
         let item = SyncItem(local: local?.entry, base: base?.base,
-                            remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version, parent: $0.meta.parent) },
+                            // (The version a remote version was written over: for a version of the
+                            // base's item only; another item moved here tells nothing about the base's.)
+                            remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version,
+                                                               parent: $0.meta.itemID != nil && $0.meta.itemID == base?.id ? $0.meta.parent : nil) },
                             localBusy: isBusyLocally(local), localIsPlaceholder: local?.placeholder ?? false)
         let plan = SyncDecision.decide(item)
         logger.debug("store \(name): \(path): local \(local?.token ?? "-") base \(base?.localToken ?? "-")/\(base?.remoteToken ?? "-") remote \(remoteItem?.version ?? "-"): \(plan) (ids \(local.flatMap { try? index.knownItemID(root: key, ino: Int64($0.st.st_ino)) } ?? "-") \(base?.id ?? "-") \(remoteItem?.meta.itemID ?? "-"))")

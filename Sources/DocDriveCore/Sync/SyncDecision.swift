@@ -14,7 +14,7 @@ public struct SyncEntry: Equatable, Sendable {
     /// SHA-256 of the content when known: two sides with the same hash hold the same version.
     public var hash: String?
     /// The remote side only: the version this one was written over, where the remote says
-    /// (`RemoteMeta.parent`).
+    /// (`RemoteMeta.parent`), given for a version of the base's item (the same item id).
     public var parent: String?
 
     public init(path: String, kind: Kind = .file, token: String, hash: String? = nil, parent: String? = nil) {

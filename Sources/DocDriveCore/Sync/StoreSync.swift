@@ -1323,7 +1323,7 @@ final class StoreSync: Sendable {
         }
         if wasOffline {
             logger.info("store \(name): the remote answers again")
-            try? queue.makeDue(.all, root: key)
+            _ = try? queue.makeDue(.all, root: key)
         }
         remoteIDs.withLock { $0 = byID }
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)

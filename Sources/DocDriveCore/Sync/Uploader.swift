@@ -414,7 +414,7 @@ public final class Uploader: Sendable {
             }
             if up && wasDown {
                 logger.info("store \(store.config.name): remote reachable again; retrying now")
-                try? queue.makeDue(.all, root: key)
+                _ = try? queue.makeDue(.all, root: key)
             }
         }
     }
@@ -446,7 +446,7 @@ public final class Uploader: Sendable {
     public func stop(drainFor seconds: Double) -> Int {
         draining.store(true, ordering: .relaxed)
         commitNoted()
-        try? queue.makeDue(.all)
+        _ = try? queue.makeDue(.all)
         // Wait while something is uploading or ready to go; an entry that failed again waits
         // for its back-off, which an unmount does not sit through.
         let deadline = Date().addingTimeInterval(seconds)
@@ -629,7 +629,7 @@ public final class Uploader: Sendable {
     private func startReconcile(_ key: String, _ store: Store, placingEarly: Bool) -> StoreSync.PollStart? {
         store.sync.compareLocal { stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) }
         // What failed before goes again now (its remote may be back, its file gone).
-        try? queue.makeDue(.all, root: key)
+        _ = try? queue.makeDue(.all, root: key)
         if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) { return nil }
         return store.sync.startPoll(placingEarly: placingEarly)
     }

@@ -265,6 +265,30 @@ final class SyncEngineTests: XCTestCase {
         }
     }
 
+    func testAFileMadeInAFolderJustBeforeTheFolderWasRenamedGoesUp() throws {
+        // (Found by hand: rsync wrote new.h into a folder, `mv` renamed the folder a moment
+        // later; the folder moved on the remote, new.h never went up, and showed as synced.)
+        for (kind, remote) in try remotes() {
+            // Given a folder on two devices
+            let (a, b) = try two(remote, kind, files: ["d/old.txt": "old", "d/sub/deep.txt": "deep"])
+            // When a file is made in it and in its subfolder, and the folder is renamed before
+            // their syncs ran (so they ran under the old names, and found nothing there)
+            for p in ["d/new.txt", "d/sub/new.txt"] {
+                XCTAssertTrue(FileManager.default.createFile(atPath: a.cache + "/" + p, contents: Data("new \(p)".utf8)))
+                a.note(p)
+            }
+            a.rename("d", "e", noted: [])
+            a.drain()
+            a.note("d")
+            a.note("e")
+            settleAll(a, b)
+            // Then they went up with the folder's new name, and reached the other device
+            let want = ["e/old.txt": "old", "e/sub/deep.txt": "deep", "e/new.txt": "new d/new.txt", "e/sub/new.txt": "new d/sub/new.txt"]
+            XCTAssertEqual(a.tree(), want, kind)
+            XCTAssertEqual(b.tree(), want, kind)
+        }
+    }
+
     func testAFileRenamedHereAndChangedThereIsRenamedAndChanged() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices

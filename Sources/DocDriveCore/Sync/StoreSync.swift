@@ -861,11 +861,35 @@ final class StoreSync: Sendable {
         return String(halves[0])
     }
 
-    /// Queues every path this device has a base for under the folder `path`.
+    /// Queues every path under the folder `path` (a folder just moved): each this device has a
+    /// base for, and each there locally without one. A file made in the folder before it was
+    /// renamed, whose sync ran under the old name once the rename had taken it away (rsync's
+    /// new file, then `mv` of its folder), is known by no base and queued under no other name.
     private func requeueInside(_ path: StorePath) throws(DriveError) {
         let prefix = path.bytes + [UInt8(ascii: "/")]
-        let inside = try bases.all(root: key).filter { $0.path.bytes.starts(with: prefix) }.map { (key, $0.path, 0.0) }
-        try queue.enqueueAll(inside)
+        var known = Set<StorePath>()
+        var batch = [(String, StorePath, Double)]()
+        for b in try bases.all(root: key) where b.path.bytes.starts(with: prefix) {
+            known.insert(b.path)
+            batch.append((key, b.path, 0))
+        }
+        let cachefd = try openCache()
+        defer { close(cachefd) }
+        func walk(_ dfd: Int32, _ folder: StorePath) {
+            for e in Beneath.names(dfd) ?? [] where !FolderRemote.isOwnName(e.name) {
+                let rel = folder.appending(e.name)
+                if !known.contains(rel) { batch.append((key, rel, 0)) }
+                if e.type == UInt8(DT_DIR) || e.type == UInt8(DT_UNKNOWN), case .success(let sub) = Beneath.openFolder(dfd, [e.name[...]]) {
+                    walk(sub, rel)
+                    close(sub)
+                }
+            }
+        }
+        if case .success(let dir) = Beneath.openFolder(cachefd, path.names) {
+            walk(dir, path)
+            close(dir)
+        }
+        try queue.enqueueAll(batch)
     }
 
     /// Queues what is in the folder `path` locally (and on the remote) for a sync of its own.

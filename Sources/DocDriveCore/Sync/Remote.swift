@@ -27,7 +27,7 @@ public struct RemoteMeta: Equatable, Sendable, Codable {
     /// on), `RemoteMeta.created` for a create. Written by remotes whose conditional writes may
     /// not exclude each other (S3: SeaweedFS lets a multipart upload's completion and a
     /// PutObject of the same moment both succeed): two versions written over the same one are
-    /// siblings, and the one that landed first was replaced unseen (`SyncItem.remoteReplacedBaseUnseen`).
+    /// siblings, and the one that landed first was replaced unseen (`SyncDecision.replacedUnseen`).
     public var parent: String?
     /// `parent` of a version written where nothing was.
     public static let created = "none"

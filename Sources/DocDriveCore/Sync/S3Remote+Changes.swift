@@ -30,7 +30,7 @@ extension S3Remote {
     }
 
     public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
-        let meta = Self.written(over: expecting, meta)
+        let meta = Self.meta(meta, writtenOver: expecting)
         try checkConditionalWrites()
         let key = try keys.key(path)
         let token = Self.randomToken()
@@ -136,26 +136,23 @@ extension S3Remote {
         m.mtimeNanoseconds = meta.mtimeNanoseconds ?? h.meta.mtimeNanoseconds
         m.mode = meta.mode ?? h.meta.mode
         m.parent = version  // written over it
+        let what = "give \(path) its own item id"
         if h.size <= Self.copyByRewriteLimit {
             // Read and written anew, as a move is (`copyByRewriteLimit`): a server-side copy onto
             // itself may land after another device's save of the same moment and bring back the
             // bytes that save replaced.
-            try rewriteObject(key, etag: version, to: key, meta: S3Meta.headers(m, link: h.link, upload: h.upload),
-                              what: "give \(path) its own item id")
-            guard let now = try head(key) else {
-                throw DriveError(.remoteChanged, "\(path) was deleted on \(displayName) meanwhile.")
+            try rewriteObject(key, etag: version, to: key, meta: S3Meta.headers(m, link: h.link, upload: h.upload), what: what)
+        } else {
+            let source = "/" + client.settings.bucket + "/" + SigV4.encode(key, slash: false)
+            let r = try client.send(.PUT, key: key, headers: [("x-amz-copy-source", source), ("x-amz-copy-source-if-match", "\"\(version)\""),
+                                                              ("x-amz-metadata-directive", "REPLACE"), ("Content-Type", "application/octet-stream")]
+                                      + S3Meta.headers(m, link: h.link, upload: h.upload))
+            if r.status == 412 || r.status == 404 || r.status == 409 {
+                throw DriveError(.remoteChanged, "\(path) changed on \(displayName) since this device last saw it.")
             }
-            return RemoteItem(path: path, kind: now.link ? .symlink : .file, version: now.etag, size: now.size, meta: now.meta)
-        }
-        let source = "/" + client.settings.bucket + "/" + SigV4.encode(key, slash: false)
-        let r = try client.send(.PUT, key: key, headers: [("x-amz-copy-source", source), ("x-amz-copy-source-if-match", "\"\(version)\""),
-                                                          ("x-amz-metadata-directive", "REPLACE"), ("Content-Type", "application/octet-stream")]
-                                  + S3Meta.headers(m, link: h.link, upload: h.upload))
-        if r.status == 412 || r.status == 404 || r.status == 409 {
-            throw DriveError(.remoteChanged, "\(path) changed on \(displayName) since this device last saw it.")
-        }
-        guard r.status == 200, S3XML(r.body).rootName != "Error" else {
-            throw client.failure(r.status == 200 ? S3Response(status: 500, headers: r.headers, body: r.body) : r, "give \(path) its own item id")
+            guard r.status == 200, S3XML(r.body).rootName != "Error" else {
+                throw client.failure(r.status == 200 ? S3Response(status: 500, headers: r.headers, body: r.body) : r, what)
+            }
         }
         guard let now = try head(key) else {
             throw DriveError(.remoteChanged, "\(path) was deleted on \(displayName) meanwhile.")

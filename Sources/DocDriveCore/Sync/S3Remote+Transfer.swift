@@ -96,7 +96,7 @@ extension S3Remote {
 
     public func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                        limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
-        let meta = Self.written(over: expecting, meta)
+        let meta = Self.meta(meta, writtenOver: expecting)
         let key = try keys.key(path)
         try checkConditionalWrites()
         var st = stat()
@@ -121,7 +121,7 @@ extension S3Remote {
     }
 
     /// `meta` with the version a write is conditional on as its parent (`RemoteMeta.parent`).
-    static func written(over expecting: RemoteExpectation, _ meta: RemoteMeta) -> RemoteMeta {
+    static func meta(_ meta: RemoteMeta, writtenOver expecting: RemoteExpectation) -> RemoteMeta {
         var m = meta
         switch expecting {
         case .absent: m.parent = RemoteMeta.created

@@ -581,6 +581,27 @@ def test_devices_leave_each_others_upload_temps_alone(new_drive, shared_folder):
     assert not (b.dir / foreign.name).exists()
 
 
+@pytest.mark.timeout(120)
+def test_a_file_with_no_record_of_being_on_the_remote_is_never_shown_synced(new_drive, shared):
+    # Given a file that reached the store's local copy without the mount noting it (written
+    # into the backing folder behind its back: the stand-in for any path the sync missed)
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "seen.txt", b"noted")
+    a.sync()
+    write(a.cache / "unseen.txt", b"nobody noted me")
+    # Then its status is not "synced" while the remote does not have it
+    assert "unseen.txt" not in shared.tree()
+    status = os.getxattr(a.dir / "unseen.txt", "user.docdrive.status").decode()
+    assert status == "pending", status
+    assert os.getxattr(a.dir / "seen.txt", "user.docdrive.status") == b"synced"
+    # And the look queued it: it goes up and reaches the other device
+    a.sync(); b.sync()
+    assert shared.tree().get("unseen.txt") == b"nobody noted me"
+    assert (b.dir / "unseen.txt").read_bytes() == b"nobody noted me"
+    assert os.getxattr(a.dir / "unseen.txt", "user.docdrive.status") == b"synced"
+    assert "no record of being on the remote" in a.d.log_path.read_text(errors="replace")
+
+
 # --------------------------------------------------------------------------- randomized
 
 @pytest.mark.timeout(900)

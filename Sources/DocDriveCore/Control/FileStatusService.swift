@@ -24,7 +24,7 @@ public final class FileStatusService: Sendable {
         guard base >= 0 else { return (.none, false) }
         defer { close(base) }
         let path = StorePath(place.rel)
-        var placeholder = false
+        var placeholder = false, isFile = false
         if !path.isEmpty {
             guard case .success(let dir) = Beneath.openFolder(base, Array(path.folder.names)) else { return (.none, false) }
             defer { close(dir) }
@@ -33,7 +33,8 @@ public final class FileStatusService: Sendable {
                 if !place.root.key.hasPrefix("store:"), let target = referenceTarget(dir, path) { return status(target) }
                 return (.none, false)
             }
-            placeholder = st.st_mode & S_IFMT == S_IFREG && Placeholder.isPlaceholder(dir, path.lastName)
+            isFile = st.st_mode & S_IFMT == S_IFREG
+            placeholder = isFile && Placeholder.isPlaceholder(dir, path.lastName)
         }
         guard place.root.key.hasPrefix("store:"), let uploader = fs.uploader, uploader.uploads(place.root.key) else {
             return (.local, false)
@@ -42,7 +43,7 @@ public final class FileStatusService: Sendable {
             return (StatusProtocol.State(rawValue: uploader.wholeStoreStatus(root: place.root.key)) ?? .synced, false)
         }
         let pinned = uploader.isPinned(root: place.root.key, path: path)
-        var state = StatusProtocol.State(rawValue: uploader.status(root: place.root.key, path: path)) ?? .failed
+        var state = StatusProtocol.State(rawValue: uploader.status(root: place.root.key, path: path, isFile: isFile)) ?? .failed
         // A placeholder is never uploaded: a queued look at it is a comparison only (as the xattr).
         if placeholder, state == .synced || state == .pending || state == .uploading { state = .placeholder }
         return (state, pinned)

@@ -120,7 +120,7 @@ extension DriveFileSystem {
         awaitReleases(of: n)
         switch storeLocation(n) {
         case .at(let path) where !path.isEmpty:
-            let status = uploader.status(root: root.key, path: path)
+            let status = uploader.status(root: root.key, path: path, isFile: n.fileType == S_IFREG)
             // A placeholder is never uploaded: a queued look at it is a comparison only.
             let quiet = status == UploadState.synced.rawValue || status == UploadState.pending.rawValue
                 || status == UploadState.uploading.rawValue

@@ -95,6 +95,13 @@ public final class Uploader: Sendable {
     /// own would only walk it again (and count in the queue) during a `cp -r` or `tar x`.
     /// In memory only: after a crash the comparison at mount finds empty folders. Lock: leaf.
     private let madeFolders = Mutex<[(String, StorePath, Double)]>([])
+    /// Files that `unrecorded` found and queued, with when. Lock: leaf.
+    private let rechecked = Mutex<[RecheckKey: Double]>([:])
+    private struct RecheckKey: Hashable {
+        let root: String
+        let path: StorePath
+    }
+    private static let recheckInterval: Double = 30
     private let stopping = Atomic<Bool>(false)
     /// Set at unmount: what is queued goes now, burst or not.
     private let draining = Atomic<Bool>(false)
@@ -745,12 +752,39 @@ public final class Uploader: Sendable {
         return (c[.pending] ?? 0) + (c[.uploading] ?? 0) > 0 ? UploadState.pending.rawValue : UploadState.synced.rawValue
     }
 
-    /// The user.docdrive.status of a store file.
-    public func status(root: String, path: StorePath) -> String {
+    /// The user.docdrive.status of a store file; `isFile`: the path is a regular file here.
+    public func status(root: String, path: StorePath, isFile: Bool = false) -> String {
         if isFilling(root: root, path: path) { return "downloading" }
         if index.bases.inConflict(root: root, path: path.description) { return "conflict" }
         if isNoted(root: root, path: path) { return UploadState.pending.rawValue }
-        guard let s = try? queue.state(root: root, path: path) else { return UploadState.synced.rawValue }
+        guard let s = try? queue.state(root: root, path: path) else {
+            return isFile && unrecorded(root: root, path: path) ? UploadState.pending.rawValue : UploadState.synced.rawValue
+        }
         return s.0.rawValue
+    }
+
+    /// Whether the file at `path` has nothing waiting and no record of being on the remote
+    /// (no base): then it is not synced, whatever left it so, and it is looked at again (at
+    /// most every `recheckInterval` per path). A safety net: "synced" is never said of a file
+    /// the remote may not have.
+    private func unrecorded(root: String, path: StorePath) -> Bool {
+        guard store(root) != nil else { return false }
+        do {
+            guard try index.bases.base(root: root, path: path) == nil else { return false }
+        } catch {
+            return false  // the index cannot tell: no claim either way
+        }
+        let now = Date().timeIntervalSince1970
+        let due = rechecked.withLock { m -> Bool in
+            if m.count >= 4096 { m = m.filter { now - $0.value < Self.recheckInterval } }
+            guard now - (m[RecheckKey(root: root, path: path)] ?? 0) >= Self.recheckInterval else { return false }
+            m[RecheckKey(root: root, path: path)] = now
+            return true
+        }
+        if due {
+            logger.warning("store \(store(root)?.config.name ?? root): \(path) had nothing waiting and no record of being on the remote; it is looked at again.")
+            noteChanged(root: root, path: path)
+        }
+        return true
     }
 }

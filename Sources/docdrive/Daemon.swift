@@ -142,6 +142,7 @@ struct Daemon {
                 // a save too (FileSystem+Releases).
                 fs.awaitQueuedReleases()
                 if r.retryFailed == true { uploader.retryFailedNow() }
+                if r.compare == true { uploader.compareWithRecords() }
                 let stores = uploader.pollAndWait(timeout: r.timeout ?? 120)
                 DriveFileSystem.waitForKernelNotices()  // what arrived shows when sync returns
                 return SyncPollAnswer(stores: stores)

@@ -59,7 +59,7 @@ struct Sync: ParsableCommand {
                 // and is gone now has stopped mid-sync. Any other failure (no answer, an
                 // unreadable one, a protocol mismatch) is the sync's.
                 switch Result(catching: { () throws(DriveError) in
-                    try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left, retryFailed: retryFailed ? true : nil), timeout: Int(left) + 10)
+                    try ControlClient.call(home, ControlRequest.SyncPoll(timeout: left, retryFailed: retryFailed ? true : nil, compare: round == 0 ? true : nil), timeout: Int(left) + 10)
                 }) {
                 case .success(let a):
                     answer = a

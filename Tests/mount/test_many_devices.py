@@ -587,11 +587,17 @@ def test_a_file_with_no_record_of_being_on_the_remote_is_never_shown_synced(new_
     # into the backing folder behind its back: the stand-in for any path the sync missed)
     a, b = devices(new_drive, shared, 2)
     write(a.dir / "seen.txt", b"noted")
+    write(a.dir / "brief.txt", b"made and deleted")
+    os.unlink(a.dir / "brief.txt")
     a.sync()
     write(a.cache / "unseen.txt", b"nobody noted me")
+    # (and one at a path whose last sync found nothing there: its queue entry says synced)
+    write(a.cache / "brief.txt", b"made again behind the back")
     # Then its status is not "synced" while the remote does not have it
-    assert "unseen.txt" not in shared.tree()
+    assert "unseen.txt" not in shared.tree() and "brief.txt" not in shared.tree()
     status = os.getxattr(a.dir / "unseen.txt", "user.docdrive.status").decode()
+    assert status == "pending", status
+    status = os.getxattr(a.dir / "brief.txt", "user.docdrive.status").decode()
     assert status == "pending", status
     assert os.getxattr(a.dir / "seen.txt", "user.docdrive.status") == b"synced"
     # And the look queued it: it goes up and reaches the other device
@@ -599,7 +605,30 @@ def test_a_file_with_no_record_of_being_on_the_remote_is_never_shown_synced(new_
     assert shared.tree().get("unseen.txt") == b"nobody noted me"
     assert (b.dir / "unseen.txt").read_bytes() == b"nobody noted me"
     assert os.getxattr(a.dir / "unseen.txt", "user.docdrive.status") == b"synced"
+    assert shared.tree().get("brief.txt") == b"made again behind the back"
     assert "no record of being on the remote" in a.d.log_path.read_text(errors="replace")
+
+
+@pytest.mark.timeout(120)
+def test_docdrive_sync_sends_up_what_nothing_queued(new_drive, shared):
+    # Given a file made and a file changed in the store's local copy without the mount noting
+    # either (behind its back: the stand-in for any save the sync missed)
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "known.txt", b"v1")
+    a.sync(); b.sync()
+    write(a.cache / "unnoted.txt", b"made behind the back")
+    write(a.cache / "known.txt", b"v2, changed behind the back")
+    # When the user runs docdrive sync (and reads no status first)
+    a.sync()
+    # Then both are on the remote and reach the other device, and the log says what was found
+    remote = shared.tree()
+    assert remote.get("unnoted.txt") == b"made behind the back", sorted(remote)
+    assert remote.get("known.txt") == b"v2, changed behind the back"
+    b.sync()
+    assert (b.dir / "unnoted.txt").read_bytes() == b"made behind the back"
+    assert (b.dir / "known.txt").read_bytes() == b"v2, changed behind the back"
+    log = a.d.log_path.read_text(errors="replace")
+    assert "2 paths differed from this device's record of the remote with nothing waiting" in log, a.d.log_tail(20)
 
 
 # --------------------------------------------------------------------------- randomized

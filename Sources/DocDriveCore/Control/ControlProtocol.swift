@@ -231,9 +231,12 @@ extension ControlRequest {
         public typealias Answer = SyncPollAnswer
         public var timeout: Double?
         public var retryFailed: Bool?
-        public init(timeout: Double? = nil, retryFailed: Bool? = nil) {
+        /// Compare each store's local copy with its records first (`Uploader.compareWithRecords`).
+        public var compare: Bool?
+        public init(timeout: Double? = nil, retryFailed: Bool? = nil, compare: Bool? = nil) {
             self.timeout = timeout
             self.retryFailed = retryFailed
+            self.compare = compare
         }
         public var request: ControlRequest { .syncPoll(self) }
     }

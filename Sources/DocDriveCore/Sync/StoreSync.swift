@@ -1444,8 +1444,30 @@ final class StoreSync: Sendable {
 
     /// At start: queues every local path that differs from its base (saved while not mounted,
     /// or a save a crash kept out of the queue), and every base whose local copy is gone.
-    func compareLocal(stopped: () -> Bool) {
-        guard let all = try? bases.all(root: key), let cachefd = try? openCache() else { return }
+    /// `docdrive sync` runs it too, with `unexpected`: then only the paths it says yes to (those
+    /// with nothing waiting) are queued, each after a second look at its base (the one read at
+    /// the start may be older than an upload that ended during the walk), and a folder without
+    /// a base is left to its files' uploads (it is made on the remote with the first). Returns
+    /// how many paths were queued.
+    @discardableResult
+    func compareLocal(unexpected: ((StorePath) -> Bool)? = nil, stopped: () -> Bool) -> Int {
+        var queued = 0
+        func enqueue(_ batch: [(String, StorePath, Double)]) {
+            let wanted = unexpected.map { f in batch.filter { f($0.1) && differsStill($0.1) } } ?? batch
+            if (try? queue.enqueueAll(wanted)) != nil { queued += wanted.count }
+        }
+        /// Whether `path` still differs from its base, both read now.
+        func differsStill(_ path: StorePath) -> Bool {
+            let local: LocalItem?
+            do { local = try localItem(path) } catch { return true }  // unreadable or a fifo: its sync says so
+            guard let base = try? bases.base(root: key, path: path) else {
+                // No base: a file (or link) is new here; a folder follows its files.
+                return local.map { $0.kind != .folder } ?? false
+            }
+            guard let local else { return true }  // gone here
+            return base.localToken != FolderRemote.version(local.st) && !(base.kind == .file && local.placeholder)
+        }
+        guard let all = try? bases.all(root: key), let cachefd = try? openCache() else { return 0 }
         defer { close(cachefd) }
         var byPath = [StorePath: BaseRow](minimumCapacity: all.count)
         for b in all { byPath[b.path] = b }
@@ -1475,19 +1497,20 @@ final class StoreSync: Sendable {
                     close(sub)
                 }
                 if batch.count >= 1000 {
-                    try? queue.enqueueAll(batch)
+                    enqueue(batch)
                     batch.removeAll()
                 }
             }
         }
         walk(cachefd, .store)
         for b in all where !seen.contains(b.path) { batch.append((key, b.path, now)) }
-        try? queue.enqueueAll(batch)
+        enqueue(batch)
         if fillsLeft, !stopped() {
             let n = fills.waiting
             fills.commitNow()
             logger.info("store \(name): \(n) downloaded file\(n == 1 ? "" : "s") the last run left waiting for the disk written out")
         }
+        return queued
     }
 
     /// The file `name` in `dir`, when it carries a "filled" mark of this boot, goes to the

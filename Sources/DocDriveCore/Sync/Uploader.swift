@@ -709,6 +709,29 @@ public final class Uploader: Sendable {
         }
     }
 
+    /// `docdrive sync`, first: every store's local copy is compared with what this device and
+    /// the remote last agreed on (the bases), and each path that differs with nothing waiting
+    /// for it is queued, and logged. So a sync that ends well means every local file is on the
+    /// remote, also one that a missed note or a change behind the mount's back left out.
+    /// Returns how many paths were queued.
+    @discardableResult
+    public func compareWithRecords() -> Int {
+        var total = 0
+        for (key, store) in allStores() {
+            var found = [StorePath]()
+            let n = store.sync.compareLocal(unexpected: { [self] p in
+                guard !isNoted(root: key, path: p), (try? queue.state(root: key, path: p))?.0 ?? .synced == .synced else { return false }
+                if found.count < 5 { found.append(p) }
+                return true
+            }) { stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) }
+            if n > 0 {
+                logger.warning("store \(store.config.name): \(n) path\(n == 1 ? "" : "s") differed from this device's record of the remote with nothing waiting, now queued (docdrive sync): \(found.map(\.description).joined(separator: ", "))\(n > found.count ? ", ..." : "")")
+            }
+            total += n
+        }
+        return total
+    }
+
     /// `docdrive sync`'s look at the remotes: every store polls now; answers once each poll is
     /// done, or after `timeout` seconds (0.5 to 120).
     public func pollAndWait(timeout: Double) -> [String: RemoteState] {
@@ -757,10 +780,9 @@ public final class Uploader: Sendable {
         if isFilling(root: root, path: path) { return "downloading" }
         if index.bases.inConflict(root: root, path: path.description) { return "conflict" }
         if isNoted(root: root, path: path) { return UploadState.pending.rawValue }
-        guard let s = try? queue.state(root: root, path: path) else {
-            return isFile && unrecorded(root: root, path: path) ? UploadState.pending.rawValue : UploadState.synced.rawValue
-        }
-        return s.0.rawValue
+        let s = (try? queue.state(root: root, path: path))?.0 ?? .synced
+        if s == .synced, isFile, unrecorded(root: root, path: path) { return UploadState.pending.rawValue }
+        return s.rawValue
     }
 
     /// Whether the file at `path` has nothing waiting and no record of being on the remote

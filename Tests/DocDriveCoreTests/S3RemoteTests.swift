@@ -181,6 +181,41 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertEqual(try get(r, "E/sub/two").1, Array("2".utf8))
     }
 
+    func testAMoveOfAFileTooLargeForOneCopyGoesInPartsWithItsBytesAndMetadata() throws {
+        // S3's single copy takes at most 5 GiB; larger objects are copied in parts. The same
+        // code, with parts of 5 MiB above 16 MiB (files up to 16 MiB are rewritten, not copied).
+        let base = try makeRemote()
+        let r = S3Remote(client: base.client, device: "testdevice", copyInPartsAbove: 16 << 20, copyPartSize: 5 << 20)
+        var bytes = [UInt8](repeating: 0, count: (17 << 20) + 3)
+        for i in stride(from: 0, to: bytes.count, by: 4096) { bytes[i] = UInt8(truncatingIfNeeded: i >> 12 &* 31 &+ 7) }
+        bytes[bytes.count - 1] = 0xEE
+        let fd = try file(bytes)
+        defer { close(fd) }
+        let meta = RemoteMeta(itemID: "big-id", deviceName: "laptop", mtimeNanoseconds: 1_700_000_000_123_456_789, mode: 0o640)
+        let a = try r.upload(from: fd, to: "big.bin", expecting: .absent, meta: meta, limit: nil, progress: nil)
+        let moved = try r.move("big.bin", version: a.version, to: "F/moved.bin")
+        XCTAssertNil(try r.item(at: "big.bin"))
+        // every byte, in 4 parts (a multipart object's ETag ends with its part count; a single
+        // server copy would have kept the source's, made of 2 parts of 16 MiB)
+        let (item, got) = try get(r, "F/moved.bin")
+        XCTAssertEqual(got.count, bytes.count)
+        XCTAssertTrue(got == bytes, "the copy differs from the file")
+        XCTAssertTrue(item.version.hasSuffix("-4"), "copied in \(item.version), not in 4 parts")
+        XCTAssertNotEqual(item.version, a.version)
+        // and the item's metadata went along: its id, device, time and mode
+        let now = try XCTUnwrap(try r.item(at: "F/moved.bin"))
+        XCTAssertEqual(moved.version, now.version)
+        for m in [moved.meta, now.meta] {
+            XCTAssertEqual(m.itemID, "big-id")
+            XCTAssertEqual(m.deviceName, "laptop")
+            XCTAssertEqual(m.mtimeNanoseconds, 1_700_000_000_123_456_789)
+            XCTAssertEqual(m.mode, 0o640)
+        }
+        // a move of a version that is not the object's any more is refused, nothing copied
+        assertCode(.remoteChanged) { _ = try r.move("F/moved.bin", version: a.version, to: "G/again.bin") }
+        XCTAssertNil(try r.item(at: "G/again.bin"))
+    }
+
     func testAMoveOntoANameAnotherDeviceCreatesAtThatMomentNeverReplacesItsFile() throws {
         let mover = try makeRemote()
         let creator = try makeRemote(prefix: mover.keys.prefix)

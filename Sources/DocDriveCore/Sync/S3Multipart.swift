@@ -180,14 +180,28 @@ extension S3Remote {
         try listObjects(keyPrefix: keys.keyPrefix).map(\.key)
     }
 
-    /// Copies an object larger than a single copy allows, in parts of 1 GiB.
+    /// Copies an object larger than a single copy allows, in parts of `copyPartSize` (1 GiB).
+    /// A multipart upload takes no metadata from its parts' source: the source's
+    /// `x-amz-meta-*` (DocDrive's and other tools') and content headers are read first and
+    /// given to the new upload, as a single copy keeps them.
     func copyMultipart(source: String, key: String, etag: String, size: Int64, to: String, what: String) throws(DriveError) {
         if try head(to) != nil {
             throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) already has an item there (another device made it).")
         }
-        let created = try client.send(.POST, key: to, query: [("uploads", "")], headers: [("x-amz-metadata-directive", "COPY")])
+        let look = try client.send(.HEAD, key: key, headers: [("If-Match", "\"\(etag)\"")])
+        switch look.status {
+        case 200: break
+        case 404: throw DriveError(.remoteChanged, "Cannot \(what): the source was deleted on \(displayName) meanwhile.")
+        case 412: throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
+        default: throw client.failure(look, what)
+        }
+        let kept = look.headerPairs.filter { name, _ in
+            let n = name.lowercased()
+            return n.hasPrefix(S3Meta.header) || Self.contentHeaders.contains(n)
+        }
+        let created = try client.send(.POST, key: to, query: [("uploads", "")], headers: kept)
         guard created.status == 200, let uploadID = S3XML(created.body).value("UploadId") else { throw client.failure(created, what) }
-        let part: Int64 = 1 << 30
+        let part = copyPartSize
         var parts = [String]()
         do throws(DriveError) {
             var offset: Int64 = 0

@@ -184,7 +184,7 @@ extension S3Remote {
             guard r.status == 200 || r.status == 412 || r.status == 409 else { throw client.failure(r, what) }
             return
         }
-        if size > S3Settings.partSizeRange.upperBound {
+        if size > copyInPartsAbove {
             return try copyMultipart(source: source, key: key, etag: etag, size: size, to: to, what: what)
         }
         var retried = false

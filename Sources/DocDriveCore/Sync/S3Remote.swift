@@ -33,6 +33,10 @@ public final class S3Remote: Remote, Sendable {
     public let device: String
     /// Keys per listing page (S3's maximum is 1000; tests make it small to page).
     public let pageSize: Int
+    /// Objects larger than this are copied on the server in parts (`copyMultipart`), of
+    /// `copyPartSize` each: S3's single copy takes at most 5 GiB. Smaller in tests.
+    let copyInPartsAbove: Int64
+    let copyPartSize: Int64
     /// HEAD answers by key (its bytes: Strings that are canonically equivalent are equal),
     /// valid while the key's ETag is the same.
     let heads = S3HeadCache()
@@ -77,11 +81,14 @@ public final class S3Remote: Remote, Sendable {
         var answered: String? = nil
     }
 
-    public init(client: S3Client, device: String, pageSize: Int = 1000) {
+    public init(client: S3Client, device: String, pageSize: Int = 1000,
+                copyInPartsAbove: Int64 = S3Settings.partSizeRange.upperBound, copyPartSize: Int64 = 1 << 30) {
         self.client = client
         self.keys = S3Keys(prefix: client.settings.prefix)
         self.device = device
         self.pageSize = max(1, min(1000, pageSize))
+        self.copyInPartsAbove = copyInPartsAbove
+        self.copyPartSize = max(S3Settings.partSizeRange.lowerBound, copyPartSize)
     }
 
     /// The remote of a store's settings, with credentials from where `SigV4.Credentials.load`

@@ -354,6 +354,41 @@ final class SyncEngineTests: XCTestCase {
         }
     }
 
+    func testTheSameMoveOnTwoDevicesThenAChangeOnOneIsADownloadOnTheOtherWhenItsOldPathIsDecidedFirst() throws {
+        try sameMoveThenAChange(decidedFirst: "B/f.txt")
+    }
+
+    func testTheSameMoveOnTwoDevicesThenAChangeOnOneIsADownloadOnTheOtherWhenItsNewPathIsDecidedFirst() throws {
+        try sameMoveThenAChange(decidedFirst: "f.txt")
+    }
+
+    /// (Seed 3840959234 of the three-device test on S3: two devices moved B/f10.txt to f10.txt;
+    /// the third changed it there. The second mover dropped its base at the old path, so its
+    /// unchanged copy met the change as a conflict: it kept its copy, uploaded it over the
+    /// change, and the version it had replaced was also another device's conflict copy.)
+    private func sameMoveThenAChange(decidedFirst first: String) throws {
+        for (kind, remote) in try remotes() {
+            // Given a file on two devices
+            let (a, b) = try two(remote, kind, files: ["B/f.txt": "v1"])
+            let id = try a.id("B/f.txt")
+            // When both move it to the same place, one's move reaches the remote first, and that
+            // one changes it there before the other looks
+            b.rename("B/f.txt", "f.txt")
+            b.settle()
+            b.write("f.txt", "v2 from beta")
+            b.settle()
+            a.rename("B/f.txt", "f.txt", noted: [first])
+            a.settle()
+            a.note(first == "f.txt" ? "B/f.txt" : "f.txt")
+            settleAll(a, b)
+            // Then the change arrives on the other as a download: one item, no conflict copy
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v2 from beta"], "\(kind), \(first) decided first")
+                XCTAssertEqual(try d.id("f.txt"), id, kind)
+            }
+        }
+    }
+
     func testAChangeToAFileMovedOnAnotherDeviceFollowsTheMove() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices

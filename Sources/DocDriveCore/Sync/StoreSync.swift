@@ -431,16 +431,32 @@ final class StoreSync: Sendable {
     /// path on the remote and here too (it stays there as changed; this one goes up as another
     /// item, `uploadID`).
     private func renamedHere(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
-        guard remoteItem == nil else {
-            // Renamed here onto a name another device took meanwhile: no move, this path is
-            // decided as it is (a conflict). The old path's sync may have left it to this one
-            // ("that path's sync moves it"): it is decided again, as gone here.
-            if let id = try index.knownItemID(root: key, ino: Int64(l.st.st_ino)), base?.id != id,
-               let old = try baseOfItem(id, elsewhereThan: path), try localItem(old.path) == nil {
-                try? queue.enqueue(root: key, path: old.path, due: 0)
-            }
-            return nil
+        guard let r = remoteItem else {
+            return try renamedHereOntoNothing(path, l, base: &base, remoteItem: &remoteItem)
         }
+        // Renamed here onto a name another device took meanwhile: no move, this path is
+        // decided as it is (a conflict). The old path's sync may have left it to this one
+        // ("that path's sync moves it"): it is decided again, as gone here.
+        if let id = try index.knownItemID(root: key, ino: Int64(l.st.st_ino)), base?.id != id,
+           let old = try baseOfItem(id, elsewhereThan: path), try localItem(old.path) == nil {
+            // Unless the other device's item is this one, moved there the same way (the listing
+            // has it here, not at the old path): then this device's base goes along, and the
+            // path is decided against the version this device knew (a change made there since
+            // is a download, not a conflict).
+            if base == nil, old.kind == .file, l.kind == .file, r.meta.itemID == id, remoteIDs.withLock({ $0[id] }) == path {
+                guard tryLock([old.path]) else { return .busy }
+                defer { unlock([old.path]) }
+                try bases.move(root: key, from: old.path, to: path)
+                base = try bases.base(root: key, path: path)
+                logger.debug("store \(name): \(old.path) was moved to \(path) here and on \(remote.displayName): its base goes along")
+                return nil
+            }
+            try? queue.enqueue(root: key, path: old.path, due: 0)
+        }
+        return nil
+    }
+
+    private func renamedHereOntoNothing(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
         guard let id = localID(l), base?.id != id else { return nil }
         let old = try baseOfItem(id, elsewhereThan: path)
         let listed = remoteIDs.withLock { $0[id] }
@@ -543,6 +559,17 @@ final class StoreSync: Sendable {
 
     /// The base of the item `id` when it is at another path than `path` (the item moved, here
     /// or on another device, or is known there under another name).
+    /// Where the file of base `b`, gone from `path` here and on the remote, is now on both: the
+    /// listing has its item at that path, and so does this device's copy, with no base there
+    /// (this device and another moved it to the same place). Nil when it is not such a file.
+    private func sameMoveElsewhere(_ b: BaseRow, from path: StorePath) -> StorePath? {
+        guard b.kind == .file, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
+              (try? bases.base(root: key, path: to)) == nil,
+              let l = try? localItem(to), l.kind == .file, !l.placeholder,
+              (try? index.knownItemID(root: key, ino: Int64(l.st.st_ino))) == id else { return nil }
+        return to
+    }
+
     private func baseOfItem(_ id: String, elsewhereThan path: StorePath) throws(DriveError) -> BaseRow? {
         try bases.base(root: key, id: id).flatMap { $0.path != path ? $0 : nil }
     }
@@ -662,6 +689,16 @@ final class StoreSync: Sendable {
         case .deleteLocal:
             return try deleteLocal(local!, base: base!)
         case .forget:
+            if let b = base, let to = sameMoveElsewhere(b, from: path) {
+                guard tryLock([to]) else { return .busy }
+                defer { unlock([to]) }
+                if try bases.base(root: key, path: to) == nil {
+                    try bases.move(root: key, from: path, to: to)
+                    logger.debug("store \(name): \(path) was moved to \(to) here and on \(remote.displayName): its base goes along")
+                    try? queue.enqueue(root: key, path: to, due: 0)
+                    return .removed
+                }
+            }
             try bases.remove(root: key, path: path)
             return .removed
         case .conflict:

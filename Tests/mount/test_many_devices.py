@@ -654,6 +654,8 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     # SeaweedFS CopyObject with If-None-Match does not exclude a PutObject made at the same
     # moment (both succeeded in 13 of 200 tries): small files are moved by GET and conditional
     # PUT since (S3RemoteTests). Seed 2417074523's loss (above) fits the same cause.
+    # Seed 3840959234 (S3, 2026-11-28 00:58 UTC): a conflict copy of a version that also won, after
+    # two devices made the same move and a third saved at the new path (fixed, SyncEngineTests).
     # Strict on both remotes.
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
     nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))

@@ -560,13 +560,16 @@ final class StoreSync: Sendable {
     /// The base of the item `id` when it is at another path than `path` (the item moved, here
     /// or on another device, or is known there under another name).
     /// Where the file of base `b`, gone from `path` here and on the remote, is now on both: the
-    /// listing has its item at that path, and so does this device's copy, with no base there
-    /// (this device and another moved it to the same place). Nil when it is not such a file.
+    /// listing has its item at that path (and the remote still has, looked at now), and so does
+    /// this device's copy, with no base there (this device and another moved it to the same
+    /// place). Nil when it is not such a file.
     private func sameMoveElsewhere(_ b: BaseRow, from path: StorePath) -> StorePath? {
         guard b.kind == .file, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
               (try? bases.base(root: key, path: to)) == nil,
               let l = try? localItem(to), l.kind == .file, !l.placeholder,
-              (try? index.knownItemID(root: key, ino: Int64(l.st.st_ino))) == id else { return nil }
+              (try? index.knownItemID(root: key, ino: Int64(l.st.st_ino))) == id,
+              // the listing may be older than a change since (moved on, or deleted): looked at now
+              let there = (try? remote.item(at: to)) ?? nil, there.meta.itemID == id else { return nil }
         return to
     }
 

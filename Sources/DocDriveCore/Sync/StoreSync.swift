@@ -456,6 +456,7 @@ final class StoreSync: Sendable {
         return nil
     }
 
+    /// `renamedHere` where the remote has nothing at `path`.
     private func renamedHereOntoNothing(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
         guard let id = localID(l), base?.id != id else { return nil }
         let old = try baseOfItem(id, elsewhereThan: path)
@@ -557,8 +558,6 @@ final class StoreSync: Sendable {
         return nil
     }
 
-    /// The base of the item `id` when it is at another path than `path` (the item moved, here
-    /// or on another device, or is known there under another name).
     /// Where the file of base `b`, gone from `path` here and on the remote, is now on both: the
     /// listing has its item at that path (and the remote still has, looked at now), and so does
     /// this device's copy, with no base there (this device and another moved it to the same
@@ -573,6 +572,8 @@ final class StoreSync: Sendable {
         return to
     }
 
+    /// The base of the item `id` when it is at another path than `path` (the item moved, here
+    /// or on another device, or is known there under another name).
     private func baseOfItem(_ id: String, elsewhereThan path: StorePath) throws(DriveError) -> BaseRow? {
         try bases.base(root: key, id: id).flatMap { $0.path != path ? $0 : nil }
     }

@@ -430,6 +430,35 @@ final class SyncEngineTests: XCTestCase {
         }
     }
 
+    func testAFileThisDeviceUploadedMovedAwayThenBackByAnotherWhileItFollowedAsADeleteComesBack() throws {
+        // (Seed 2233250103 of the three-device test on S3, 2026-11-28: the device that had
+        // uploaded the file saw it gone from the remote before it saw where, and deleted its
+        // copy; the file then came back under its name, and was taken for an upload a stop had
+        // kept from its record, so the deleted copy went up as a delete: the file was gone.)
+        for (kind, remote) in try remotes() {
+            // Given a file this device uploaded, on two devices
+            let (a, b) = try two(remote, kind, files: ["f.txt": "v1"])
+            let id = try a.id("f.txt")
+            // When the other moves it into a folder, this one sees it gone before it looks at
+            // the remote's listing (it deletes its copy), and the other moves it back
+            b.mkdir("A")
+            b.rename("f.txt", "A/f.txt")
+            b.settle()
+            a.note("f.txt")
+            a.drain()
+            XCTAssertNil(a.read("f.txt"), "\(kind): the move was followed as a delete")
+            b.rename("A/f.txt", "f.txt")
+            b.settle()
+            a.note("f.txt")
+            settleAll(a, b)
+            // Then it is back on both, one item with its id, and on the remote
+            for d in [a, b] {
+                XCTAssertEqual(d.tree(), ["f.txt": "v1"], kind)
+                XCTAssertEqual(try d.id("f.txt"), id, kind)
+            }
+        }
+    }
+
     func testAFileChangedHereWhileReplacedThereByAnotherItemGoesOnAsThatItem() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices

@@ -656,6 +656,9 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     # PUT since (S3RemoteTests). Seed 2417074523's loss (above) fits the same cause.
     # Seed 3840959234 (S3, 2026-11-28 00:58 UTC): a conflict copy of a version that also won, after
     # two devices made the same move and a third saved at the new path (fixed, SyncEngineTests).
+    # Seed 2233250103 (S3, 2026-11-28 01:20 UTC): a LOST version. A file moved away and back by
+    # another device, which its uploader had followed as a delete meanwhile, was taken for an
+    # upload a stop had kept from its record, and deleted (fixed, SyncEngineTests).
     # Strict on both remotes.
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
     nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))

@@ -118,6 +118,12 @@ final class StoreSync: Sendable {
     private let busyPaths = Mutex<[StorePath]>([])
     /// The last listing of the remote, by item id (for renames made on another device). Lock: leaf.
     private let remoteIDs = Mutex<[String: StorePath]>([:])
+    /// Files whose base this device dropped because the remote no longer had them (deleted, or
+    /// moved away by another device), with the local version the base named. This device's
+    /// upload of that version, found at that path again (moved back by another device), was
+    /// recorded once: it is not an upload a stop kept from its record (`ownUnrecordedUpload`).
+    /// In memory (emptied at 10,000 entries). Lock: leaf.
+    private let droppedBases = Mutex<[StorePath: String]>([:])
     /// Item ids the listing found at several paths (files and links), with the paths and the
     /// time they were first listed so (`healDuplicateIDs`).
     private let duplicateIDs = Mutex<[String: (paths: [StorePath], since: Double)]>([:])
@@ -558,6 +564,15 @@ final class StoreSync: Sendable {
         return nil
     }
 
+    /// `droppedBases` gains `b` (a file's base dropped because the remote no longer has it).
+    private func noteDropped(_ b: BaseRow) {
+        guard b.kind == .file, !b.localToken.isEmpty else { return }
+        droppedBases.withLock { m in
+            if m.count >= 10_000 { m.removeAll() }
+            m[b.path] = b.localToken
+        }
+    }
+
     /// Where the file of base `b`, gone from `path` here and on the remote, is now on both: the
     /// listing has its item at that path (and the remote still has, looked at now), and so does
     /// this device's copy, with no base there (this device and another moved it to the same
@@ -691,6 +706,7 @@ final class StoreSync: Sendable {
         case .deleteRemote:
             return try deleteRemote(path, base: base!)
         case .deleteLocal:
+            noteDropped(base!)
             return try deleteLocal(local!, base: base!)
         case .forget:
             if let b = base, let to = sameMoveElsewhere(b, from: path) {
@@ -703,6 +719,7 @@ final class StoreSync: Sendable {
                     return .removed
                 }
             }
+            if let b = base { noteDropped(b) }
             try bases.remove(root: key, path: path)
             return .removed
         case .conflict:
@@ -867,7 +884,8 @@ final class StoreSync: Sendable {
         let placedAgain = local.map { l in base.map { b in
             l.placeholder && b.remoteToken == r.version && b.localToken == l.token && b.id != r.meta.itemID
         } ?? false } ?? false
-        guard let made = Self.ownUnrecorded(r, base: placedAgain ? nil : base, device: device.id) else { return nil }
+        guard let made = Self.ownUnrecorded(r, base: placedAgain ? nil : base, device: device.id),
+              droppedBases.withLock({ $0[path] }) != made else { return nil }
         if let id = r.meta.itemID, try baseOfItem(id, elsewhereThan: path) != nil { return nil }
         if placedAgain, !removeUnchangedPlaceholder(path, of: r, localToken: base?.localToken ?? "") { return nil }
         return made

@@ -445,11 +445,12 @@ final class StoreSync: Sendable {
         // ("that path's sync moves it"): it is decided again, as gone here.
         if let id = try index.knownItemID(root: key, ino: Int64(l.st.st_ino)), base?.id != id,
            let old = try baseOfItem(id, elsewhereThan: path), try localItem(old.path) == nil {
-            // Unless the other device's item is this one, moved there the same way (the listing
-            // has it here, not at the old path): then this device's base goes along, and the
-            // path is decided against the version this device knew (a change made there since
-            // is a download, not a conflict).
-            if base == nil, old.kind == .file, l.kind == .file, r.meta.itemID == id, remoteIDs.withLock({ $0[id] }) == path {
+            // Unless the other device's item is this one, moved there the same way (the remote
+            // has it here and not at the old path, both looked at now): then this device's base
+            // goes along, and the path is decided against the version this device knew (a
+            // change made there since is a download, not a conflict).
+            if base == nil, old.kind == .file, l.kind == .file, r.meta.itemID == id,
+               try remote.item(at: old.path)?.meta.itemID != id {
                 guard tryLock([old.path]) else { return .busy }
                 defer { unlock([old.path]) }
                 try bases.move(root: key, from: old.path, to: path)
@@ -709,6 +710,9 @@ final class StoreSync: Sendable {
             noteDropped(base!)
             return try deleteLocal(local!, base: base!)
         case .forget:
+            // Gone here and there: deleted on both, or moved on both (where to, a listing made
+            // since it was found gone tells; see sameMoveElsewhere).
+            if let b = base, b.kind == .file, b.id != nil, !listedSinceNoticed(path) { return .busy }
             if let b = base, let to = sameMoveElsewhere(b, from: path) {
                 guard tryLock([to]) else { return .busy }
                 defer { unlock([to]) }

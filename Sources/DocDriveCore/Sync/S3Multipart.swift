@@ -188,17 +188,7 @@ extension S3Remote {
         if try head(to) != nil {
             throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) already has an item there (another device made it).")
         }
-        let look = try client.send(.HEAD, key: key, headers: [("If-Match", "\"\(etag)\"")])
-        switch look.status {
-        case 200: break
-        case 404: throw DriveError(.remoteChanged, "Cannot \(what): the source was deleted on \(displayName) meanwhile.")
-        case 412: throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
-        default: throw client.failure(look, what)
-        }
-        let kept = look.headerPairs.filter { name, _ in
-            let n = name.lowercased()
-            return n.hasPrefix(S3Meta.header) || Self.contentHeaders.contains(n)
-        }
+        let kept = Self.keptHeaders(try readSource(.HEAD, key, etag: etag, what: what))
         let created = try client.send(.POST, key: to, query: [("uploads", "")], headers: kept)
         guard created.status == 200, let uploadID = S3XML(created.body).value("UploadId") else { throw client.failure(created, what) }
         let part = copyPartSize

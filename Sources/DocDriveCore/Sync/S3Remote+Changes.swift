@@ -201,26 +201,35 @@ extension S3Remote {
     /// The headers of an object's content that a rewrite keeps (lowercase).
     static let contentHeaders: Set<String> = ["content-type", "content-encoding", "content-language", "content-disposition", "cache-control", "expires"]
 
+    /// The source `key` of a copy, read (GET) or looked at (HEAD) if it is still `etag`.
+    func readSource(_ method: HTTPMethod, _ key: String, etag: String, what: String) throws(DriveError) -> S3Response {
+        let r = try client.send(method, key: key, headers: [("If-Match", "\"\(etag)\"")])
+        switch r.status {
+        case 200: return r
+        case 404: throw DriveError(.remoteChanged, "Cannot \(what): the source was deleted on \(displayName) meanwhile.")
+        case 412: throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
+        default: throw client.failure(r, what)
+        }
+    }
+
+    /// What a server-side copy keeps of an object, which a copy made otherwise carries along as
+    /// it is: every `x-amz-meta-*` (DocDrive's and other tools') and the content headers.
+    static func keptHeaders(_ r: S3Response) -> [(String, String)] {
+        r.headerPairs.filter { name, _ in
+            let n = name.lowercased()
+            return n.hasPrefix(S3Meta.header) || contentHeaders.contains(n)
+        }
+    }
+
     /// A small file's bytes and metadata read (if still `etag`) and written anew: to `to`, where
     /// nothing may be (`copyObject`), or onto itself with DocDrive's metadata replaced by `meta`
     /// if it is still `etag` (`reassign`). Both writes are conditional PutObjects, which exclude
     /// a save or create of another device made at the same moment; a server-side copy does not.
     private func rewriteObject(_ key: String, etag: String, to: String, meta: [(String, String)]? = nil,
                                what: String) throws(DriveError) {
-        let got = try client.send(.GET, key: key, headers: [("If-Match", "\"\(etag)\"")])
-        switch got.status {
-        case 200: break
-        case 404: throw DriveError(.remoteChanged, "Cannot \(what): the source was deleted on \(displayName) meanwhile.")
-        case 412: throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
-        default: throw client.failure(got, what)
-        }
-        // What a server-side copy keeps goes along as it is: every `x-amz-meta-*` (DocDrive's and
-        // other tools') and the content headers another tool may have set. New metadata replaces
-        // DocDrive's own fields only.
-        var kept = got.headerPairs.filter { name, _ in
-            let n = name.lowercased()
-            return n.hasPrefix(S3Meta.header) || Self.contentHeaders.contains(n)
-        }
+        let got = try readSource(.GET, key, etag: etag, what: what)
+        // New metadata replaces DocDrive's own fields only.
+        var kept = Self.keptHeaders(got)
         if let meta {
             kept = kept.filter { !S3Meta.isOwn($0.0) } + meta
         } else {

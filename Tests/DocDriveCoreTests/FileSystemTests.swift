@@ -248,4 +248,50 @@ final class FileSystemTests: XCTestCase {
         XCTAssertLessThan(d.last! - d.first!, 8, "the call ran \(d.last! - d.first!) frames deeper after 2,000 reads")
     }
 
+
+    /// A removal or rename made through the mount is not told to the kernel a second time by
+    /// the watch (the kernel made it itself); one made behind the mount's back still is.
+    func testTheWatchTellsTheKernelOfChangesBehindItsBackButNotOfItsOwn() throws {
+        final class Told: @unchecked Sendable {
+            let lock = NSLock()
+            var names = [String]()
+        }
+        let told = Told()
+        XCTAssertTrue(fs.startKernelCache(KernelInvalidation(attributes: { _ in }, entry: { _, name in
+            let n = String(cString: name)
+            told.lock.withLock { told.names.append(n) }
+        })), "no inotify")
+        defer { fs.stopKernelCache() }
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        _ = try "d".withCString { (c) throws in try fs.mkdir(parent: work, name: c, mode: 0o755, caller: me) }
+        let d = try lookup(work, "d").inode.nodeID
+        for name in ["mine", "moved", "theirs", "folder"] {
+            if name == "folder" {
+                _ = try name.withCString { (c) throws in try fs.mkdir(parent: d, name: c, mode: 0o755, caller: me) }
+            } else {
+                let (_, f) = try name.withCString { (c) throws in try fs.create(parent: d, name: c, mode: 0o644, flags: O_RDWR, caller: me) }
+                fs.release(f)
+            }
+            _ = try lookup(d, name)
+        }
+        // What the creates caused is told (or not) before the removals start.
+        Thread.sleep(forTimeInterval: 0.2)
+        told.lock.withLock { told.names.removeAll() }
+        try "mine".withCString { (c) throws in try fs.unlink(parent: d, name: c) }
+        try "folder".withCString { (c) throws in try fs.rmdir(parent: d, name: c) }
+        try "moved".withCString { a throws in
+            try "moved2".withCString { b throws in try fs.rename(parent: d, name: a, newParent: d, newName: b, flags: 0) }
+        }
+        // A failed removal through the mount expects nothing: a later change behind the back shows.
+        expectErrno(.noSuchFileOrDirectory) { try "gone".withCString { (c) throws in try fs.unlink(parent: d, name: c) } }
+        XCTAssertEqual(unlink(home.path + "/stores/work/cache/d/theirs"), 0, "the store's backing folder is not where the test looks")
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline, !told.lock.withLock({ told.names.contains("theirs") }) { Thread.sleep(forTimeInterval: 0.01) }
+        Thread.sleep(forTimeInterval: 0.1)
+        let names = told.lock.withLock { told.names }
+        XCTAssertTrue(names.contains("theirs"), "a file removed behind the mount's back was not told to the kernel: \(names)")
+        for own in ["mine", "folder", "moved", "moved2"] {
+            XCTAssertFalse(names.contains(own), "\(own), changed through the mount, was told to the kernel again: \(names)")
+        }
+    }
 }

@@ -105,6 +105,25 @@ extension DriveFileSystem {
         }
     }
 
+    /// Expects the watch's event of a removal or rename of `name` in `p` about to be made
+    /// through the mount (see OwnEntryChanges); nil when none is expected: a folder of another
+    /// view (the unified view's node of the same folder still needs the invalidation), one not
+    /// watched, or a reference file's name (its shown name is invalidated with it).
+    func expectOwnChange(_ p: Inode, _ name: UnsafePointer<CChar>) -> UInt64? {
+        guard p.view == .unified, p.watch.load(ordering: .relaxed) >= 0,
+              !ReservedNames.isReference(name, length: strlen(name)) else { return nil }
+        let key = OwnEntryChanges.key(dev: p.dev, ino: p.ino, name: name)
+        ownChanges.expect(key)
+        return key
+    }
+
+    /// The change was not made: the expectation goes, or, if the watch took it already for
+    /// another program's change of the same name, the kernel is told of that change now.
+    func withdrawOwnChange(_ key: UInt64?, _ p: Inode, _ pfd: Int32, _ name: UnsafePointer<CChar>) {
+        guard let key, !ownChanges.withdraw(key) else { return }
+        invalidateLater(folder: pfd, name: String(cString: name))
+    }
+
     /// How long the kernel may keep a node's entry.
     @inline(__always)
     public func entryTimeout(_ n: Inode) -> Double {
@@ -141,9 +160,13 @@ extension DriveFileSystem {
 
     /// A batch of the watch's events (on its thread).
     func kernelCacheChanged(_ events: [KernelCacheWatch.Event], overflowed: Bool, _ inv: KernelInvalidation) {
+        let now = OwnEntryChanges.now()
         if overflowed {
             logger.info("kernel cache: inotify's queue overflowed; every cached entry and attribute of the watched folders is dropped")
+            ownChanges.prune(now: now, all: true)
             dropEverything(inv)
+        } else {
+            ownChanges.prune(now: now)
         }
         struct Name: Hashable { let folder: UInt64; let name: [CChar] }
         var folders = [UInt64: Inode]()
@@ -155,6 +178,16 @@ extension DriveFileSystem {
         let attributeMask = UInt32(IN_ATTRIB | IN_MODIFY | IN_MOVED_TO)
         for e in events {
             guard let dir = table.unifiedNode(dev: e.folder.dev, ino: e.folder.ino) else { continue }
+            // The drive's own removal or rename: the kernel knows of it (its moved file's
+            // attributes are still compared below).
+            let own = !e.name.isEmpty && e.mask & entryMask != 0
+                && ownChanges.take(e.name.withUnsafeBufferPointer { OwnEntryChanges.key(dev: e.folder.dev, ino: e.folder.ino, name: $0) }, now: now)
+            if own {
+                if e.mask & attributeMask != 0, seenAttributes.insert(Name(folder: dir.nodeID, name: e.name)).inserted {
+                    attributes.append((dir, e.name))
+                }
+                continue
+            }
             if e.name.isEmpty || e.mask & UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO) != 0 {
                 folders[dir.nodeID] = dir
             }

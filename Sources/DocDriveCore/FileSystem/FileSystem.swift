@@ -219,6 +219,9 @@ public final class DriveFileSystem: Sendable {
     public let thumbnails: Thumbnailer
     /// Names renamed away a moment ago, for editors' rename-away saves (see FileSystem+Saves).
     let vacated = VacatedNames()
+    /// Removals and renames made through the mount that the kernel-cache watch will report
+    /// (see OwnEntryChanges).
+    let ownChanges = OwnEntryChanges()
     /// Bumped when an item's content moves to another file (an editor's save): references
     /// resolve their targets again.
     let identityChanges = Atomic<UInt64>(0)
@@ -705,7 +708,13 @@ public final class DriveFileSystem: Sendable {
             _ = try Sys.check { unlinkat(pfd, ref, 0) }
             return
         }
-        _ = try Sys.check { unlinkat(pfd, name, 0) }
+        let own = expectOwnChange(p, name)
+        do {
+            _ = try Sys.check { unlinkat(pfd, name, 0) }
+        } catch {
+            withdrawOwnChange(own, p, pfd, name)
+            throw error
+        }
         publish(.removed(parent: p, name: name, st: st))
     }
 
@@ -714,7 +723,13 @@ public final class DriveFileSystem: Sendable {
         let pfd = try p.acquire()
         defer { p.release() }
         let st = try Sys.stat(pfd, name)
-        _ = try Sys.check { unlinkat(pfd, name, Sys.AT_REMOVEDIR) }
+        let own = expectOwnChange(p, name)
+        do {
+            _ = try Sys.check { unlinkat(pfd, name, Sys.AT_REMOVEDIR) }
+        } catch {
+            withdrawOwnChange(own, p, pfd, name)
+            throw error
+        }
         publish(.removed(parent: p, name: name, st: st))
     }
 
@@ -753,10 +768,19 @@ public final class DriveFileSystem: Sendable {
                 return
             }
         }
-        if flags == 0 {
-            _ = try Sys.check { renameat(pfd, name, npfd, newName) }
-        } else {
-            _ = try Sys.check { dd_renameat2(pfd, name, npfd, newName, flags) }
+        // An exchange is reported as two moves each way: it is told to the kernel as before.
+        let ownFrom = exchange ? nil : expectOwnChange(p, name)
+        let ownTo = exchange ? nil : expectOwnChange(np, newName)
+        do {
+            if flags == 0 {
+                _ = try Sys.check { renameat(pfd, name, npfd, newName) }
+            } else {
+                _ = try Sys.check { dd_renameat2(pfd, name, npfd, newName, flags) }
+            }
+        } catch {
+            withdrawOwnChange(ownFrom, p, pfd, name)
+            withdrawOwnChange(ownTo, np, npfd, newName)
+            throw error
         }
         if let shadowed { _ = unlinkat(npfd, shadowed, 0) }
         vacated.forget(folder: np, name: newName)

@@ -44,6 +44,14 @@ enum Sys {
         try check { open(path, O_PATH | O_DIRECTORY | O_CLOEXEC) }
     }
 
+    /// A coarse monotonic clock in nanoseconds (a few milliseconds' resolution, no system call
+    /// on Linux): for ages of entries in memory.
+    static func monotonicNanoseconds() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
+        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+    }
+
     static func stat(fd: Int32) throws(Errno) -> stat {
         var st = Glibc.stat()
         _ = try check { fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) }

@@ -294,4 +294,38 @@ final class FileSystemTests: XCTestCase {
             XCTAssertFalse(names.contains(own), "\(own), changed through the mount, was told to the kernel again: \(names)")
         }
     }
+
+    /// A rename onto another link of the same file changes nothing and the watch reports
+    /// nothing: it leaves no expectation behind that would hide a later change of that name.
+    func testARenameOntoAnotherLinkOfTheSameFileHidesNoLaterChange() throws {
+        final class Told: @unchecked Sendable {
+            let lock = NSLock()
+            var names = [String]()
+        }
+        let told = Told()
+        XCTAssertTrue(fs.startKernelCache(KernelInvalidation(attributes: { _ in }, entry: { _, name in
+            let n = String(cString: name)
+            told.lock.withLock { told.names.append(n) }
+        })), "no inotify")
+        defer { fs.stopKernelCache() }
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        _ = try "d".withCString { (c) throws in try fs.mkdir(parent: work, name: c, mode: 0o755, caller: me) }
+        let d = try lookup(work, "d").inode.nodeID
+        let (_, f) = try "x".withCString { (c) throws in try fs.create(parent: d, name: c, mode: 0o644, flags: O_RDWR, caller: me) }
+        fs.release(f)
+        let backing = home.path + "/stores/work/cache/d"
+        XCTAssertEqual(link(backing + "/x", backing + "/y"), 0, "the store's backing folder is not where the test looks")
+        _ = try lookup(d, "x")
+        _ = try lookup(d, "y")
+        try "x".withCString { a throws in
+            try "y".withCString { b throws in try fs.rename(parent: d, name: a, newParent: d, newName: b, flags: 0) }
+        }
+        Thread.sleep(forTimeInterval: 0.2)
+        told.lock.withLock { told.names.removeAll() }
+        XCTAssertEqual(unlink(backing + "/y"), 0)
+        let deadline = Date().addingTimeInterval(3)
+        while Date() < deadline, !told.lock.withLock({ told.names.contains("y") }) { Thread.sleep(forTimeInterval: 0.01) }
+        XCTAssertTrue(told.lock.withLock { told.names.contains("y") },
+                      "y, removed behind the mount's back after a rename onto it that did nothing, was not told to the kernel")
+    }
 }

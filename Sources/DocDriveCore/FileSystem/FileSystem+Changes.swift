@@ -160,7 +160,7 @@ final class FolderPathCache: Sendable {
     }
 
     func location(of node: UInt64, compute: () -> DriveFileSystem.StoreLocation) -> DriveFileSystem.StoreLocation {
-        let now = Self.monotonicNanoseconds()
+        let now = Sys.monotonicNanoseconds()
         let gen = generation.load(ordering: .relaxed)
         if let e = entries.withLock({ $0[node] }), e.generation == gen, now - e.time < Self.lifetimeNanoseconds {
             return e.path
@@ -172,12 +172,6 @@ final class FolderPathCache: Sendable {
             m[node] = Entry(path: path, generation: gen, time: now)
         }
         return path
-    }
-
-    private static func monotonicNanoseconds() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
-        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
     }
 }
 

@@ -160,7 +160,7 @@ extension DriveFileSystem {
 
     /// A batch of the watch's events (on its thread).
     func kernelCacheChanged(_ events: [KernelCacheWatch.Event], overflowed: Bool, _ inv: KernelInvalidation) {
-        let now = OwnEntryChanges.now()
+        let now = Sys.monotonicNanoseconds()
         if overflowed {
             logger.info("kernel cache: inotify's queue overflowed; every cached entry and attribute of the watched folders is dropped")
             ownChanges.prune(now: now, all: true)

@@ -47,7 +47,7 @@ final class VacatedNames: Sendable {
 
     /// `name` in `folder` was renamed away to `to` in `toFolder`.
     func note(folder: Inode, name: UnsafePointer<CChar>, _ former: Former, to toFolder: Inode, _ toName: UnsafePointer<CChar>) {
-        let now = Self.now()
+        let now = Sys.monotonicNanoseconds()
         let v = Vacated(former: former, folder: toFolder, name: Self.bytes(toName), time: now)
         entries.withLock { m in
             if m.count >= Self.maxEntries { m = m.filter { now - $0.value.time < Self.window } }
@@ -61,7 +61,7 @@ final class VacatedNames: Sendable {
     func take(folder: Inode, name: UnsafePointer<CChar>) -> Vacated? {
         guard kept.load(ordering: .relaxed) else { return nil }
         let key = Key(dev: folder.dev, ino: folder.ino, name: Self.bytes(name))
-        let now = Self.now()
+        let now = Sys.monotonicNanoseconds()
         return entries.withLock { m -> Vacated? in
             defer { kept.store(!m.isEmpty, ordering: .relaxed) }
             guard let v = m.removeValue(forKey: key), now - v.time < Self.window else { return nil }
@@ -82,12 +82,6 @@ final class VacatedNames: Sendable {
 
     private static func bytes(_ name: UnsafePointer<CChar>) -> [CChar] {
         Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1))
-    }
-
-    private static func now() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
-        return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
     }
 }
 

@@ -768,9 +768,11 @@ public final class DriveFileSystem: Sendable {
                 return
             }
         }
-        // An exchange is reported as two moves each way: it is told to the kernel as before.
-        let ownFrom = exchange ? nil : expectOwnChange(p, name)
-        let ownTo = exchange ? nil : expectOwnChange(np, newName)
+        // An exchange is reported as two moves each way: it is told to the kernel as before. A
+        // rename onto another link of the same file does nothing and reports nothing.
+        let sameFile = dst.map { $0.st_dev == src.st_dev && $0.st_ino == src.st_ino } ?? false
+        let ownFrom = exchange || sameFile ? nil : expectOwnChange(p, name)
+        let ownTo = exchange || sameFile ? nil : expectOwnChange(np, newName)
         do {
             if flags == 0 {
                 _ = try Sys.check { renameat(pfd, name, npfd, newName) }

@@ -23,7 +23,7 @@ import Glibc
 final class OwnEntryChanges: Sendable {
     private struct Pending {
         var count: Int32
-        var at: UInt64
+        var at: Int64
     }
 
     private final class Shard: Sendable {
@@ -33,23 +33,18 @@ final class OwnEntryChanges: Sendable {
     private static let shardCount = 16
     private let shards: [Shard] = (0..<OwnEntryChanges.shardCount).map { _ in Shard() }
     /// Nanoseconds an expectation waits for its event.
-    static let lifetime: UInt64 = 5_000_000_000
-    private let lastPrune = Atomic<UInt64>(0)
+    static let lifetime: Int64 = 5_000_000_000
+    private let lastPrune = Atomic<Int64>(0)
 
     @inline(__always)
     private func shard(_ key: UInt64) -> Shard { shards[Int(key % UInt64(Self.shardCount))] }
-
-    static func now() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
-    }
 
     /// FNV-1a of the folder's device and inode and the name's bytes.
     static func key(dev: UInt64, ino: UInt64, name: UnsafeBufferPointer<CChar>) -> UInt64 {
         var h: UInt64 = 0xcbf2_9ce4_8422_2325
         @inline(__always) func mix(_ b: UInt8) { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
-        for v in [dev, ino] { for i in 0..<8 { mix(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) } }
+        for i in 0..<8 { mix(UInt8(truncatingIfNeeded: dev >> (8 * UInt64(i)))) }
+        for i in 0..<8 { mix(UInt8(truncatingIfNeeded: ino >> (8 * UInt64(i)))) }
         for c in name { mix(UInt8(bitPattern: c)) }
         return h
     }
@@ -60,7 +55,7 @@ final class OwnEntryChanges: Sendable {
 
     /// One more event of `key` is to come from the drive's own change.
     func expect(_ key: UInt64) {
-        let t = Self.now()
+        let t = Sys.monotonicNanoseconds()
         shard(key).pending.withLock { m in
             m[key, default: Pending(count: 0, at: t)].count += 1
             m[key]!.at = t
@@ -79,10 +74,10 @@ final class OwnEntryChanges: Sendable {
     }
 
     /// On the watch's thread: true when the event of `key` was expected (and consumes it).
-    func take(_ key: UInt64, now: UInt64) -> Bool {
+    func take(_ key: UInt64, now: Int64) -> Bool {
         shard(key).pending.withLock { m in
             guard var p = m[key] else { return false }
-            let fresh = now &- p.at < Self.lifetime
+            let fresh = now - p.at < Self.lifetime
             p.count -= 1
             m[key] = p.count > 0 && fresh ? p : nil
             return fresh
@@ -90,20 +85,17 @@ final class OwnEntryChanges: Sendable {
     }
 
     /// Drops the expectations older than `lifetime` (at most once per lifetime), or all of them.
-    func prune(now: UInt64, all: Bool = false) {
+    func prune(now: Int64, all: Bool = false) {
         if !all {
             let last = lastPrune.load(ordering: .relaxed)
-            guard now &- last >= Self.lifetime else { return }
+            guard now - last >= Self.lifetime else { return }
         }
         lastPrune.store(now, ordering: .relaxed)
         for s in shards {
             s.pending.withLock { m in
                 guard !m.isEmpty else { return }
-                if all { m.removeAll() } else { m = m.filter { now &- $0.value.at < Self.lifetime } }
+                if all { m.removeAll() } else { m = m.filter { now - $0.value.at < Self.lifetime } }
             }
         }
     }
-
-    /// How many expectations wait (for tests).
-    var waiting: Int { shards.reduce(0) { n, s in n + s.pending.withLock { $0.values.reduce(0) { $0 + Int($1.count) } } } }
 }

@@ -249,22 +249,34 @@ final class FileSystemTests: XCTestCase {
     }
 
 
-    /// A removal or rename made through the mount is not told to the kernel a second time by
-    /// the watch (the kernel made it itself); one made behind the mount's back still is.
-    func testTheWatchTellsTheKernelOfChangesBehindItsBackButNotOfItsOwn() throws {
-        final class Told: @unchecked Sendable {
-            let lock = NSLock()
-            var names = [String]()
-        }
+    /// The names whose kernel entries the drive drops, as the kernel-cache watch tells them.
+    final class Told: @unchecked Sendable {
+        let lock = NSLock()
+        var names = [String]()
+    }
+
+    func startWatchRecordingEntries() throws -> Told {
         let told = Told()
         XCTAssertTrue(fs.startKernelCache(KernelInvalidation(attributes: { _ in }, entry: { _, name in
             let n = String(cString: name)
             told.lock.withLock { told.names.append(n) }
         })), "no inotify")
-        defer { fs.stopKernelCache() }
+        return told
+    }
+
+    /// A new folder `d` in the store, looked up (so watched), by node id.
+    func watchedFolder() throws -> UInt64 {
         let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
         _ = try "d".withCString { (c) throws in try fs.mkdir(parent: work, name: c, mode: 0o755, caller: me) }
-        let d = try lookup(work, "d").inode.nodeID
+        return try lookup(work, "d").inode.nodeID
+    }
+
+    /// A removal or rename made through the mount is not told to the kernel a second time by
+    /// the watch (the kernel made it itself); one made behind the mount's back still is.
+    func testTheWatchTellsTheKernelOfChangesBehindItsBackButNotOfItsOwn() throws {
+        let told = try startWatchRecordingEntries()
+        defer { fs.stopKernelCache() }
+        let d = try watchedFolder()
         for name in ["mine", "moved", "theirs", "folder"] {
             if name == "folder" {
                 _ = try name.withCString { (c) throws in try fs.mkdir(parent: d, name: c, mode: 0o755, caller: me) }
@@ -298,19 +310,9 @@ final class FileSystemTests: XCTestCase {
     /// A rename onto another link of the same file changes nothing and the watch reports
     /// nothing: it leaves no expectation behind that would hide a later change of that name.
     func testARenameOntoAnotherLinkOfTheSameFileHidesNoLaterChange() throws {
-        final class Told: @unchecked Sendable {
-            let lock = NSLock()
-            var names = [String]()
-        }
-        let told = Told()
-        XCTAssertTrue(fs.startKernelCache(KernelInvalidation(attributes: { _ in }, entry: { _, name in
-            let n = String(cString: name)
-            told.lock.withLock { told.names.append(n) }
-        })), "no inotify")
+        let told = try startWatchRecordingEntries()
         defer { fs.stopKernelCache() }
-        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
-        _ = try "d".withCString { (c) throws in try fs.mkdir(parent: work, name: c, mode: 0o755, caller: me) }
-        let d = try lookup(work, "d").inode.nodeID
+        let d = try watchedFolder()
         let (_, f) = try "x".withCString { (c) throws in try fs.create(parent: d, name: c, mode: 0o644, flags: O_RDWR, caller: me) }
         fs.release(f)
         let backing = home.path + "/stores/work/cache/d"

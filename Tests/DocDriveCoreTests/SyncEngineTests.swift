@@ -289,6 +289,34 @@ final class SyncEngineTests: XCTestCase {
         }
     }
 
+    func testARenamedFolderWhoseOldPathIsDecidedBeforeItsFilesMovedDoesNotComeBack() throws {
+        // (Found in CI: the old folder's delete ran while a file in it still waited for its new
+        // path's sync to move it; the remote refused to delete a folder that was not empty,
+        // which was taken for a file added there, and the folder came back on both sides.)
+        for (kind, remote) in try remotes() {
+            // Given a folder with a file and a subfolder, on two devices
+            let (a, b) = try two(remote, kind, files: ["d/one.txt": "1", "d/inner/two.txt": "2"])
+            // When it is renamed, and the subfolder's new path is decided first (it moves on
+            // the remote by itself), then the folder's old path, before the file's new one
+            a.rename("d", "e", noted: [])
+            a.note("e/inner")
+            a.drain()
+            a.note("d")
+            a.drain()
+            a.note("e")
+            settleAll(a, b)
+            // Then the folder is only under its new name, everywhere
+            let want = ["e/one.txt": "1", "e/inner/two.txt": "2"]
+            for dev in [a, b] {
+                XCTAssertEqual(dev.tree(), want, "\(kind) \(dev.home.path)")
+                XCTAssertFalse(FileManager.default.fileExists(atPath: dev.cache + "/d"), "\(kind): the old folder came back on \(dev.home.path)")
+            }
+            if case .folder(let path) = remote {
+                XCTAssertFalse(FileManager.default.fileExists(atPath: path + "/d"), "the old folder is still on the remote")
+            }
+        }
+    }
+
     func testAFileRenamedHereAndChangedThereIsRenamedAndChanged() throws {
         for (kind, remote) in try remotes() {
             // Given a file on two devices

@@ -1183,9 +1183,12 @@ final class StoreSync: Sendable {
             let prefix = path.bytes + [UInt8(ascii: "/")]
             let inside = try bases.all(root: key).filter { $0.path.bytes.starts(with: prefix) }
                 .sorted { $0.path.bytes.count > $1.path.bytes.count }
-            for child in inside {
-                _ = try syncLockedChild(child.path)
-            }
+            // A child still waiting to be moved out (its new path's sync moves it, after a
+            // rename of this folder) is not something new on the remote: the folder waits for
+            // it rather than coming back (as in deleteLocal).
+            var waiting = false
+            for child in inside where try syncLockedChild(child.path) == .busy { waiting = true }
+            if waiting { return .busy }
             do {
                 try remote.delete(path, version: "")
             } catch let e where e.code == .remoteChanged {

@@ -43,10 +43,77 @@ public final class QueryEngine: Sendable {
     static let mask: UInt32 = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE | IN_ATTRIB
                                      | IN_MODIFY | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
 
+    /// The inotify watches, by descriptor and by folder. `inside` holds, for each folder with
+    /// watched folders below it, its children's names on the way to them (a trie of the watched
+    /// paths): forgetting a removed folder's watches visits that folder's subtree, not every
+    /// watch (filtering them all made `rm -rf` of many folders quadratic).
     struct Watches {
-        var byWD: [Int32: (root: String, rel: String)] = [:]
-        var byPath: [QueryKey: Int32] = [:]
+        private(set) var byWD: [Int32: QueryKey] = [:]
+        private(set) var byPath: [QueryKey: Int32] = [:]
+        private var inside: [QueryKey: Set<String>] = [:]
         var noSpaceLogged = false
+
+        /// `k` is watched by `wd` (a folder moved keeps its descriptor: the old path goes).
+        mutating func set(_ k: QueryKey, _ wd: Int32) {
+            if let old = byWD[wd], old != k, byPath[old] == wd {
+                byPath.removeValue(forKey: old)
+                unlink(old)
+            }
+            byWD[wd] = k
+            byPath[k] = wd
+            link(k)
+        }
+
+        /// The kernel dropped the watch `wd` (its folder is gone).
+        mutating func drop(_ wd: Int32) {
+            guard let k = byWD.removeValue(forKey: wd), byPath[k] == wd else { return }
+            byPath.removeValue(forKey: k)
+            unlink(k)
+        }
+
+        /// Forgets the watches of `k` and of every folder below it; returns their descriptors.
+        mutating func removeSubtree(_ k: QueryKey) -> [Int32] {
+            var gone = [Int32]()
+            var todo = [k]
+            while let p = todo.popLast() {
+                if let wd = byPath.removeValue(forKey: p) {
+                    gone.append(wd)
+                    if byWD[wd] == p { byWD.removeValue(forKey: wd) }
+                }
+                for name in inside.removeValue(forKey: p) ?? [] {
+                    todo.append(QueryKey(root: p.root, path: p.path.isEmpty ? name : p.path + "/" + name))
+                }
+            }
+            unlink(k)
+            return gone
+        }
+
+        /// The folder `k` is in and its name there; nil for a root.
+        static func split(_ k: QueryKey) -> (QueryKey, String)? {
+            guard !k.path.isEmpty else { return nil }
+            guard let slash = k.path.lastIndex(of: "/") else { return (QueryKey(root: k.root, path: ""), k.path) }
+            return (QueryKey(root: k.root, path: String(k.path[..<slash])), String(k.path[k.path.index(after: slash)...]))
+        }
+
+        /// Puts `k` in the trie, and the folders above it that were not.
+        private mutating func link(_ k: QueryKey) {
+            var k = k
+            while let (parent, name) = Self.split(k), inside[parent, default: []].insert(name).inserted {
+                k = parent
+            }
+        }
+
+        /// Takes `k` out of the trie once nothing is watched at or below it, and the folders above
+        /// it that this leaves empty.
+        private mutating func unlink(_ k: QueryKey) {
+            var k = k
+            while byPath[k] == nil, inside[k]?.isEmpty ?? true, let (parent, name) = Self.split(k) {
+                inside.removeValue(forKey: k)
+                guard inside[parent]?.remove(name) != nil else { return }
+                if inside[parent]?.isEmpty == true { inside.removeValue(forKey: parent) }
+                k = parent
+            }
+        }
     }
 
     final class LiveQuery: @unchecked Sendable {
@@ -257,13 +324,11 @@ public final class QueryEngine: Sendable {
                     o += 16 + len
                     if mask & UInt32(IN_Q_OVERFLOW) != 0 { dirty.overflow = true; continue }
                     if mask & UInt32(IN_IGNORED) != 0 {
-                        watches.withLock { w in
-                            if let p = w.byWD.removeValue(forKey: wd) { w.byPath.removeValue(forKey: QueryKey(root: p.root, path: p.rel)) }
-                        }
+                        watches.withLock { $0.drop(wd) }
                         continue
                     }
                     guard !name.isEmpty, let dir = watches.withLock({ $0.byWD[wd] }) else { continue }
-                    let k = QueryKey(root: dir.root, path: dir.rel.isEmpty ? name : dir.rel + "/" + name)
+                    let k = QueryKey(root: dir.root, path: dir.path.isEmpty ? name : dir.path + "/" + name)
                     if mask & UInt32(IN_ISDIR) != 0 && mask & UInt32(IN_MOVED_FROM | IN_DELETE) != 0 { dirty.gone.insert(k) }
                     if mask & UInt32(IN_ISDIR) == 0 && mask & UInt32(IN_MOVED_FROM | IN_DELETE) != 0 {
                         dirty.removed.insert(k)
@@ -477,25 +542,12 @@ public final class QueryEngine: Sendable {
             if log { logger.warning("inotify cannot watch \(full) (\(Errno(rawValue: e))); raise fs.inotify.max_user_watches: changes made there behind the mount's back show at the next reconcile") }
             return
         }
-        let k = QueryKey(root: root, path: rel)
-        watches.withLock { w in
-            if let old = w.byWD[wd] { w.byPath.removeValue(forKey: QueryKey(root: old.root, path: old.rel)) }
-            w.byWD[wd] = (root, rel)
-            w.byPath[k] = wd
-        }
+        watches.withLock { $0.set(QueryKey(root: root, path: rel), wd) }
     }
 
     /// Stops watching a folder that went away and everything under it.
     private func forgetWatches(under k: QueryKey) {
-        let prefix = k.path + "/"
-        let wds = watches.withLock { w -> [Int32] in
-            let gone = w.byPath.filter { $0.key.root == k.root && ($0.key.path == k.path || $0.key.path.hasPrefix(prefix)) }
-            for (p, wd) in gone {
-                w.byPath.removeValue(forKey: p)
-                w.byWD.removeValue(forKey: wd)
-            }
-            return Array(gone.values)
-        }
+        let wds = watches.withLock { $0.removeSubtree(k) }
         for wd in wds { inotify_rm_watch(inotifyFD, wd) }
     }
 

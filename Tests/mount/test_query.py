@@ -301,6 +301,23 @@ def test_a_change_behind_the_mounts_back_is_found_within_5s(tree, drive):
     assert wait_until(lambda: f"Notes/{t.n}/{name}-dir/inner/leaf.txt" in t.paths("leaf"), 5) is not None
     os.rename(backing / f"{name}-dir", backing / f"{name}-moved")
     assert wait_until(lambda: {p for p in t.paths("leaf") if t.n in p} == {f"Notes/{t.n}/{name}-moved/inner/leaf.txt"}, 5) is not None
+    # A folder whose name starts as the moved one's does, watched; then the moved one removed with
+    # its subfolder: what is written in the first after that is still found, and a folder made
+    # again under the removed name is watched again.
+    os.makedirs(backing / f"{name}-moved2" / "inner")
+    write(backing / f"{name}-moved2" / "inner" / "early.txt", "early")
+    assert wait_until(lambda: f"Notes/{t.n}/{name}-moved2/inner/early.txt" in t.paths("early"), 5) is not None
+    shutil.rmtree(backing / f"{name}-moved")
+    assert wait_until(lambda: not any(t.n in p for p in t.paths("leaf")), 5) is not None, "a removed tree stayed found"
+    write(backing / f"{name}-moved2" / "inner" / "late.txt", "late")
+    assert wait_until(lambda: f"Notes/{t.n}/{name}-moved2/inner/late.txt" in t.paths("late"), 5) is not None, \
+        "a file written in a folder next to a removed one (its name starting the same) was not found"
+    os.makedirs(backing / f"{name}-moved" / "inner")
+    write(backing / f"{name}-moved" / "inner" / "again.txt", "again")
+    assert wait_until(lambda: f"Notes/{t.n}/{name}-moved/inner/again.txt" in t.paths("again"), 5) is not None
+    write(backing / f"{name}-moved" / "inner" / "again2.txt", "again")
+    assert wait_until(lambda: f"Notes/{t.n}/{name}-moved/inner/again2.txt" in t.paths("again2"), 5) is not None, \
+        "a file written later in a folder made again under a removed one's name was not found"
     assert t.paths(f"{name}.txt") == {f"Notes/{t.n}/{name}.txt"}  # still there before the delete
     os.unlink(backing / f"{name}.txt")
     assert wait_until(lambda: t.paths(f"{name}.txt") == set(), 5) is not None

@@ -54,6 +54,29 @@ final class ItemIndexTests: XCTestCase {
         XCTAssertEqual(try index.bases.all(root: "store:b").map(\.id), ["other"])
     }
 
+    func testTheBasesBelowAFolderAreExactlyThoseWhosePathBeginsWithIt() throws {
+        // Given bases whose paths begin alike, some of them not UTF-8, in two stores
+        let index = try ItemIndex(path: dir + "/below.sqlite")
+        defer { index.stop() }
+        let latin1: [UInt8] = [0x63, 0x61, 0x66, 0xE9]  // "café" in Latin-1: not UTF-8
+        let paths: [StorePath] = ["a", "a/x", "a/b/y", "a.txt", "a0", "ab/z", "a-/w", "b/a/x", "é/a",
+                                  StorePath(bytes: Array("a/".utf8) + latin1), StorePath(bytes: latin1),
+                                  StorePath(bytes: latin1 + Array("/in".utf8)), StorePath(bytes: latin1 + [0x30])]
+        try index.bases.putAll(root: "store:a", paths.map { BaseRow(path: $0, id: nil, kind: .file, localToken: "1", remoteToken: "1") })
+        try index.bases.put(root: "store:b", BaseRow(path: "a/other", id: nil, kind: .file, localToken: "1", remoteToken: "1"))
+        // Then the bases below a folder are those whose path begins with its path and a slash
+        for folder in [StorePath("a"), StorePath("a/b"), StorePath("b"), StorePath(bytes: latin1), StorePath("é"), StorePath("none")] {
+            let want = Set(paths.filter { $0.bytes.starts(with: folder.bytes + [UInt8(ascii: "/")]) })
+            XCTAssertEqual(Set(try index.bases.below(root: "store:a", folder: folder).map(\.path)), want, "below \(folder.bytes)")
+        }
+        // And a folder moved takes exactly those along
+        try index.bases.move(root: "store:a", from: "a", to: "m")
+        let moved = Set(try index.bases.all(root: "store:a").map(\.path))
+        XCTAssertEqual(moved, Set(["m", "m/x", "m/b/y", "a.txt", "a0", "ab/z", "a-/w", "b/a/x", "é/a", StorePath(bytes: Array("m/".utf8) + latin1),
+                                   StorePath(bytes: latin1), StorePath(bytes: latin1 + Array("/in".utf8)), StorePath(bytes: latin1 + [0x30])]))
+        XCTAssertEqual(try index.bases.all(root: "store:b").map(\.path), ["a/other"])
+    }
+
     func testIdsAreDistinctVersion4UUIDs() throws {
         let index = try ItemIndex(path: dir + "/ids.sqlite")
         defer { index.stop() }

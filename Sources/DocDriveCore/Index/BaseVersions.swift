@@ -118,6 +118,36 @@ public final class BaseVersions: Sendable {
         }
     }
 
+    /// The bases of the paths below the folder `folder`: a range of the primary key in each of
+    /// the forms a path is stored in (TEXT, a BLOB when it is not UTF-8), not a scan of the store
+    /// (a folder's delete, rename or move in a store of 100,000 items read them all).
+    public func below(root: String, folder: StorePath) throws(DriveError) -> [BaseRow] {
+        guard !folder.bytes.isEmpty else { return try all(root: root) }
+        return try read { db in
+            var out = [BaseRow]()
+            for (l, h) in Self.ranges(below: folder) {
+                let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT * FROM syncBase WHERE root = ? AND path >= ? AND path < ?"),
+                                               arguments: [root, l, h])
+                while let r = try rows.next() { out.append(Self.row(r)) }
+            }
+            return out
+        }
+    }
+
+    /// The ranges [low, high) of the `path` column that hold the paths below `folder` (not the
+    /// store's root): the BLOB form, and the TEXT form where the folder's name is UTF-8. SQLite
+    /// orders TEXT by its bytes and every TEXT before every BLOB, so neither range holds the
+    /// other's paths, and "a/" ≤ p < "a0" is exactly the paths that begin with "a/".
+    private static func ranges(below folder: StorePath) -> [(DatabaseValue, DatabaseValue)] {
+        let low = folder.bytes + [UInt8(ascii: "/")]
+        let high = folder.bytes + [UInt8(ascii: "/") + 1]
+        var out = [(Data(low).databaseValue, Data(high).databaseValue)]
+        if let l = String(validating: low, as: UTF8.self), let h = String(validating: high, as: UTF8.self) {
+            out.append((l.databaseValue, h.databaseValue))
+        }
+        return out
+    }
+
     public func count(root: String) throws(DriveError) -> Int {
         try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM syncBase WHERE root = ?", arguments: [root]) ?? 0 }
     }
@@ -156,9 +186,13 @@ public final class BaseVersions: Sendable {
     public func move(root: String, from: StorePath, to: StorePath) throws(DriveError) {
         try write { db in
             let prefix = from.bytes + [UInt8(ascii: "/")]
-            let rows = try Row.fetchAll(db, sql: "SELECT path FROM syncBase WHERE root = ?", arguments: [root])
-            for r in rows {
-                let p: StorePath = r["path"]
+            var paths = [from]
+            if !from.bytes.isEmpty {
+                for (l, h) in Self.ranges(below: from) {
+                    paths += try StorePath.fetchAll(db, sql: "SELECT path FROM syncBase WHERE root = ? AND path >= ? AND path < ?", arguments: [root, l, h])
+                }
+            }
+            for p in paths {
                 let moved: StorePath
                 if p == from { moved = to } else if p.bytes.starts(with: prefix) {
                     moved = StorePath(bytes: to.bytes + p.bytes[from.bytes.count...])

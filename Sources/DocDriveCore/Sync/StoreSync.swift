@@ -929,10 +929,9 @@ final class StoreSync: Sendable {
     /// renamed, whose sync ran under the old name once the rename had taken it away (rsync's
     /// new file, then `mv` of its folder), is known by no base and queued under no other name.
     private func requeueInside(_ path: StorePath) throws(DriveError) {
-        let prefix = path.bytes + [UInt8(ascii: "/")]
         var known = Set<StorePath>()
         var batch = [(String, StorePath, Double)]()
-        for b in try bases.all(root: key) where b.path.bytes.starts(with: prefix) {
+        for b in try bases.below(root: key, folder: path) {
             known.insert(b.path)
             batch.append((key, b.path, 0))
         }
@@ -964,8 +963,8 @@ final class StoreSync: Sendable {
             for e in Beneath.names(dir) ?? [] where !FolderRemote.isOwnName(e.name) { batch.append((key, path.appending(e.name), 0)) }
             close(dir)
         }
-        let prefix = path.bytes + [UInt8(ascii: "/")]
-        for b in try bases.all(root: key) where b.path.bytes.starts(with: prefix) && !b.path.bytes[prefix.count...].contains(UInt8(ascii: "/")) {
+        let name = path.bytes.isEmpty ? 0 : path.bytes.count + 1
+        for b in try bases.below(root: key, folder: path) where !b.path.bytes[name...].contains(UInt8(ascii: "/")) {
             batch.append((key, b.path, 0))
         }
         if remoteToo {
@@ -1180,8 +1179,7 @@ final class StoreSync: Sendable {
     /// goes once what is in it went (a file changed or added in it elsewhere keeps it).
     private func deleteRemote(_ path: StorePath, base: BaseRow) throws(DriveError) -> SyncOutcome {
         if base.kind == .folder {
-            let prefix = path.bytes + [UInt8(ascii: "/")]
-            let inside = try bases.all(root: key).filter { $0.path.bytes.starts(with: prefix) }
+            let inside = try bases.below(root: key, folder: path)
                 .sorted { $0.path.bytes.count > $1.path.bytes.count }
             // A child still waiting to be moved out (its new path's sync moves it, after a
             // rename of this folder) is not something new on the remote: the folder waits for

@@ -116,8 +116,9 @@ final class StoreSync: Sendable {
     /// Paths a worker is syncing now; a path conflicts with itself, its folders and what is in
     /// it. Lock: leaf.
     private let busyPaths = Mutex<[StorePath]>([])
-    /// The last listing of the remote, by item id (for renames made on another device). Lock: leaf.
-    private let remoteIDs = Mutex<[String: StorePath]>([:])
+    /// The last listing of the remote's item ids (for renames made on another device, and what a
+    /// folder made or placed holds). Lock: leaf.
+    private let remoteIDs = Mutex(ListedIDs())
     /// Files whose base this device dropped because the remote no longer had them (deleted, or
     /// moved away by another device), with the local version the base named. This device's
     /// upload of that version, found at that path again (moved back by another device), was
@@ -409,7 +410,7 @@ final class StoreSync: Sendable {
         guard firstTry, base == nil, let l = local, l.kind == .file, !l.placeholder,
               listed.withLock({ $0.map { !$0.contains(path.hashValue) } }) == true,
               let id = localID(l), try bases.base(root: key, id: id) == nil,
-              remoteIDs.withLock({ $0[id] }) == nil else { return nil }
+              remoteIDs.withLock({ $0.byID[id] }) == nil else { return nil }
         return id
     }
 
@@ -467,7 +468,7 @@ final class StoreSync: Sendable {
     private func renamedHereOntoNothing(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
         guard let id = localID(l), base?.id != id else { return nil }
         let old = try baseOfItem(id, elsewhereThan: path)
-        let listed = remoteIDs.withLock { $0[id] }
+        let listed = remoteIDs.withLock { $0.byID[id] }
         guard old != nil || (listed != nil && listed != path) else { return nil }
         if let old {
             // Still there locally as this item, or as the very file the base knows (the mount
@@ -506,7 +507,7 @@ final class StoreSync: Sendable {
         // Gone from where this device knew it on the remote: moved by another device too, or
         // deleted there. Which one, a listing made since tells.
         guard listedSinceNoticed(path) else { return .busy }
-        guard let to = remoteIDs.withLock({ $0[id] }), to != path, try localItem(to) == nil,
+        guard let to = remoteIDs.withLock({ $0.byID[id] }), to != path, try localItem(to) == nil,
               let r = try remote.item(at: to), r.meta.itemID == id else { return nil }
         guard tryLock([to]) else { return .busy }
         defer { unlock([to]) }
@@ -579,7 +580,7 @@ final class StoreSync: Sendable {
     /// this device's copy, with no base there (this device and another moved it to the same
     /// place). Nil when it is not such a file.
     private func sameMoveElsewhere(_ b: BaseRow, from path: StorePath) -> StorePath? {
-        guard b.kind == .file, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
+        guard b.kind == .file, let id = b.id, let to = remoteIDs.withLock({ $0.byID[id] }), to != path,
               (try? bases.base(root: key, path: to)) == nil,
               let l = try? localItem(to), l.kind == .file, !l.placeholder,
               (try? index.knownItemID(root: key, ino: Int64(l.st.st_ino))) == id,
@@ -633,7 +634,7 @@ final class StoreSync: Sendable {
             return .busy
         }
         // Renamed on another device: nothing here on the remote, but the item is elsewhere there.
-        if remoteItem == nil, local != nil, let b = base, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
+        if remoteItem == nil, local != nil, let b = base, let id = b.id, let to = remoteIDs.withLock({ $0.byID[id] }), to != path,
            let r = try remote.item(at: to), r.meta.itemID == id, try localItem(to) == nil {
             guard tryLock([to]) else { return .busy }
             defer { unlock([to]) }
@@ -766,7 +767,7 @@ final class StoreSync: Sendable {
     /// base or the last listing has it), if it does.
     private func placeElsewhere(_ id: String, than path: StorePath) throws(DriveError) -> StorePath? {
         var places = Set<StorePath>()
-        if let p = remoteIDs.withLock({ $0[id] }), p != path { places.insert(p) }
+        if let p = remoteIDs.withLock({ $0.byID[id] }), p != path { places.insert(p) }
         if let b = try baseOfItem(id, elsewhereThan: path) { places.insert(b.path) }
         for p in places where try remote.item(at: p)?.meta.itemID == id { return p }
         return nil
@@ -968,7 +969,7 @@ final class StoreSync: Sendable {
             batch.append((key, b.path, 0))
         }
         if remoteToo {
-            for (_, p) in remoteIDs.withLock({ $0 }) where p.folder == path { batch.append((key, p, 0)) }
+            for p in remoteIDs.withLock({ $0.inFolder(path) }) { batch.append((key, p, 0)) }
         }
         try queue.enqueueAll(batch)
     }
@@ -1413,7 +1414,7 @@ final class StoreSync: Sendable {
             logger.info("store \(name): the remote answers again")
             _ = try? queue.makeDue(.all, root: key)
         }
-        remoteIDs.withLock { $0 = byID }
+        remoteIDs.withLock { $0 = ListedIDs(byID: byID) }
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
         listed.withLock { $0 = Set(items.map(\.path.hashValue)) }
         var changed = Set<StorePath>()

@@ -1,0 +1,31 @@
+// ListedIDsTests: what a folder holds in the last listing of a remote (Sync/ListedIDs.swift).
+import DocDriveCore
+import XCTest
+
+final class ListedIDsTests: XCTestCase {
+    /// What a folder holds is exactly the listed paths one name below it: not the folder itself,
+    /// not deeper paths, not paths of a sibling whose name begins the same.
+    func testAFolderHoldsExactlyTheListedPathsOneNameBelowIt() {
+        let odd = StorePath(bytes: [UInt8(ascii: "a"), UInt8(ascii: "/"), 0xFF, 0xFE])  // not UTF-8
+        var l = ListedIDs(byID: [
+            "1": "a", "2": "a/x", "3": "a/y", "4": "a/y/z", "5": "ab", "6": "ab/x", "7": "a-/x",
+            "8": "top.txt", "9": odd,
+        ])
+        XCTAssertEqual(Set(l.inFolder("a")), ["a/x", "a/y", odd])
+        XCTAssertEqual(Set(l.inFolder(.store)), ["a", "ab", "top.txt"])
+        XCTAssertEqual(l.inFolder("a/y"), ["a/y/z"])
+        XCTAssertEqual(l.inFolder("ab"), ["ab/x"])
+        XCTAssertEqual(l.inFolder("a/x"), [])
+        XCTAssertEqual(l.inFolder("missing"), [])
+        XCTAssertEqual(l.byID["4"], "a/y/z")
+    }
+
+    /// A new listing replaces what the folders held with its own.
+    func testANewListingReplacesWhatItsFoldersHold() {
+        var l = ListedIDs(byID: ["1": "f/old"])
+        XCTAssertEqual(l.inFolder("f"), ["f/old"])
+        l = ListedIDs(byID: ["1": "f/new", "2": "g/x"])
+        XCTAssertEqual(l.inFolder("f"), ["f/new"])
+        XCTAssertEqual(l.inFolder("g"), ["g/x"])
+    }
+}

@@ -77,7 +77,8 @@ let package = Package(
         ),
         .testTarget(
             name: "DocDriveCoreTests",
-            dependencies: ["DocDriveCore", "CDocDriveSys", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["DocDriveCore", "CDocDriveSys", .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "GRDB", package: "GRDB.swift")]
         ),
     ]
 )

@@ -173,8 +173,12 @@ public final class QueryIndex: Sendable {
     /// returns every key whose row appeared, changed or went.
     public func apply(upserts: [QueryRow], deletes: [QueryKey], subtreeDeletes: [QueryKey]) throws -> [QueryKey] {
         var written = [(Int64, String)]()
-        let changed = try database.write { db in
-            var changed = [QueryKey]()
+        // A deferred transaction: GRDB's default (IMMEDIATE) begins a write on every attached
+        // database, so each batch held the drive's index's write lock too, and waited for the
+        // sync's and the uploader's writes (a batch given up after 10 s was lost until the next
+        // walk). This one writes only its own file and reads nothing of the attached index.
+        var changed = [QueryKey]()
+        try database.writeWithoutTransaction { db in try db.inTransaction(.deferred) {
             for k in subtreeDeletes {
                 let lo = k.path.isEmpty ? "" : k.path + "/"
                 let hi = k.path.isEmpty ? "\u{10FFFF}" : k.path + "0"  // "0" follows "/"
@@ -213,8 +217,8 @@ public final class QueryIndex: Sendable {
                     if names.isBuilt { written.append((id, fold)) }
                 }
             }
-            return changed
-        }
+            return .commit
+        } }
         if names.append(written) { try? rebuildNames() }
         return changed
     }

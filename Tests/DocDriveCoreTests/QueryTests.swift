@@ -4,6 +4,7 @@ import Foundation
 import XCTest
 import CDocDriveSys
 import DocDriveCore
+import GRDB
 
 final class QueryTests: XCTestCase {
     // 2026-11-22 12:00 UTC, read in UTC.
@@ -164,6 +165,29 @@ final class QueryTests: XCTestCase {
              ref: Bool = false, target: String? = nil) -> QueryRow {
         QueryRow(root: root, path: path, name: String(path.split(separator: "/").last!), kind: kind, size: size, mtime: mtime,
                  tags: tags, ref: ref, targetRoot: target == nil ? nil : "store:work", targetPath: target)
+    }
+
+    /// The query index attaches the drive's index (to read upload states) but writes only its
+    /// own file: a batch goes in while another connection holds the drive's index's write lock
+    /// (as the sync's and the uploader's writes do all the time). With GRDB's default IMMEDIATE
+    /// transaction it waited 10 s for that lock and was given up (SQLITE_BUSY).
+    func testTheQueryIndexWritesWhileTheDrivesIndexIsBeingWritten() throws {
+        let dir = NSTemporaryDirectory() + "/query-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let items = try ItemIndex(path: dir + "/i.sqlite")
+        let idx = try QueryIndex(path: dir + "/q.sqlite", itemIndexPath: dir + "/i.sqlite")
+        var config = Configuration()
+        config.busyMode = .immediateError
+        let other = try DatabaseQueue(path: dir + "/i.sqlite", configuration: config)
+        try other.writeWithoutTransaction { db in
+            try db.execute(sql: "BEGIN IMMEDIATE")
+            defer { try? db.execute(sql: "ROLLBACK") }
+            let changed = try idx.apply(upserts: [row("store:work", "a.txt", kind: "document")], deletes: [], subtreeDeletes: [])
+            XCTAssertEqual(changed, [QueryKey(root: "store:work", path: "a.txt")])
+        }
+        XCTAssertEqual(try idx.count(), 1)
+        _ = items
     }
 
     func testSearchOverRows() throws {

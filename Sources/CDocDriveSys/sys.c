@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "docdrive_sys.h"
 #include <errno.h>
+#include <stdint.h>
 #include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -123,6 +124,29 @@ ssize_t dd_getxattr_path(int pathfd, const char *name, void *value, size_t size)
     proc_name(pathfd, p, sizeof p);
     return getxattr(p, name, value, size);
 }
+/* getxattrat(2), Linux 6.13: the same number on every architecture. */
+#ifndef SYS_getxattrat
+#define SYS_getxattrat 464
+#endif
+struct dd_xattr_args { uint64_t value; uint32_t size; uint32_t flags; };
+static int getxattrat_missing;
+
+ssize_t dd_getxattr_at(int dirfd, const char *path, const char *name, void *value, size_t size) {
+    if (!__atomic_load_n(&getxattrat_missing, __ATOMIC_RELAXED)) {
+        struct dd_xattr_args args = { (uint64_t)(uintptr_t)value, (uint32_t)size, 0 };
+        long n = syscall(SYS_getxattrat, dirfd, path, AT_SYMLINK_NOFOLLOW, name, &args, sizeof args);
+        if (n >= 0 || errno != ENOSYS) return (ssize_t)n;
+        __atomic_store_n(&getxattrat_missing, 1, __ATOMIC_RELAXED);
+    }
+    int fd = openat(dirfd, path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = dd_getxattr_path(fd, name, value, size);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return n;
+}
+
 int dd_setxattr_path(int pathfd, const char *name, const void *value, size_t size, int flags) {
     char p[64];
     proc_name(pathfd, p, sizeof p);

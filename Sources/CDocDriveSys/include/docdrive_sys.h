@@ -38,6 +38,9 @@ int dd_truncate_path(int pathfd, off_t size);
 int dd_access_fd(int pathfd, int mode);
 ssize_t dd_fgetxattr(int fd, const char *name, void *value, size_t size);
 ssize_t dd_getxattr_path(int pathfd, const char *name, void *value, size_t size);
+/* The extended attribute `name` of `path` in `dirfd`, not following a last symbolic link:
+   getxattrat(2) where the kernel has it (6.13), else an O_PATH open and dd_getxattr_path. */
+ssize_t dd_getxattr_at(int dirfd, const char *path, const char *name, void *value, size_t size);
 int dd_setxattr_path(int pathfd, const char *name, const void *value, size_t size, int flags);
 int dd_fremovexattr(int fd, const char *name);
 /* syncfs(2): the file system holding fd, written to its disk. */

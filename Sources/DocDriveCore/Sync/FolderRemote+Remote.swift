@@ -48,13 +48,12 @@ extension FolderRemote: Remote {
     static func readMeta(_ dfd: Int32, _ name: ArraySlice<UInt8>, _ st: stat) -> RemoteMeta {
         var meta = RemoteMeta()
         if st.st_mode & S_IFMT != S_IFLNK {
-            let fd = Beneath.withCName(name) { openat(dfd, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
-            if fd >= 0 {
-                defer { close(fd) }
-                var buf = [UInt8](repeating: 0, count: 1024)
-                let n = buf.withUnsafeMutableBytes { dd_getxattr_path(fd, metaAttribute, $0.baseAddress, $0.count) }
-                if n > 0, let m = try? JSONDecoder().decode(RemoteMeta.self, from: Data(buf[0..<n])) { meta = m }
+            // One call per item, no descriptor: a poll reads this for every item of the store.
+            let data: Data? = withUnsafeTemporaryAllocation(byteCount: 1024, alignment: 1) { buf in
+                let n = Beneath.withCName(name) { dd_getxattr_at(dfd, $0, metaAttribute, buf.baseAddress, buf.count) }
+                return n > 0 ? Data(bytes: buf.baseAddress!, count: n) : nil
             }
+            if let data, let m = try? JSONDecoder().decode(RemoteMeta.self, from: data) { meta = m }
         }
         meta.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
         meta.mode = UInt32(st.st_mode & 0o7777)

@@ -138,14 +138,15 @@ struct Daemon {
             connection.answer { ReferencesAnswer(references: documents.references()) }
         case .syncPoll(let r):
             connection.answer { () -> SyncPollAnswer in
+                let mark = uploader.workMark()
                 // A file closed before the sync whose release the kernel still has queued is
                 // a save too (FileSystem+Releases).
                 fs.awaitQueuedReleases()
                 if r.retryFailed == true { uploader.retryFailedNow() }
-                if r.compare == true { uploader.compareWithRecords() }
-                let stores = uploader.pollAndWait(timeout: r.timeout ?? 120)
+                let queued = r.compare == true ? uploader.compareWithRecords() : 0
+                let (stores, polled) = uploader.pollAndWait(timeout: r.timeout ?? 120)
                 DriveFileSystem.waitForKernelNotices()  // what arrived shows when sync returns
-                return SyncPollAnswer(stores: stores)
+                return SyncPollAnswer(stores: stores, idle: polled && queued == 0 && uploader.isIdle(since: mark))
             }
         case .indexError:
             connection.answer { IndexErrorAnswer(error: uploader.lastIndexWriteError()) }

@@ -151,6 +151,7 @@ struct Status: ParsableCommand {
                 if let rs = st.remote {
                     var o: [String: Any] = ["offline": rs.offlineSince != nil, "devices": rs.devices]
                     if let t = rs.lastPoll { o["lastPoll"] = t }
+                    if let n = rs.polls { o["polls"] = n }
                     if let t = rs.offlineSince { o["offlineSince"] = t }
                     if let why = rs.offlineReason { o["offlineReason"] = why }
                     if let why = rs.downloadProblem { o["downloadProblem"] = why }

@@ -44,7 +44,7 @@ struct Sync: ParsableCommand {
             // queue every 50 ms: the queue must be seen empty twice, 0.3 s apart.
             usleep(300_000)
             // Both directions: the daemon looks at the remotes (other devices' changes are
-            // queued), the queue drains, and again until a look finds nothing new.
+            // queued), the queue drains, and again until a round finds nothing to do.
             var offline = [String]()
             var answeredBefore = false
             var retryFailed = false, retriedFailed = false
@@ -105,7 +105,12 @@ struct Sync: ParsableCommand {
                     usleep(300_000)
                 }
                 if !offline.isEmpty { break }
-                if !sawWork && round > 0 {
+                // A round that found nothing to do ends the sync. The first one only if the
+                // daemon saw it idle too: its polls began after the sync did and queued
+                // nothing, and no upload or download ended meanwhile (one that did may have
+                // changed what another look would find). A look of a folder store of 100,000
+                // items takes seconds.
+                if !sawWork && (round > 0 || answer?.idle == true) {
                     // Before failed files are reported, each goes once more now: its last try
                     // may have failed just before its remote recovered (a remote failing only
                     // some requests never looks down), and its back-off may not have ended yet.

@@ -128,6 +128,7 @@ final class ControlProtocolTests: XCTestCase {
                       keys: ["references"])
         let offline = RemoteState(offlineSince: 1_763_000_000, offlineReason: "The remote does not answer.", devices: ["laptop"])
         try roundTrip(SyncPollAnswer(stores: ["work": offline, "photos": RemoteState(lastPoll: 1_763_000_001.5)]), keys: ["stores"])
+        try roundTrip(SyncPollAnswer(stores: ["work": RemoteState()], idle: true), keys: ["stores", "idle"])
         try roundTrip(IndexErrorAnswer(error: "disk full"), keys: ["error"])
         try roundTrip(IndexErrorAnswer(error: nil), keys: [])
         let item = QueryItem(path: "Work/a.png", name: "a.png", kind: "image", size: 1 << 40, modified: 1_763_000_000.125,

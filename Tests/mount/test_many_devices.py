@@ -124,14 +124,14 @@ class SharedRemote:
 
 
 class Device:
-    def __init__(self, d, remote: SharedRemote, name: str):
+    def __init__(self, d, remote: SharedRemote, name: str, poll: float = POLL):
         self.d = d
         self.name = name
         self.remote = remote
         d.extra_env.update(remote.env())
         d.cli("device", "--name", name)
         d.cli("store", "add", "shared", "--name", "Shared", *remote.store_args(),
-              "--writeback", str(WRITEBACK), "--poll", str(POLL))
+              "--writeback", str(WRITEBACK), "--poll", str(poll))
 
     @property
     def dir(self) -> Path:
@@ -248,6 +248,34 @@ def shared_folder(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- basics
+
+@pytest.mark.timeout(120)
+def test_a_sync_with_nothing_to_do_looks_at_the_remote_once(new_drive, shared_folder):
+    # `docdrive sync` looks at the remote again after a round that did something (a download, an
+    # upload), and not after one that did nothing: on a folder store of 100,000 items each look
+    # takes seconds. The stores poll once an hour here, so only the syncs poll.
+    def polls(dev):
+        time.sleep(0.6)  # the status is published every 250 ms
+        return dev.status()["stores"][0]["sync"].get("polls", 0)
+
+    a, b = (Device(new_drive(), shared_folder, name, poll=3600).mount() for name in ("alpha", "beta"))
+    a.sync()
+    before = polls(a)
+    a.sync()
+    assert polls(a) == before + 1, "a sync with nothing to do looked at the remote more than once"
+    # Work in the first round (another device's new file, which its look finds and downloads):
+    # the sync looks again, and what it brought is here when it returns. (An upload here may
+    # end before the sync begins, so it says nothing about the rounds.)
+    write(b.dir / "theirs.txt", b"beta")
+    b.sync()
+    before = polls(a)
+    a.sync()
+    assert (a.dir / "theirs.txt").read_bytes() == b"beta"
+    assert polls(a) >= before + 2, "a sync that downloaded did not look at the remote again"
+    before = polls(a)
+    a.sync()
+    assert polls(a) == before + 1, "a sync with nothing to do after one that downloaded looked more than once"
+
 
 @pytest.mark.timeout(120)
 def test_joining_a_store_downloads_what_it_holds(new_drive, shared):

@@ -401,7 +401,14 @@ public struct EvictAnswer: Codable, Equatable, Sendable {
 /// Per store name: when its remote was last looked at, whether it is offline, who writes to it.
 public struct SyncPollAnswer: Codable, Equatable, Sendable {
     public var stores: [String: RemoteState]
-    public init(stores: [String: RemoteState]) { self.stores = stores }
+    /// Every store's poll ended, and nothing was queued, done or left waiting from the request's
+    /// start to its answer (`Uploader.isIdle`): the sync needs no other round. Nil from a daemon
+    /// before it (the sync then always looks twice).
+    public var idle: Bool?
+    public init(stores: [String: RemoteState], idle: Bool? = nil) {
+        self.stores = stores
+        self.idle = idle
+    }
 }
 
 public struct IndexErrorAnswer: Codable, Equatable, Sendable {

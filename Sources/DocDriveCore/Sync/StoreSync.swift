@@ -73,6 +73,8 @@ public struct RemoteState: Equatable, Sendable, Codable {
     public var downloadProblem: String? = nil
     /// Bytes of content kept on this device, as last counted (stores with a cache limit).
     public var cacheBytes: Int64? = nil
+    /// Polls (looks at the remote) that listed it since the mount.
+    public var polls: Int? = nil
 
     /// The names of the devices that wrote `metas`, sorted; two devices of one name (two
     /// machines with one host name) are told apart by the start of their ids.
@@ -1407,6 +1409,7 @@ final class StoreSync: Sendable {
             s.offlineSince = nil
             s.offlineReason = nil
             s.lastPoll = Date().timeIntervalSince1970
+            s.polls = (s.polls ?? 0) + 1
             s.devices = RemoteState.deviceNames(items.map(\.meta))
             return was
         }

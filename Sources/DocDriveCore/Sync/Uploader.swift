@@ -106,6 +106,8 @@ public final class Uploader: Sendable {
     /// Set at unmount: what is queued goes now, burst or not.
     private let draining = Atomic<Bool>(false)
     private let running = Atomic<Int>(0)
+    /// Queue entries whose job ended (any way), for `docdrive sync`'s look at what a round did.
+    private let jobsEnded = Atomic<Int>(0)
     /// Stores whose remote was unreachable at the last check. Lock: leaf.
     private let remotesDown = Mutex<Set<String>>([])
     /// Stores with a whole-store comparison scheduled. Lock: leaf.
@@ -527,6 +529,7 @@ public final class Uploader: Sendable {
             } catch {
                 logger.error("\(error.message)")
             }
+            jobsEnded.add(endings.count, ordering: .relaxed)
         }
     }
 
@@ -743,14 +746,28 @@ public final class Uploader: Sendable {
     }
 
     /// `docdrive sync`'s look at the remotes: every store polls now; answers once each poll is
-    /// done, or after `timeout` seconds (0.5 to 120).
-    public func pollAndWait(timeout: Double) -> [String: RemoteState] {
+    /// done (`polled`), or after `timeout` seconds (0.5 to 120).
+    public func pollAndWait(timeout: Double) -> (stores: [String: RemoteState], polled: Bool) {
         let marks = pollNow()
         let deadline = Date().addingTimeInterval(min(120, max(0.5, timeout)))
         while !polledSince(marks) && Date() < deadline { usleep(20_000) }
+        let polled = polledSince(marks)
         // What was downloaded is on the disk when the sync returns (FillCommits.swift).
         for store in allStores().values { store.sync.fills.commitNow() }
-        return remoteStates()
+        return (remoteStates(), polled)
+    }
+
+    /// What `isIdle(since:)` compares with: the number of jobs ended so far.
+    public func workMark() -> Int { jobsEnded.load(ordering: .relaxed) }
+
+    /// Whether no job ended since `mark` and nothing waits: nothing queued (failed entries
+    /// aside), noted or made. `docdrive sync` ends after a round whose polls found nothing and
+    /// that was idle so (a poll that queued paths leaves them waiting, or their jobs ended).
+    public func isIdle(since mark: Int) -> Bool {
+        guard jobsEnded.load(ordering: .relaxed) == mark,
+              noted.withLock({ $0.waiting.isEmpty && $0.writing.isEmpty }),
+              madeFolders.withLock({ $0.isEmpty }) else { return false }
+        return (try? queue.waitingCount()) == 0
     }
 
     /// Rewrites run/uploads.json when what it says changed (called every 250 ms), so that

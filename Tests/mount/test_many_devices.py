@@ -255,8 +255,15 @@ def test_a_sync_with_nothing_to_do_looks_at_the_remote_once(new_drive, shared_fo
     # upload), and not after one that did nothing: on a folder store of 100,000 items each look
     # takes seconds. The stores poll once an hour here, so only the syncs poll.
     def polls(dev):
-        time.sleep(0.6)  # the status is published every 250 ms
-        return dev.status()["stores"][0]["sync"].get("polls", 0)
+        # The status is published every 250 ms: read it until two reads 0.5 s apart agree.
+        last, deadline = None, time.monotonic() + 10
+        while True:
+            n = dev.status()["stores"][0]["sync"].get("polls", 0)
+            if n == last:
+                return n
+            assert time.monotonic() < deadline, f"{dev.name}: the status's count of polls did not settle"
+            last = n
+            time.sleep(0.5)
 
     a, b = (Device(new_drive(), shared_folder, name, poll=3600).mount() for name in ("alpha", "beta"))
     a.sync()

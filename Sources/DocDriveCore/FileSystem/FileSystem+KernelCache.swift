@@ -130,8 +130,18 @@ extension DriveFileSystem {
         n.keptLong.load(ordering: .relaxed) && !n.isTopLevel ? options.keptTimeout : options.entryTimeout
     }
 
-    /// Notes the attributes the kernel is about to be told (before FilledTimes shows another
-    /// ctime: the digest is of the backing file's own).
+    /// The attributes the kernel is shown of a backing file's `st`: a filled placeholder keeps
+    /// its placeholder's ctime (Sync/FilledTimes.swift).
+    @inline(__always)
+    func shown(_ st: stat) -> stat {
+        var st = st
+        uploader?.filledTimes.apply(&st)
+        return st
+    }
+
+    /// Notes the attributes the kernel is about to be told: `st` as shown (`shown`). The digest
+    /// is of what the kernel sees, so that a change only of the backing file's own ctime that
+    /// it does not show (a filled placeholder's mark set or removed) invalidates nothing.
     @inline(__always)
     func noteTold(_ n: Inode, _ st: stat) {
         if n.keptLong.load(ordering: .relaxed) { n.told.store(Self.digest(st), ordering: .relaxed) }
@@ -143,7 +153,7 @@ extension DriveFileSystem {
     /// kernel discard that reply; a permission check right after then saw the old mode.)
     public func noteToldNow(_ id: UInt64) {
         guard let n = table.get(id), n.keptLong.load(ordering: .relaxed), let st = try? getattr(node: n) else { return }
-        n.told.store(Self.digest(st), ordering: .relaxed)
+        n.told.store(Self.digest(shown(st)), ordering: .relaxed)
     }
 
     /// What the kernel shows of a file, in 64 bits (the access time aside: reads change it,
@@ -207,7 +217,15 @@ extension DriveFileSystem {
             let r = (name + [0]).withUnsafeBufferPointer { fstatat(pfd, $0.baseAddress!, &st, AT_SYMLINK_NOFOLLOW) }
             dir.release()
             guard r == 0, let n = table.unifiedNode(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino)),
-                  n.keptLong.load(ordering: .relaxed), n.told.load(ordering: .relaxed) != Self.digest(st) else { continue }
+                  n.keptLong.load(ordering: .relaxed) else { continue }
+            let seen = Self.digest(shown(st))
+            guard n.told.load(ordering: .relaxed) != seen else { continue }
+            // Dropped now: the kernel's next look gets these attributes or later ones (a reply
+            // read before this drop and crossing it is discarded by the kernel), so further
+            // events that leave them as seen here need nothing more. A download's write, times
+            // and mark came as up to four events, often in two batches: each dropped the
+            // attributes again until the kernel had looked (2.6 drops per file read on demand).
+            n.told.store(seen, ordering: .relaxed)
             inv.attributes(n.nodeID)
         }
         for dir in folders.values { inv.attributes(dir.nodeID) }

@@ -27,27 +27,24 @@ extension DriveFileSystem {
     /// The attributes for the kernel, and how long it may keep them.
     public func kernelAttributes(_ id: UInt64) throws(Errno) -> (stat, Double) {
         let n = try node(id)
-        var st = try getattr(node: n)
+        let st = try shown(getattr(node: n))
         noteTold(n, st)
-        uploader?.filledTimes.apply(&st)
         return (st, attributeTimeout(n))
     }
 
     /// setattr, with how long the kernel may keep the attributes it returns.
     public func kernelSetattr(_ id: UInt64, _ c: AttributeChanges, file: OpenFile?, caller: Caller?) throws(Errno) -> (stat, Double) {
         let n = try backing(id)
-        var st = try setattr(node: n, c, file: file, caller: caller)
+        let st = try shown(setattr(node: n, c, file: file, caller: caller))
         noteTold(n, st)
-        uploader?.filledTimes.apply(&st)
         return (st, attributeTimeout(n))
     }
 
     /// A lookup's, a create's or a listing's attributes for the kernel (a filled placeholder
     /// shows its placeholder's ctime: Sync/FilledTimes.swift).
     public func kernelEntryAttributes(_ e: NodeEntry) -> stat {
-        var st = e.attr
+        let st = shown(e.attr)
         noteTold(e.inode, st)
-        uploader?.filledTimes.apply(&st)
         return st
     }
 

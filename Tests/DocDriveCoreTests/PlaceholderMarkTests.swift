@@ -17,6 +17,33 @@ final class PlaceholderMarkTests: XCTestCase {
         XCTAssertEqual(Placeholder.mark(raw: raw, boot: "boot"), .placeholder("\"etag 1\""))
     }
 
+    /// Marks written before the short form name their boot by its whole id: read as of an
+    /// earlier boot (a placeholder of their version), whatever boot this is.
+    func testAFilledMarkOfTheFirstFormIsOfAnEarlierBoot() throws {
+        let id = "29e37f0f-0dbc-4f75-a0df-1b2c3d4e5f60"
+        let raw = "\u{0}filled " + id + " b0059b402ea5fa209053b0ae093d0ab6"
+        XCTAssertEqual(Placeholder.mark(raw: raw, boot: id), .placeholder("b0059b402ea5fa209053b0ae093d0ab6"))
+        XCTAssertEqual(Placeholder.mark(raw: raw, boot: try XCTUnwrap(Placeholder.bootToken(id))),
+                       .placeholder("b0059b402ea5fa209053b0ae093d0ab6"))
+    }
+
+    /// The mark of a file filled in this boot fits in an ext4 inode of 256 bytes beside
+    /// nothing else (52 bytes; a block of its own for each file otherwise): for an S3 object's
+    /// MD5, a multipart ETag, and a folder remote's version of a file of 1 MiB.
+    func testAFilledMarkIsShortAndNamesItsBootByAToken() throws {
+        let token = try XCTUnwrap(Placeholder.bootToken("29e37f0f-0dbc-4f75-a0df-1b2c3d4e5f60"))
+        XCTAssertEqual(token.utf8.count, 8)
+        XCTAssertTrue(token.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }, token)
+        XCTAssertNotEqual(token, Placeholder.bootToken("29e37f0f-0dbc-4f75-a0df-1b2c3d4e5f61"))
+        XCTAssertNil(Placeholder.bootToken(""))
+        for version in ["b0059b402ea5fa209053b0ae093d0ab6", "b0059b402ea5fa209053b0ae093d0ab6-1000",
+                        "1048576:1795886453.204199600:1234567890"] {
+            let raw = Placeholder.filledPrefix + token + " " + version
+            XCTAssertLessThanOrEqual(raw.utf8.count, 52, raw)
+            XCTAssertEqual(Placeholder.mark(raw: raw, boot: token), .filled(version))
+        }
+    }
+
     func testAPlainMarkIsAPlaceholderOfItsVersion() {
         XCTAssertEqual(Placeholder.mark(raw: "12:1700000000.5:77", boot: "boot-a"), .placeholder("12:1700000000.5:77"))
         // A version that happens to say "filled" is still a version: the prefix has a NUL byte.

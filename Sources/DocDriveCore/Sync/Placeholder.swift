@@ -13,7 +13,16 @@
 // Between a fill and the moment its content is known to be on the disk, the attribute holds a
 // third kind of value, "filled in boot B" (`filledValue`, FillCommits.swift): in boot B the
 // file is whole (no placeholder); after a reboot it is a placeholder of the version it was
-// filled with, since a power cut may have lost its content.
+// filled with, since a power cut may have lost its content. That value is kept short (a NUL,
+// "f", 8 hex digits for the boot, a space, the version: 43 bytes for an S3 object's MD5, 45-50
+// for a folder remote's version of a small file) so that it fits in the inode: on ext4 with
+// 256-byte inodes a value of up to 52 bytes does. The first form ("\0filled BOOT-UUID
+// VERSION", 77 bytes with an MD5) took a block of its own for each file filled, and gave it
+// back when the mark went: two block allocations, and a block count that went 8, 16, 8 (`du`
+// and `stat` changing twice, each change dropped from the kernel's cache by the mount's
+// watch). Marks of that form are read as of an earlier boot. A boot is named by 32 bits: two
+// boots named alike (one chance in 4 billion) matter only for a file whose content a power
+// cut lost before its mark went.
 import CDocDriveSys
 import Crypto
 import Foundation
@@ -35,28 +44,41 @@ public enum Placeholder {
     }
 
     /// The start of a "filled" mark's value: no remote version has a NUL byte.
-    public static let filledPrefix = "\u{0}filled "
+    public static let filledPrefix = "\u{0}f"
+    /// The start of the first form of it, with the whole boot id (read, never written).
+    static let firstFilledPrefix = "\u{0}filled "
 
-    /// This boot's id (`/proc/sys/kernel/random/boot_id`); nil when it cannot be read (then
-    /// fills are made durable at once and no "filled" mark is written).
+    /// Whether the mark's value `raw` is a "filled" mark (of this boot or another).
+    static func isFilled(raw: String) -> Bool { raw.hasPrefix(filledPrefix) }
+
+    /// This boot, in 8 hex digits: the first 4 bytes of the SHA-256 of its id
+    /// (`/proc/sys/kernel/random/boot_id`, random at each boot); nil when it cannot be read
+    /// (then fills are made durable at once and no "filled" mark is written).
     static let bootID: String? = {
         guard let s = try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8) else { return nil }
-        let id = s.trimmingCharacters(in: .whitespacesAndNewlines)
-        return id.isEmpty || id.contains(" ") ? nil : id
+        return bootToken(s.trimmingCharacters(in: .whitespacesAndNewlines))
     }()
+
+    /// The token of the boot whose id is `id` (nil for an empty id or one with a space).
+    public static func bootToken(_ id: String) -> String? {
+        guard !id.isEmpty, !id.contains(" ") else { return nil }
+        return Hex.encode(Array(SHA256.hash(data: Array(id.utf8)).prefix(4)))
+    }
 
     /// The "filled" mark of `version` in this boot (nil without a boot id).
     static func filledValue(_ version: String) -> String? {
         bootID.map { filledPrefix + $0 + " " + version }
     }
 
-    /// What the mark's value `raw` says, in the boot `boot`.
+    /// What the mark's value `raw` says, in the boot `boot` (a `bootToken`).
     public static func mark(raw: String, boot: String?) -> Mark {
         guard raw.hasPrefix(filledPrefix) else { return .placeholder(raw) }
-        let rest = raw.dropFirst(filledPrefix.count)
+        // The first form names its boot by the whole id, never a token: an earlier boot.
+        let first = raw.hasPrefix(firstFilledPrefix)
+        let rest = raw.dropFirst(first ? firstFilledPrefix.count : filledPrefix.count)
         guard let space = rest.firstIndex(of: " ") else { return .placeholder("") }
         let version = String(rest[rest.index(after: space)...])
-        return boot != nil && rest[..<space] == boot![...] ? .filled(version) : .placeholder(version)
+        return !first && boot != nil && rest[..<space] == boot![...] ? .filled(version) : .placeholder(version)
     }
 
     /// The remote version a placeholder stands for, from any descriptor of it (O_PATH too);

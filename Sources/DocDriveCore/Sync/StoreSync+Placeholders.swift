@@ -404,7 +404,7 @@ extension StoreSync {
         // Filled in an earlier boot, and a crash came before its content was known to be on the
         // disk: when that content is whole after all (its MD5 is the version, as an S3 object
         // written in one piece says), it is kept: no download, and it opens offline too.
-        if raw.hasPrefix(Placeholder.filledPrefix), Placeholder.contentIs(version, fd: fd, size: Int64(before.st_size)) {
+        if Placeholder.isFilled(raw: raw), Placeholder.contentIs(version, fd: fd, size: Int64(before.st_size)) {
             guard fsync(fd) == 0, Placeholder.clear(openFD: fd) else {
                 throw DriveError.io("cannot mark \(path) as downloaded", .init(rawValue: errno))
             }

@@ -5,6 +5,10 @@ import Logging
 import SystemPackage
 import XCTest
 
+/// glibc's malloc_usable_size (malloc.h is not in the Glibc module).
+@_silgen_name("malloc_usable_size")
+private func c_malloc_usable_size(_ p: UnsafeMutableRawPointer?) -> Int
+
 final class FileSystemTests: XCTestCase {
     var home: DriveHome!
     var fs: DriveFileSystem!
@@ -61,6 +65,18 @@ final class FileSystemTests: XCTestCase {
         expectErrno(.permissionDenied) {
             _ = try "x".withCString { (c) throws in try fs.mkdir(parent: DriveFileSystem.rootID, name: c, mode: 0o755, caller: me) }
         }
+    }
+
+    /// Every node the kernel holds is one allocation of this size (issue 19: 100,000 listed files
+    /// are 100,000 nodes). Its fields are ordered by size; in the order of their meaning it was
+    /// a 256-byte block (a 248-byte usable size).
+    func testANodeLookedUpButNotOpenedIsOneSmallAllocation() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        FileManager.default.createFile(atPath: home.cachePath("work") + "/listed.txt", contents: Data("x".utf8))
+        let e = try lookup(work, "listed.txt")
+        let usable = c_malloc_usable_size(Unmanaged.passUnretained(e.inode).toOpaque())
+        XCTAssertLessThanOrEqual(usable, 200, "a node's allocation grew to \(usable) usable bytes")
+        XCTAssertTrue(try lookup(work, "listed.txt").inode === e.inode, "a second lookup finds the same node")
     }
 
     func testCreateWriteReadAndRenameWithinAStore() throws {

@@ -38,30 +38,35 @@ public final class Inode: Sendable {
     /// The node's O_PATH descriptor and who is using it. An idle node's descriptor may be closed
     /// to stay within the open-file limit (the kernel can hold far more nodes than a process may
     /// have descriptors); it is reopened from its file handle on next use.
+    ///
+    /// Its fields are ordered by size (a struct is laid out in the order written): the
+    /// references first, the 4-byte ones, then the flags, so that no padding lies between them.
     struct Slot {
+        /// File handle and an open folder on the same filesystem (`anchor`), set at eviction.
+        var handle: [UInt8]? = nil
+        /// Not opened yet: where the node was last seen, to open it on first use.
+        var lazy: LazyName? = nil
         /// O_PATH descriptor of the backing file, or -1 while evicted (or for virtual nodes).
         var fd: Int32
+        var anchor: Int32 = -1
         /// Operations currently using `fd` (between `acquire()` and `release()`).
-        var users = 0
+        var users: Int32 = 0
+        /// Open files made from this node (they hold their own descriptors).
+        var opens: Int32 = 0
         /// Used since the last eviction sweep (a clock bit).
         var referenced = true
         /// Forgotten by the kernel: the descriptor closes when the last user lets go.
         var dead = false
         /// Cannot be reopened (no file handle on this filesystem, or deleted): never evicted.
         var pinned = false
-        /// File handle and an open folder on the same filesystem, set at eviction.
-        var handle: [UInt8]? = nil
-        var anchor: Int32 = -1
-        /// Not opened yet: where the node was last seen, to open it on first use.
-        var lazy: LazyName? = nil
-        /// Open files made from this node (they hold their own descriptors).
-        var opens = 0
         /// Removed through the mount and its descriptor closed at once (see `closeRemoved`).
         var removed = false
         /// Its file became another item's content, or was replaced, behind the kernel's back
         /// (an editor's save through a reference): it answers ESTALE, so that the kernel looks
         /// its path up again and finds what is there now (see `closeReplaced`).
         var replaced = false
+
+        init(fd: Int32) { self.fd = fd }
     }
 
     /// A regular file looked up but not opened (most looked-up files are only stat'ed): its
@@ -79,42 +84,45 @@ public final class Inode: Sendable {
         }
     }
 
+    // The stored fields are ordered by size (a class is laid out in the order written), so
+    // that no padding lies between them: 195 bytes, a 208-byte allocation (256 when they were
+    // in the order of their meaning); every node the kernel holds has one.
     public let nodeID: UInt64
-    public let kind: Kind
-    /// Follows renames; never resolves symlinks, so no request can walk out of its backing folder.
-    private let slot: Mutex<Slot>
     let dev: UInt64
     let ino: UInt64
-    /// S_IFMT bits of the backing file.
-    let fileType: mode_t
+    /// A digest of the attributes the kernel was last told (FileSystem+KernelCache).
+    let told = Atomic<UInt64>(0)
+    /// Open files of this node whose I/O the kernel passes through and that a shared writable
+    /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
+    let mappableOpens = Atomic<Int>(0)
     let root: BackingRoot?
-    let view: View
-    /// True for the backing folder shown at the top of a view (it cannot be renamed or removed).
-    let isTopLevel: Bool
     /// Counts the open node descriptors of the whole table (nil for virtual nodes).
     let budget: DescriptorBudget?
     /// Set for a reference entry: the node's own descriptor is the reference file; its
     /// content and attributes are the target's.
     public let reference: ReferenceLink?
-
+    public let kind: Kind
+    let view: View
     /// The versions a file keeps once it is opened or created through the mount, or a folder
     /// once it is listed (nil until then: most nodes are only looked up, and two versions
     /// inline were a third of a node).
     private let versions = Mutex<OpenedVersions?>(nil)
-    /// Content version (mtime, ctime, size) the kernel's page cache holds, to decide keep_cache.
-    var cachedVersion: VersionField { VersionField(node: self, which: .cached) }
+    /// Follows renames; never resolves symlinks, so no request can walk out of its backing folder.
+    private let slot: Mutex<Slot>
+    /// S_IFMT bits of the backing file.
+    let fileType: mode_t
+    /// The kernel's cache of this node (FileSystem+KernelCache): the inotify watch of this
+    /// folder (-1: none), and whether the kernel may keep the node's entry and attributes long.
+    let watch = Atomic<Int32>(-1)
+    /// True for the backing folder shown at the top of a view (it cannot be renamed or removed).
+    let isTopLevel: Bool
     /// The backing file was found to have no `security.capability`: the kernel asks for it
     /// before every write (to drop it), and the answer is kept until one is set through the mount.
     let hasNoCapability = Atomic<Bool>(false)
-    /// Open files of this node whose I/O the kernel passes through and that a shared writable
-    /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
-    let mappableOpens = Atomic<Int>(0)
-    /// The kernel's cache of this node (FileSystem+KernelCache): the inotify watch of this
-    /// folder (-1: none), whether the kernel may keep the node's entry and attributes long,
-    /// and a digest of the attributes it was last told.
-    let watch = Atomic<Int32>(-1)
     let keptLong = Atomic<Bool>(false)
-    let told = Atomic<UInt64>(0)
+
+    /// Content version (mtime, ctime, size) the kernel's page cache holds, to decide keep_cache.
+    var cachedVersion: VersionField { VersionField(node: self, which: .cached) }
     /// The content version of the last fsync through the mount (see `hasUnsyncedWrites`).
     var fsyncedVersion: VersionField { VersionField(node: self, which: .fsynced) }
     /// For a folder: the backing folder's version when the listing that the kernel may hold in

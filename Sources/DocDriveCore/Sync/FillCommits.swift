@@ -208,7 +208,7 @@ final class FillCommits: Sendable {
     private func clearFilled(fd: Int32, ino: UInt64, expected: String?, times: FilledTimes?) {
         transitions.withLock { _ in
             guard let raw = Placeholder.rawMark(openFD: fd), expected == nil || raw == expected,
-                  case .filled = Placeholder.mark(raw: raw, boot: Placeholder.bootID) else { return }
+                  case .filled = Placeholder.mark(raw: raw, boot: Placeholder.thisBoot) else { return }
             var st = stat()
             let held = fstat(fd, &st) == 0 && times?.hold(ino: ino, real: st.st_ctim) == true
             let cleared = Placeholder.clear(openFD: fd)

@@ -54,7 +54,7 @@ public enum Placeholder {
     /// This boot, in 8 hex digits: the first 4 bytes of the SHA-256 of its id
     /// (`/proc/sys/kernel/random/boot_id`, random at each boot); nil when it cannot be read
     /// (then fills are made durable at once and no "filled" mark is written).
-    static let bootID: String? = {
+    static let thisBoot: String? = {
         guard let s = try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8) else { return nil }
         return bootToken(s.trimmingCharacters(in: .whitespacesAndNewlines))
     }()
@@ -67,7 +67,7 @@ public enum Placeholder {
 
     /// The "filled" mark of `version` in this boot (nil without a boot id).
     static func filledValue(_ version: String) -> String? {
-        bootID.map { filledPrefix + $0 + " " + version }
+        thisBoot.map { filledPrefix + $0 + " " + version }
     }
 
     /// What the mark's value `raw` says, in the boot `boot` (a `bootToken`).
@@ -98,7 +98,7 @@ public enum Placeholder {
     }
 
     private static func placeholderVersion(_ raw: String?) -> String? {
-        guard let raw, case .placeholder(let v) = mark(raw: raw, boot: bootID) else { return nil }
+        guard let raw, case .placeholder(let v) = mark(raw: raw, boot: thisBoot) else { return nil }
         return v
     }
 
@@ -114,12 +114,12 @@ public enum Placeholder {
     /// What the mark of the open file `fd` (not O_PATH) says, nil without one: one fgetxattr,
     /// on every open of a store's file.
     public static func mark(openFD fd: Int32) -> Mark? {
-        rawMark(openFD: fd).map { mark(raw: $0, boot: bootID) }
+        rawMark(openFD: fd).map { mark(raw: $0, boot: thisBoot) }
     }
 
     /// The same from any descriptor (O_PATH too).
     public static func mark(fd: Int32) -> Mark? {
-        readMark { dd_getxattr_path(fd, attribute, $0, $1) }.map { mark(raw: $0, boot: bootID) }
+        readMark { dd_getxattr_path(fd, attribute, $0, $1) }.map { mark(raw: $0, boot: thisBoot) }
     }
 
     /// Whether the open file `fd` carries a "filled" mark of this boot (its content not known

@@ -392,7 +392,7 @@ extension StoreSync {
         let fd = try openLocalFile(path)
         defer { close(fd) }
         // One read of the mark: a placeholder of `version`, or filled in an earlier boot.
-        guard let raw = Placeholder.rawMark(openFD: fd), case .placeholder(let version) = Placeholder.mark(raw: raw, boot: Placeholder.bootID) else { return }
+        guard let raw = Placeholder.rawMark(openFD: fd), case .placeholder(let version) = Placeholder.mark(raw: raw, boot: Placeholder.thisBoot) else { return }
         var before = stat()
         _ = fstat(fd, &before)
         times?.filling(ino: UInt64(before.st_ino), before: before.st_ctim)

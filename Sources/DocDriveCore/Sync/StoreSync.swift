@@ -1588,7 +1588,7 @@ final class StoreSync: Sendable {
         guard fd >= 0 else { return }
         defer { close(fd) }
         var st = stat()
-        guard let raw = Placeholder.rawMark(openFD: fd), case .filled = Placeholder.mark(raw: raw, boot: Placeholder.bootID),
+        guard let raw = Placeholder.rawMark(openFD: fd), case .filled = Placeholder.mark(raw: raw, boot: Placeholder.thisBoot),
               fstat(fd, &st) == 0 else { return }
         if !fills.add(fd: fd, st: st, mark: raw, times: nil) { _ = fills.settle(fd: fd, times: nil) }
     }

@@ -24,7 +24,11 @@ downloads it, or finds it downloaded ahead), in each of `--orders` (a fresh join
 mount's listing, the names' byte order, the source folder's order): the time of those reads;
 against `rclone copy` and `aws s3 cp --recursive` from the bucket into a fresh local folder
 (whole commands). A store downloads up to twice its workers at once, so for downloads rclone
-gets `--transfers 2N` and aws `max_concurrent_requests 2N`.
+gets `--transfers 2N` and aws `max_concurrent_requests 2N`. Each DocDrive round also reports
+the daemon's CPU during the reads and how its opens went: their median, and those over 2 ms
+(an open waits there for a download not ended yet); the table has a CPU column (the daemon's
+during the reads; a command's user + system time), because on a small machine the server, the
+tool and the reader share the same CPUs.
 
 Workloads: 2,000 files of 4 KiB, and one file of 1 GiB (sizes can be made smaller for a quick
 look). Every tool gets the same parallelism: `--workers N` files at once (the store's workers,
@@ -57,17 +61,18 @@ SHOWN = "Bench"
 TOOLS = ["docdrive mount", "docdrive s3-copy", "rclone", "aws s3 cp"]
 
 
-def run(cmd, env) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS in bytes, and output of one command (which must succeed)."""
+def run(cmd, env) -> tuple[float, int, str, float]:
+    """Wall seconds, peak RSS in bytes, output and CPU seconds (user + system) of one command
+    (which must succeed)."""
     # GNU time reports the command's own peak (a forked child's rusage would count the pages
     # it shared with this Python before exec).
     start = time.monotonic()
-    p = subprocess.run(["/usr/bin/time", "-f", "MAXRSS-KB %M", *cmd], env=env, capture_output=True, text=True)
+    p = subprocess.run(["/usr/bin/time", "-f", "MAXRSS-KB %M CPU-S %U %S", *cmd], env=env, capture_output=True, text=True)
     seconds = time.monotonic() - start
     if p.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed ({p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
-    rss = [int(l.split()[1]) for l in p.stderr.splitlines() if l.startswith("MAXRSS-KB ")][-1] * 1024
-    return seconds, rss, p.stdout
+    stats = [l.split() for l in p.stderr.splitlines() if l.startswith("MAXRSS-KB ")][-1]
+    return seconds, int(stats[1]) * 1024, p.stdout, float(stats[3]) + float(stats[4])
 
 
 def make_data(base: Path, small: int, big_mib: int) -> tuple[Path, Path]:
@@ -86,6 +91,17 @@ def make_data(base: Path, small: int, big_mib: int) -> tuple[Path, Path]:
 def is_mounted(path: Path) -> bool:
     with open("/proc/self/mountinfo") as f:
         return any(line.split()[4] == str(path) for line in f)
+
+
+# An open slower than this waited for a download (an open of a file that is here takes
+# 0.1-0.5 ms on the 2-core machine while downloads run beside it).
+SLOW_OPEN = 0.002
+
+
+def proc_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) the process has used, all its threads, ended ones too."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def proc_kb(pid: int, field: str) -> int:
@@ -286,10 +302,15 @@ def on_demand(bin: str, base: Path, w: Weed, env: dict, prefix: str, files: dict
             paths = list(files)
         if sorted(paths) != sorted(files):
             raise SystemExit("the mount does not list the files that were uploaded")
+        cpu0 = proc_cpu(pid)
         t1 = time.monotonic()
         read = 0
+        opens = []  # seconds of each open: a file not downloaded yet (or still downloading) waits there
         for rel in paths:
-            with open(root / rel, "rb") as f:
+            o = time.monotonic()
+            f = open(root / rel, "rb")
+            opens.append(time.monotonic() - o)
+            with f:
                 while True:
                     b = f.read(1 << 20)
                     if not b:
@@ -298,7 +319,11 @@ def on_demand(bin: str, base: Path, w: Weed, env: dict, prefix: str, files: dict
         t2 = time.monotonic()
         if read != sum(files.values()):
             raise SystemExit(f"read {read} bytes of {sum(files.values())}")
-        return {"seconds": t2 - t1, "rss": proc_kb(pid, "VmHWM") << 10, "listed": listed, "settled": settled}
+        opens.sort()
+        waits = [x for x in opens if x > SLOW_OPEN]
+        return {"seconds": t2 - t1, "rss": proc_kb(pid, "VmHWM") << 10, "listed": listed, "settled": settled,
+                "open_median": opens[len(opens) // 2], "slow_opens": len(waits), "slow_open_seconds": sum(waits),
+                "daemon_cpu": proc_cpu(pid) - cpu0}
     finally:
         if pid and is_mounted(mnt):
             subprocess.run([bin, "unmount", str(mnt)], env=denv, capture_output=True, timeout=120)
@@ -384,7 +409,7 @@ def main() -> int:
                 sources = {}
                 for name, src in (("small", small), ("big", big)):
                     prefix = f"down-{name}"
-                    _, _, out = run(command("aws s3 cp", src, prefix), env)
+                    _, _, out, _ = run(command("aws s3 cp", src, prefix), env)
                     sources[name] = (prefix, {p.relative_to(src).as_posix(): p.stat().st_size for p in src.rglob("*") if p.is_file()})
                 for r in range(args.rounds):
                     for name in ("small", "big"):
@@ -398,17 +423,19 @@ def main() -> int:
                                               order=order, settle=not args.no_settle)
                             else:
                                 dest = base / f"dest-{n}"
-                                seconds, rss, _ = run(download(tool, prefix, dest), rclone_env if tool == "rclone" else env)
+                                seconds, rss, _, cpu = run(download(tool, prefix, dest), rclone_env if tool == "rclone" else env)
                                 # (DocDrive's own objects, the store's marker, are not documents.)
                                 got = sum(p.stat().st_size for p in dest.rglob("*")
                                           if p.is_file() and not p.relative_to(dest).parts[0].startswith(".docdrive"))
                                 if got != sum(files.values()):
                                     raise SystemExit(f"{tool} downloaded {got} bytes of {sum(files.values())}")
                                 shutil.rmtree(dest, ignore_errors=True)
-                                m = {"seconds": seconds, "rss": rss}
+                                m = {"seconds": seconds, "rss": rss, "cpu": cpu}
                             results.setdefault((name, tool), []).append(m)
-                            extra = (f"  (listed {m['listed']:.2f} s, settled {m['settled']:.2f} s after the mount began)"
-                                     if "listed" in m else "")
+                            extra = (f"  (listed {m['listed']:.2f} s, settled {m['settled']:.2f} s after the mount began;"
+                                     f" daemon CPU {m['daemon_cpu']:.2f} s; opens: median {m['open_median'] * 1e3:.2f} ms,"
+                                     f" {m['slow_opens']} over {SLOW_OPEN * 1e3:.0f} ms, {m['slow_open_seconds']:.2f} s in those)"
+                                     if "listed" in m else f"  (CPU {m['cpu']:.2f} s)")
                             print(f"round {r + 1} {name:5} {tool:34} {m['seconds']:7.2f} s  peak RSS {m['rss'] >> 20} MiB{extra}",
                                   file=sys.stderr, flush=True)
                             subprocess.run(["sync"])
@@ -422,7 +449,7 @@ def main() -> int:
                         if tool == "docdrive mount":
                             m = through_mount(args.bin, base / f"drive-{n}", w, env, src, prefix, args.workers)
                         else:
-                            seconds, rss, _ = run(command(tool, src, prefix), rclone_env if tool == "rclone" else env)
+                            seconds, rss, _, _ = run(command(tool, src, prefix), rclone_env if tool == "rclone" else env)
                             m = {"seconds": seconds, "rss": rss}
                         results.setdefault((name, tool), []).append(m)
                         extra = f"  (cp into the mount {m['cp']:.2f} s)" if "cp" in m else ""
@@ -435,8 +462,11 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     sizes = {"small": f"{args.small} files of 4 KiB", "big": f"1 file of {args.big_mib} MiB"}
     print(f"\n{started}, {'downloads' if down else 'uploads'}, {args.rounds} rounds, {args.workers} workers, {os.cpu_count()} CPUs; medians\n")
-    print("| workload | tool | seconds | MB/s | peak RSS | vs. rclone (rclone s ÷ this s) |")
-    print("|---|---|---:|---:|---:|---:|")
+    # Downloads: the CPU each used while it downloaded (the daemon's during the reads; a
+    # command's user + system time), since on a small machine the server needs the same CPUs.
+    cpu_col = " CPU s |" if down else ""
+    print(f"| workload | tool | seconds | MB/s | peak RSS |{cpu_col} vs. rclone (rclone s ÷ this s) |")
+    print("|---|---|---:|---:|---:|" + ("---:|" if down else "") + "---:|")
     for name in ("small", "big"):
         total = args.small * 4096 if name == "small" else args.big_mib << 20
         rclone = statistics.median(m["seconds"] for m in results[(name, "rclone")]) if (name, "rclone") in results else None
@@ -448,7 +478,11 @@ def main() -> int:
                             " (every file read through the mount, one after another)" if tool.startswith("docdrive on demand")
                             else "")
             ratio = f"{rclone / secs:.2f}×" if rclone else "-"
-            print(f"| {sizes[name]} | {label} | {secs:.2f} | {total / secs / 1e6:.1f} | {rss / 1e6:.0f} MB | {ratio} |")
+            cpu = ""
+            if down:
+                cpus = [m.get("daemon_cpu", m.get("cpu")) for m in ms]
+                cpu = f" {statistics.median(cpus):.2f} |" if None not in cpus else " - |"
+            print(f"| {sizes[name]} | {label} | {secs:.2f} | {total / secs / 1e6:.1f} | {rss / 1e6:.0f} MB |{cpu} {ratio} |")
             if tool == "docdrive mount":
                 less = statistics.median(m["seconds"] - m["writeback"] for m in ms)
                 cp = statistics.median(m["cp"] for m in ms)

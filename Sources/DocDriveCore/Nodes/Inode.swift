@@ -112,13 +112,14 @@ public final class Inode: Sendable {
     /// S_IFMT bits of the backing file.
     let fileType: mode_t
     /// The kernel's cache of this node (FileSystem+KernelCache): the inotify watch of this
-    /// folder (-1: none), and whether the kernel may keep the node's entry and attributes long.
+    /// folder (-1: none).
     let watch = Atomic<Int32>(-1)
     /// True for the backing folder shown at the top of a view (it cannot be renamed or removed).
     let isTopLevel: Bool
     /// The backing file was found to have no `security.capability`: the kernel asks for it
     /// before every write (to drop it), and the answer is kept until one is set through the mount.
     let hasNoCapability = Atomic<Bool>(false)
+    /// Whether the kernel may keep the node's entry and attributes long (FileSystem+KernelCache).
     let keptLong = Atomic<Bool>(false)
 
     /// Content version (mtime, ctime, size) the kernel's page cache holds, to decide keep_cache.

@@ -29,6 +29,52 @@ public struct BaseRow: Equatable, Sendable {
     }
 }
 
+/// The bases of a store whose paths are stored in one form (UTF-8 or not), in the order of the
+/// paths' bytes, read a page at a time: a walk of the local copy in the same order meets each
+/// of them once, with no map of every base (a store of 100,000 items: about 55 MB).
+public struct BasesInOrder {
+    let bases: BaseVersions
+    let root: String
+    let utf8: Bool
+    private var page: [BaseRow] = []
+    private var at = 0
+    private var done = false
+    static let pageSize = 1000
+
+    public init(_ bases: BaseVersions, root: String, utf8: Bool) {
+        self.bases = bases
+        self.root = root
+        self.utf8 = utf8
+    }
+
+    /// The next base, nil after the last.
+    public mutating func next() throws(DriveError) -> BaseRow? {
+        guard let b = try peek() else { return nil }
+        at += 1
+        return b
+    }
+
+    /// The base of `path`. The walk has passed every base before it: each goes to `passed`.
+    public mutating func take(_ path: StorePath, passed: (BaseRow) -> Void) throws(DriveError) -> BaseRow? {
+        while let b = try peek(), b.path < path {
+            passed(b)
+            at += 1
+        }
+        guard let b = try peek(), b.path == path else { return nil }
+        at += 1
+        return b
+    }
+
+    private mutating func peek() throws(DriveError) -> BaseRow? {
+        if at == page.count, !done {
+            page = try bases.page(root: root, utf8: utf8, after: page.last?.path, limit: Self.pageSize)
+            at = 0
+            done = page.count < Self.pageSize
+        }
+        return at < page.count ? page[at] : nil
+    }
+}
+
 /// A conflict kept as a copy beside the document.
 public struct ConflictRecord: Equatable, Sendable, Codable {
     public var store: String
@@ -115,6 +161,24 @@ public final class BaseVersions: Sendable {
         try read { db in
             let rows = try Row.fetchCursor(db, sql: "SELECT * FROM syncBase WHERE root = ?", arguments: [root])
             while let r = try rows.next() { try body(Self.row(r)) }
+        }
+    }
+
+    /// At most `limit` bases of `root` whose paths are stored in one form (`utf8`: TEXT, else a
+    /// BLOB), in the order of the paths' bytes, from the first after `after` (nil: the first).
+    /// A range of the primary key: SQLite orders TEXT by its bytes and every TEXT before every
+    /// BLOB (`x''`, the empty BLOB, is the first BLOB).
+    public func page(root: String, utf8: Bool, after: StorePath?, limit: Int) throws(DriveError) -> [BaseRow] {
+        let range: String, arguments: StatementArguments
+        switch (utf8, after) {
+        case (true, nil): (range, arguments) = ("path < x''", [root, limit])
+        case (true, let a?): (range, arguments) = ("path > ? AND path < x''", [root, a, limit])
+        case (false, nil): (range, arguments) = ("path >= x''", [root, limit])
+        case (false, let a?): (range, arguments) = ("path > ?", [root, Data(a.bytes), limit])
+        }
+        return try read { db in
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM syncBase WHERE root = ? AND \(range) ORDER BY path LIMIT ?"),
+                             arguments: arguments).map(Self.row)
         }
     }
 

@@ -1516,7 +1516,8 @@ final class StoreSync: Sendable {
     /// with nothing waiting) are queued, each after a second look at its base (the one read at
     /// the start may be older than an upload that ended during the walk), and a folder without
     /// a base is left to its files' uploads (it is made on the remote with the first). Returns
-    /// how many paths were queued.
+    /// how many paths were queued. The local copy is walked in the bases' order (PathOrderWalk,
+    /// BasesInOrder): no map of every base is held.
     @discardableResult
     func compareLocal(unexpected: ((StorePath) -> Bool)? = nil, stopped: () -> Bool) -> Int {
         var queued = 0
@@ -1535,43 +1536,45 @@ final class StoreSync: Sendable {
             guard let local else { return true }  // gone here
             return base.localToken != FolderRemote.version(local.st) && !(base.kind == .file && local.placeholder)
         }
-        guard let all = try? bases.all(root: key), let cachefd = try? openCache() else { return 0 }
+        guard let cachefd = try? openCache() else { return 0 }
         defer { close(cachefd) }
-        var byPath = [StorePath: BaseRow](minimumCapacity: all.count)
-        for b in all { byPath[b.path] = b }
-        var seen = Set<StorePath>()
+        // The walk visits the paths in the order of their bytes, the bases' order, and meets
+        // each base once: one cursor for the paths stored as text, one for the others.
+        var texts = BasesInOrder(bases, root: key, utf8: true)
+        var others = BasesInOrder(bases, root: key, utf8: false)
         var batch = [(String, StorePath, Double)]()
         let now = Date().timeIntervalSince1970
-        // Fills the daemon before this one left waiting (FillCommits.swift): found in this walk.
-        let fillsLeft = fills.leftByAStop
-        func walk(_ dfd: Int32, _ path: StorePath) {
-            for e in Beneath.names(dfd) ?? [] where !FolderRemote.isOwnName(e.name) {
-                if stopped() { return }
-                let rel = path.appending(e.name)
-                guard let st = Beneath.stat(dfd, e.name[...]), FolderRemote.kind(st) != nil else { continue }
-                seen.insert(rel)
-                if let b = byPath[rel], b.localToken == FolderRemote.version(st) {
-                    // unchanged since this device and the remote agreed
-                    if fillsLeft, st.st_mode & S_IFMT == S_IFREG { commitLeftFill(dfd, e.name[...]) }
-                } else if let b = byPath[rel], b.kind == .file, st.st_mode & S_IFMT == S_IFREG,
-                          Placeholder.isPlaceholder(dfd, e.name[...]) {
-                    // A placeholder the base knows holds nothing of the user's, whatever its
-                    // time says (a fill a crash cut short changed it): nothing to compare.
-                } else {
-                    batch.append((key, rel, now))
-                }
-                if st.st_mode & S_IFMT == S_IFDIR, case .success(let sub) = Beneath.openFolder(dfd, [e.name[...]]) {
-                    walk(sub, rel)
-                    close(sub)
-                }
-                if batch.count >= 1000 {
-                    enqueue(batch)
-                    batch.removeAll()
-                }
+        func add(_ path: StorePath) {
+            batch.append((key, path, now))
+            if batch.count >= 1000 {
+                enqueue(batch)
+                batch.removeAll(keepingCapacity: true)
             }
         }
-        walk(cachefd, .store)
-        for b in all where !seen.contains(b.path) { batch.append((key, b.path, now)) }
+        // Fills the daemon before this one left waiting (FillCommits.swift): found in this walk.
+        let fillsLeft = fills.leftByAStop
+        func compare(_ step: PathOrderWalk.Step) throws(DriveError) {
+            // A name that is not an item (a fifo, gone): its base, if any, is passed and queued.
+            guard let st = Beneath.stat(step.dir, step.name[...]), FolderRemote.kind(st) != nil else { return }
+            let b = step.utf8 ? try texts.take(step.path, passed: { add($0.path) }) : try others.take(step.path, passed: { add($0.path) })
+            if let b, b.localToken == FolderRemote.version(st) {
+                // unchanged since this device and the remote agreed
+                if fillsLeft, st.st_mode & S_IFMT == S_IFREG { commitLeftFill(step.dir, step.name[...]) }
+            } else if let b, b.kind == .file, st.st_mode & S_IFMT == S_IFREG, Placeholder.isPlaceholder(step.dir, step.name[...]) {
+                // A placeholder the base knows holds nothing of the user's, whatever its
+                // time says (a fill a crash cut short changed it): nothing to compare.
+            } else {
+                add(step.path)
+            }
+        }
+        do throws(DriveError) {
+            try PathOrderWalk.walk(cachefd, .store, skip: { FolderRemote.isOwnName($0) }, stopped: stopped, visit: compare)
+            // The bases the walk did not meet: gone here (not known after a stop cut it short).
+            while !stopped(), let b = try texts.next() { add(b.path) }
+            while !stopped(), let b = try others.next() { add(b.path) }
+        } catch {
+            logger.warning("store \(name): the local copy could not be compared with the records: \(error.message)")
+        }
         enqueue(batch)
         if fillsLeft, !stopped() {
             let n = fills.waiting

@@ -124,7 +124,9 @@ public protocol Remote: Sendable {
 
     /// The items of `listing` with the metadata of its pending items looked up (what `list()`
     /// would have returned then). Throws, as `list()`, when the remote cannot be reached.
-    func complete(_ listing: RemoteListing) throws(DriveError) -> [RemoteItem]
+    /// Consumes the listing: when the caller gives up its own, the items are completed where
+    /// they are, not in a copy (a store of 100,000 items: 14 MB).
+    func complete(_ listing: consuming RemoteListing) throws(DriveError) -> [RemoteItem]
 
     /// The item at `path`, or nil when there is none.
     func item(at path: StorePath) throws(DriveError) -> RemoteItem?
@@ -188,5 +190,5 @@ extension Remote {
         return listing
     }
 
-    public func complete(_ listing: RemoteListing) throws(DriveError) -> [RemoteItem] { listing.items }
+    public func complete(_ listing: consuming RemoteListing) throws(DriveError) -> [RemoteItem] { listing.items }
 }

@@ -1377,9 +1377,9 @@ final class StoreSync: Sendable {
         let items: [RemoteItem]
         let early: Set<StorePath>
         do {
-            guard let taken = start.take() else { return 0 }
-            early = taken.early
-            items = try remote.complete(taken.listing.get())
+            guard let (listed, placed) = start.take() else { return 0 }
+            early = placed
+            items = try remote.complete((consume listed).get())  // the listing's items completed in place
         } catch {
             let now = Date().timeIntervalSince1970
             let wasOnline = state.withLock { s -> Bool in

@@ -165,16 +165,29 @@ extension StoreSync {
     /// sync takes the remote's id for as soon as a decision reads it (`takeID`); a rename here
     /// moves it on the remote under that id (the base has it), a first open takes the remote's
     /// id and time from the download.
+    ///
+    /// Memory: the bases are read one row at a time and only a mark per item is kept (at the
+    /// start of a device that knows 100,000 items, every item is pending, its HEAD not yet kept:
+    /// this step held every base, and a set of their paths and of their ids).
     func placeBeforeMetadata(_ listing: RemoteListing) -> Set<StorePath> {
-        guard let all = try? bases.all(root: key) else { return [] }
-        var listed = Set<StorePath>(minimumCapacity: listing.items.count)
-        for i in listing.items { listed.insert(i.path) }
-        guard all.allSatisfy({ listed.contains($0.path) }) else { return [] }
-        let known = Set(all.map(\.path))
-        let knownIDs = Set(all.compactMap(\.id))
-        let new = listing.items.filter {
-            ($0.kind == .folder || $0.kind == .file && $0.size > 0) && !known.contains($0.path)
-                && !($0.meta.itemID.map { knownIDs.contains($0) } ?? false)
+        let items = listing.items
+        var at = [StorePath: Int](minimumCapacity: items.count)
+        for (k, i) in items.enumerated() { at[i.path] = k }
+        var known = [Bool](repeating: false, count: items.count)
+        var allListed = true
+        let read: Void? = try? bases.forEach(root: key) { b in
+            if let k = at[b.path] { known[k] = true } else { allListed = false }
+        }
+        guard read != nil, allListed else { return [] }
+        // Not an item whose id a base has at another path (it moved here): only its decision
+        // knows what to do with it. (A pending item has no id yet: its metadata is not read.)
+        let new = items.indices.compactMap { k -> RemoteItem? in
+            let i = items[k]
+            guard (i.kind == .folder || i.kind == .file && i.size > 0) && !known[k] else { return nil }
+            if let id = i.meta.itemID {
+                do { if try bases.base(root: key, id: id) != nil { return nil } } catch { return nil }
+            }
+            return i
         }
         guard !new.isEmpty else { return [] }
         let placed = placeNewPlaceholders(new, pending: listing.pending)

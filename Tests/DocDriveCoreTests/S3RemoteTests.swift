@@ -373,6 +373,63 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertEqual(try r.listQuickly().pending, [])
     }
 
+    func testTheHeadAnswersKeptAcrossARestartSpareEveryHeadButThoseOfWhatChanged() throws {
+        // Given a store of 12 files another device wrote (one of them a link) and a folder
+        // marker, listed by a device that keeps its answers in a file,
+        let writer = try makeRemote(pageSize: 5)
+        _ = try writer.makeFolder("Docs", meta: RemoteMeta(itemID: "folder-id", mode: 0o750))
+        for i in 0..<11 {
+            _ = try put(writer, StorePath("Docs/f\(i).txt"), "content \(i)",
+                        meta: RemoteMeta(itemID: "id\(i)", deviceID: "dev-w", deviceName: "Wörk", mtimeNanoseconds: 1_700_000_000_000_000_000 + Int64(i),
+                                         mode: 0o640, origin: "o\(i)", parent: RemoteMeta.created))
+        }
+        _ = try writer.makeSymlink(Array("f0.txt".utf8), at: "Docs/link", expecting: .absent, meta: RemoteMeta(itemID: "lid"))
+        let file = NSTemporaryDirectory() + "s3-answers-\(UUID().uuidString)"
+        files += [file, file + ".new"]
+        func device() throws -> S3Remote {
+            let r = try makeRemote(prefix: writer.keys.prefix, pageSize: 5)
+            return S3Remote(client: r.client, device: "testdevice", pageSize: 5, answersFile: file)
+        }
+        let first = try device()
+        XCTAssertNil(try first.loadKeptAnswers(), "no file yet")
+        let listed = try first.list()
+        XCTAssertEqual(first.headsSent, 13)
+        first.finishCleanup()  // the stop
+        // a restarted device takes them: its listing sends no HEAD and gives the same items,
+        let second = try device()
+        XCTAssertEqual(try second.loadKeptAnswers(), 13)
+        XCTAssertEqual(try second.list(), listed)
+        XCTAssertEqual(second.headsSent, 0)
+        XCTAssertEqual(listed.first { $0.path == "Docs/link" }?.kind, .symlink)
+        // and after one file changed meanwhile, only that one is looked up again.
+        _ = try put(writer, "Docs/f3.txt", "changed", expecting: .version(listed.first { $0.path == "Docs/f3.txt" }!.version),
+                    meta: RemoteMeta(itemID: "id3"))
+        let third = try device()
+        XCTAssertEqual(try third.loadKeptAnswers(), 13)
+        let again = try third.list()
+        XCTAssertEqual(third.headsSent, 1)
+        XCTAssertEqual(again.first { $0.path == "Docs/f3.txt" }?.size, 7)
+        // Another remote's file is of no use (another prefix: nothing taken), and a file cut
+        // short, damaged or of something else is refused with a sentence, nothing taken.
+        let other = S3Remote(client: try makeRemote().client, device: "testdevice", answersFile: file)
+        XCTAssertEqual(try other.loadKeptAnswers(), 0)
+        let whole = try Data(contentsOf: URL(fileURLWithPath: file))
+        // (the first record's key length: after the magic, the identity and the record's tag)
+        let firstKey = 12 + 4 + [endpoint, bucket, writer.keys.prefix].joined(separator: "\n").utf8.count + 1
+        for (what, bytes) in [("cut", whole.prefix(whole.count - 3)), ("cut in a record", whole.prefix(whole.count / 2)),
+                              ("longer", whole + Data([1])), ("not ours", Data("hello".utf8)),
+                              ("a length past the end", whole.prefix(firstKey) + Data([0xFF, 0xFF, 0x00, 0x00]) + whole.dropFirst(firstKey + 4))] {
+            try bytes.write(to: URL(fileURLWithPath: file))
+            let d = try device()
+            XCTAssertThrowsError(try d.loadKeptAnswers(), what) { e in
+                XCTAssertTrue((e as? DriveError)?.message.contains(file) == true, "\(what): \(e)")
+            }
+            _ = try d.listQuickly()
+            XCTAssertEqual(d.headsSent, 0)
+            XCTAssertEqual(try d.listQuickly().pending.count, 13, what)
+        }
+    }
+
     func testPicturesTravelBesideTheDocumentsAndAreBounded() throws {
         let r = try makeRemote()
         let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 7, count: 100)

@@ -183,6 +183,73 @@ def test_a_joined_bucket_shows_before_the_metadata_is_read_and_takes_it_after(ne
         proxy.stop()
 
 
+@pytest.mark.timeout(300)
+def test_a_restarted_device_looks_up_only_what_changed_and_never_waits_for_many_lookups(new_drive, weed_server, tmp_path):
+    """S3 listings carry no metadata: the first listing looks each object up (a HEAD), and the
+    answers are kept in the store's folder for the next start, which then looks up only what
+    changed meanwhile. Without them (a file lost or damaged) every object is looked up again;
+    with more such lookups than a mount waits for (500) the device mounts after the listing:
+    while a front holds every HEAD the mount comes up (it would not within 60 s if it waited)
+    and its files list and open; the comparison ends when the HEADs pass (`docdrive sync` waits
+    for it) and brings what changed on the remote while the device was stopped."""
+    from weed import FaultProxy
+    shared = SharedRemote("s3", tmp_path / "unused", weed_server)
+    s3 = shared._s3()
+    files = {f"Bulk/f{i:04}.txt": f"file {i}\n".encode() for i in range(600)}
+
+    def put(rel, body):
+        s3.put_object(Bucket=weed_server.bucket, Key=f"{shared.prefix}/{rel}", Body=body)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda kv: put(*kv), files.items()))
+    proxy = FaultProxy(weed_server.port)
+    proxy.failing = False
+    documents = f"/{weed_server.bucket}/{shared.prefix}/"
+    heads = []
+
+    def counted(method, path):
+        if method == "HEAD" and path.startswith(documents) and "/.docdrive" not in path:
+            heads.append(path[len(documents):])
+        return False
+    try:
+        fronted = copy.copy(shared)
+        fronted.store_args = lambda: ["--s3", proxy.endpoint, "--bucket", weed_server.bucket, "--prefix", shared.prefix, "--path-style"]
+        b = Device(new_drive(), fronted, "beta").mount()
+        b.sync()
+        assert (b.dir / "Bulk/f0001.txt").read_bytes() == files["Bulk/f0001.txt"]
+        assert b.d.unmount().returncode == 0
+        answers = b.d.home / "stores" / "shared" / "s3-answers"
+        assert answers.is_file()
+        # While it is stopped, another tool changes one object and deletes another: started
+        # again, the device looks up those alone.
+        put("Bulk/f0002.txt", b"changed while away\n")
+        s3.delete_object(Bucket=weed_server.bucket, Key=f"{shared.prefix}/Bulk/f0003.txt")
+        proxy.hold = counted
+        b.mount()
+        b.sync()
+        # (the sync looks at a changed or deleted item again before it acts on it)
+        assert "Bulk/f0002.txt" in heads and set(heads) <= {"Bulk/f0002.txt", "Bulk/f0003.txt"}, heads
+        assert (b.dir / "Bulk/f0002.txt").read_bytes() == b"changed while away\n"
+        assert not (b.dir / "Bulk/f0003.txt").exists()
+        assert b.d.unmount().returncode == 0
+        # Without the kept answers, and with every HEAD held, it still mounts.
+        answers.unlink()
+        put("Bulk/f0004.txt", b"changed while away, too\n")
+        proxy.hold = lambda method, path: method == "HEAD" and path.startswith(documents) and "/.docdrive" not in path
+        b.mount()
+        assert wait_until(lambda: proxy.held > 0, timeout=30) and not proxy.unhold.is_set()
+        assert len(os.listdir(b.dir / "Bulk")) == len(files) - 1
+        assert (b.dir / "Bulk/f0001.txt").read_bytes() == files["Bulk/f0001.txt"]
+        assert "items' metadata is read" in b.d.log_path.read_text(errors="replace")
+        proxy.unhold.set()
+        b.sync()
+        assert (b.dir / "Bulk/f0004.txt").read_bytes() == b"changed while away, too\n"
+        assert len(os.listdir(b.dir / "Bulk")) == len(files) - 1
+        assert answers.is_file()
+    finally:
+        proxy.unhold.set()
+        proxy.stop()
+
+
 @pytest.mark.timeout(240)
 def test_two_readers_cause_one_download_and_truncate_downloads_nothing(new_drive, shared):
     a = Device(new_drive(), shared, "alpha").mount()

@@ -168,7 +168,8 @@ public protocol Remote: Sendable {
     func removeStaleUploads() -> Int
 
     /// Tries once more what this process could not clean up after a failed write (a multipart
-    /// upload the server did not let it abort); call when no write of this device runs.
+    /// upload the server did not let it abort), and keeps what the next start may use (S3: the
+    /// HEAD answers); call when no write of this device runs.
     func finishCleanup()
 
     /// The picture (a PNG thumbnail, RemotePictures) kept for the item `id`; nil when none is.

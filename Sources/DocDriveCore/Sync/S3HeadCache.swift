@@ -9,7 +9,7 @@ import Synchronization
 /// largest single peak consumer). The writing device's id and name, the same on most answers,
 /// are kept once (one string each, shared by every answer that has them).
 final class S3HeadCache: Sendable {
-    private final class Entry: Sendable {
+    final class Entry: Sendable {
         let head: S3Remote.Head
         init(_ head: S3Remote.Head) { self.head = head }
     }
@@ -22,6 +22,11 @@ final class S3HeadCache: Sendable {
 
     /// Lock: leaf.
     private let state = Mutex(State())
+    /// Counts the changes (answers kept or forgotten): the answers are written to their file
+    /// again only when it moved since the last write (`S3HeadCache+File.swift`).
+    let changes = Atomic<Int>(0)
+    /// `changes` when the answers were last written or read.
+    let written = Atomic<Int>(0)
 
     subscript(key: String) -> S3Remote.Head? {
         state.withLock { $0.byKey[Array(key.utf8)]?.head }
@@ -35,13 +40,22 @@ final class S3HeadCache: Sendable {
             h.meta.deviceID = h.meta.deviceID.map { Self.shared($0, in: &s.strings) }
             h.meta.deviceName = h.meta.deviceName.map { Self.shared($0, in: &s.strings) }
             s.byKey[Array(key.utf8)] = Entry(h)
+            changes.add(1, ordering: .relaxed)
             return h
         }
     }
 
     func forget(_ key: String) {
         state.withLock { _ = $0.byKey.removeValue(forKey: Array(key.utf8)) }
+        changes.add(1, ordering: .relaxed)
     }
+
+    /// Every answer kept, with its key's bytes (references: the answers are not copied).
+    func entries() -> [(key: [UInt8], entry: Entry)] {
+        state.withLock { s in s.byKey.map { ($0.key, $0.value) } }
+    }
+
+    var count: Int { state.withLock { $0.byKey.count } }
 
     /// The copy of `string` kept in `strings` (the first one seen). At most a few thousand are
     /// kept: past that (a bucket written by very many devices) a string is kept as it is.

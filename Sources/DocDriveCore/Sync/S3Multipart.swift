@@ -149,6 +149,7 @@ extension S3Remote {
 
     public func finishCleanup() {
         if pendingAborts.withLock({ !$0.isEmpty }) { removeStaleUploads() }
+        keepAnswers()
     }
 
     /// Tries again the aborts that failed before; returns how many now succeeded.

@@ -40,6 +40,9 @@ public final class S3Remote: Remote, Sendable {
     /// HEAD answers by key (its bytes: Strings that are canonically equivalent are equal),
     /// valid while the key's ETag is the same.
     let heads = S3HeadCache()
+    /// Where the HEAD answers are kept across a restart (`S3HeadCache+File`): the store's own
+    /// folder; nil keeps them in memory only.
+    let answersFile: String?
     /// HEAD requests sent (the one cost of a listing beyond its pages; tests count them).
     public var headsSent: Int { headCount.load(ordering: .relaxed) }
     private let headCount = Atomic<Int>(0)
@@ -85,8 +88,10 @@ public final class S3Remote: Remote, Sendable {
     }
 
     public init(client: S3Client, device: String, pageSize: Int = 1000,
-                copyInPartsAbove: Int64 = S3Settings.partSizeRange.upperBound, copyPartSize: Int64 = 1 << 30) {
+                copyInPartsAbove: Int64 = S3Settings.partSizeRange.upperBound, copyPartSize: Int64 = 1 << 30,
+                answersFile: String? = nil) {
         self.client = client
+        self.answersFile = answersFile
         self.keys = S3Keys(prefix: client.settings.prefix)
         self.device = device
         self.pageSize = max(1, min(1000, pageSize))
@@ -96,12 +101,35 @@ public final class S3Remote: Remote, Sendable {
 
     /// The remote of a store's settings, with credentials from where `SigV4.Credentials.load`
     /// looks.
-    public convenience init(settings: S3Settings, device: String) throws(DriveError) {
+    public convenience init(settings: S3Settings, device: String, answersFile: String? = nil) throws(DriveError) {
         let file = settings.credentialsFile
         let credentials = try SigV4.Credentials.load(credentialsFile: file)
         self.init(client: try S3Client(settings: settings, credentials: credentials,
                                        reload: { () throws(DriveError) in try SigV4.Credentials.load(credentialsFile: file) }),
-                  device: device)
+                  device: device, answersFile: answersFile)
+    }
+
+    // MARK: Answers kept across a restart
+
+    /// Which remote the answers file is of: another endpoint, bucket or prefix gets none.
+    var answersIdentity: String {
+        let s = client.settings
+        return [s.endpoint, s.bucket, s.prefix].joined(separator: "\n")
+    }
+
+    /// Takes the HEAD answers kept by the last run (before the first listing); returns how
+    /// many, nil when there were none. A file that cannot be used throws its sentence.
+    public func loadKeptAnswers() throws(DriveError) -> Int? {
+        guard let answersFile else { return nil }
+        return try heads.read(from: answersFile, identity: answersIdentity)
+    }
+
+    /// Writes the HEAD answers to their file when they changed: at the stop, and after a
+    /// listing that looked many objects up (a daemon killed after it keeps them too). A
+    /// failure costs HEADs at the next start, nothing else.
+    public func keepAnswers() {
+        guard let answersFile else { return }
+        _ = try? heads.write(to: answersFile, identity: answersIdentity)
     }
 
     public var displayName: String { client.settings.displayName }
@@ -346,8 +374,13 @@ public final class S3Remote: Remote, Sendable {
                 items[i].kind = h.link ? .symlink : .file
             }
         }
+        if wanted.count >= Self.lookupsKeptAtOnce { keepAnswers() }
         return items
     }
+
+    /// After a listing that looked up at least this many objects, the answers are written to
+    /// their file at once rather than at the stop.
+    static let lookupsKeptAtOnce = 500
 
     /// How many pending items `complete` HEADs before it writes their answers into the items.
     static let completePart = 2048

@@ -1316,8 +1316,11 @@ final class StoreSync: Sendable {
         private let held: Mutex<(listing: Result<RemoteListing, DriveError>, early: Set<StorePath>)?>
         /// Whether placeholders were made before the metadata was read.
         let placedEarly: Bool
+        /// How many items the rest of the poll looks up (S3: a HEAD each) before it compares.
+        let lookups: Int
 
         fileprivate init(listing: Result<RemoteListing, DriveError>, early: Set<StorePath>) {
+            lookups = (try? listing.get().pending.count) ?? 0
             held = Mutex((listing, early))
             placedEarly = !early.isEmpty
         }

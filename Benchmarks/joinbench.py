@@ -14,6 +14,8 @@ an on-demand store) and measures, from the start of `docdrive mount`:
     again, as every poll of the mount does), and the daemon's peak RSS (VmHWM) after them, with
     its RSS sampled every 0.25 s from the mount on (the highest sample and the last one).
 Nothing is downloaded: every file must show its size with no blocks.
+With `--restarts`, each join's device is then mounted again twice (`restart`): once as it left
+itself, once without the S3 answers it kept (every object looked up again).
 
 Weed: by default one is started for the run (Tests/s3/weed.py) and stopped after. With
 `--endpoint URL --bucket B` an already running server is used and the objects stay there, so a
@@ -156,6 +158,46 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
             shutil.rmtree(base, ignore_errors=True)
 
 
+def restart(bin: str, base: Path, n: int, forget_answers: bool, timeout: float = 900) -> dict:
+    """Mounts again the drive home a join left under `base` (unmounted, its store settled): how
+    long `docdrive mount` takes to return, until `find` counts every object, and until
+    `docdrive sync` returns. With `forget_answers`, the S3 answers the last run kept
+    (`stores/bench/s3-answers`) are removed first, as a daemon killed before writing them (or a
+    build that kept none) would leave it: every object is looked up again (a HEAD each)."""
+    home, mnt = base / "home", base / "mnt"
+    env = dict(os.environ, DOCDRIVE_HOME=str(home), AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+               AWS_DEFAULT_REGION=REGION)
+
+    def cli(*args):
+        p = subprocess.run([bin, *args], env=env, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise SystemExit(f"docdrive {' '.join(args)} failed ({p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
+        return p.stdout
+    answers = home / "stores" / STORE / "s3-answers"
+    kept = answers.exists()
+    if forget_answers and kept:
+        answers.unlink()
+    try:
+        t0 = time.monotonic()
+        cli("mount", str(mnt))
+        mounted = time.monotonic() - t0
+        pid = json.loads((home / "run" / "mount.json").read_text())["pid"]
+        while subprocess.run(["find", str(mnt / SHOWN), "-type", "f"], capture_output=True, text=True).stdout.count("\n") < n:
+            if time.monotonic() - t0 > timeout:
+                raise SystemExit("the restarted store never listed every file")
+            time.sleep(0.1)
+        listed = time.monotonic() - t0
+        cli("sync", "--timeout", str(int(timeout)))
+        settled = time.monotonic() - t0
+        return {"mounted": mounted, "listed": listed, "settled": settled, "rss": proc_kb(pid, "VmHWM") << 10,
+                "answers": kept and not forget_answers}
+    finally:
+        if is_mounted(mnt):
+            subprocess.run([bin, "unmount", str(mnt)], env=env, capture_output=True, timeout=120)
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True, timeout=30)
+
+
 def prefix(n: int) -> str:
     return f"j{n // 1000}k" if n % 1000 == 0 else f"j{n}"
 
@@ -168,6 +210,8 @@ def main() -> int:
     ap.add_argument("--endpoint", help="an S3 server already running (the objects stay there)")
     ap.add_argument("--bucket", default="docdrive-test")
     ap.add_argument("--pause", type=float, default=65, help="seconds before each join (see below)")
+    ap.add_argument("--restarts", action="store_true",
+                    help="after each join, mount the device again twice: with the S3 answers it kept, and without")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the mount needs root (passthrough, as the users' mounts)")
@@ -201,6 +245,12 @@ def main() -> int:
                           f"settled {m['settled']:6.2f} s (peak RSS {m['hwm_settled'] >> 20} MiB), "
                           f"after 2 more polls: peak RSS {m['rss'] >> 20} MiB (highest sample {m['rss_sampled'] >> 20} MiB, "
                           f"last {m['rss_last'] >> 20} MiB)", flush=True)
+                    if args.restarts:
+                        for forget in (False, True):
+                            m = restart(b, base / f"drive-{k}", n, forget)
+                            print(f"  restarted ({'answers kept' if m['answers'] else 'no answers kept'}): mount returned after "
+                                  f"{m['mounted']:6.2f} s, listed {m['listed']:6.2f} s, settled {m['settled']:6.2f} s "
+                                  f"(peak RSS {m['rss'] >> 20} MiB)", flush=True)
                     subprocess.run(["sync"])
         failed = False
     finally:

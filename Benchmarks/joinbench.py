@@ -76,13 +76,9 @@ def fill(endpoint: str, bucket: str, prefix: str, n: int) -> None:
     print(f"put {n} objects under {prefix}/ in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)
 
 
-def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, timeout: float = 900,
-         keep_home: bool = False) -> dict:
-    """One join in a fresh drive home under `base`; the home is removed after it (unless it
-    failed, or `keep_home`: the caller removes it later)."""
-    home, mnt = base / "home", base / "mnt"
-    base.mkdir(parents=True)
-    mnt.mkdir()
+def drive(bin: str, home: Path, timeout: float):
+    """The environment of the drive home `home`, and a function running `docdrive ARGS` in it
+    (its output; a failure ends the run with it)."""
     env = dict(os.environ, DOCDRIVE_HOME=str(home), AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
                AWS_DEFAULT_REGION=REGION)
 
@@ -91,6 +87,17 @@ def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, 
         if p.returncode != 0:
             raise SystemExit(f"docdrive {' '.join(args)} failed ({p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
         return p.stdout
+    return env, cli
+
+
+def join(bin: str, base: Path, endpoint: str, bucket: str, prefix: str, n: int, timeout: float = 900,
+         keep_home: bool = False) -> dict:
+    """One join in a fresh drive home under `base`; the home is removed after it (unless it
+    failed, or `keep_home`: the caller removes it later)."""
+    home, mnt = base / "home", base / "mnt"
+    base.mkdir(parents=True)
+    mnt.mkdir()
+    env, cli = drive(bin, home, timeout)
     pid = 0
     keep = False
     try:
@@ -165,14 +172,7 @@ def restart(bin: str, base: Path, n: int, forget_answers: bool, timeout: float =
     (`stores/bench/s3-answers`) are removed first, as a daemon killed before writing them (or a
     build that kept none) would leave it: every object is looked up again (a HEAD each)."""
     home, mnt = base / "home", base / "mnt"
-    env = dict(os.environ, DOCDRIVE_HOME=str(home), AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
-               AWS_DEFAULT_REGION=REGION)
-
-    def cli(*args):
-        p = subprocess.run([bin, *args], env=env, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            raise SystemExit(f"docdrive {' '.join(args)} failed ({p.returncode}): {(p.stdout + p.stderr)[-2000:]}")
-        return p.stdout
+    env, cli = drive(bin, home, timeout)
     answers = home / "stores" / STORE / "s3-answers"
     kept = answers.exists()
     if forget_answers and kept:

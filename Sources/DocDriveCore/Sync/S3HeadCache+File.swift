@@ -1,13 +1,16 @@
 // S3HeadCache+File: the HEAD answers kept across a restart, in a file of the store's own folder,
 // so that the first listing after a start looks up only what changed meanwhile (a store of
 // 100,000 objects made 100,000 HEADs at every start, and its mount waited for them).
+import Crypto
 import SystemPackage
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// The file: "DDS3HEADS 1\n", the remote's identity (a string: endpoint, bucket, prefix), then
-/// one record per answer, then a 0 byte and the number of records. An answer is used only for
+/// one record per answer, then a 0 byte and the number of records, then the SHA-256 of all that
+/// (a damaged file is found whole, not only where its lengths stop making sense). An answer is
+/// used only for
 /// the key, ETag and second a listing shows (`S3Remote.cachedHead`), so an old file is safe; a
 /// file of another remote (the identity differs), or one that does not read whole, is ignored.
 /// Integers are little-endian; a string is its length (UInt32) and its bytes, `UInt32.max` for
@@ -35,7 +38,9 @@ extension S3HeadCache {
         }
         var out = [UInt8]()
         out.reserveCapacity(1 << 20)
+        var digest = SHA256()
         func flush() throws(Errno) {
+            digest.update(data: out)
             var done = 0
             while done < out.count {
                 let n = out.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + done, $0.count - done) }
@@ -65,6 +70,8 @@ extension S3HeadCache {
         out.append(0)
         Self.put(UInt64(all.count), &out)
         try flush()
+        out = Array(digest.finalize())
+        try flush()
         guard fsync(fd) == 0 else { throw Errno(rawValue: errno) }
         guard rename(temporary, path) == 0 else { throw Errno(rawValue: errno) }
         ok = true
@@ -83,20 +90,26 @@ extension S3HeadCache {
         }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_size <= 1 << 32 else { throw DriveError(.io, "\(path) is not a file of kept S3 answers; it is ignored.") }
+        let notOurs = DriveError(.io, "\(path) is not a file of kept S3 answers; it is ignored.")
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size >= Self.fileMagic.count + 32, st.st_size <= 1 << 32 else { throw notOurs }
         var data = [UInt8](repeating: 0, count: Int(st.st_size))
         var got = 0
         while got < data.count {
             let n = data.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + got, $0.count - got) }
             if n < 0 && errno == EINTR { continue }
+            if n < 0 { throw DriveError.io("cannot read the S3 answers kept in \(path)", Errno(rawValue: errno)) }
             guard n > 0 else { break }
             got += n
         }
         guard got == data.count else { throw DriveError(.io, "\(path) could not be read whole; it is ignored.") }
-        var r = Reader(data: data)
-        guard r.bytes(Self.fileMagic.count) == Self.fileMagic else {
-            throw DriveError(.io, "\(path) is not a file of kept S3 answers; it is ignored.")
+        guard data.prefix(Self.fileMagic.count).elementsEqual(Self.fileMagic) else { throw notOurs }
+        let body = data.count - 32
+        guard SHA256.hash(data: data[..<body]).elementsEqual(data[body...]) else {
+            throw DriveError(.io, "\(path) is damaged (its checksum differs); it is ignored.")
         }
+        data.removeLast(32)
+        var r = Reader(data: data)
+        _ = r.bytes(Self.fileMagic.count)
         guard r.string() == identity else { return 0 }  // another remote's: of no use here
         var answers = [([UInt8], S3Remote.Head)]()
         while let tag = r.byte(), tag == 1 {

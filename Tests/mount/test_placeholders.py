@@ -124,6 +124,60 @@ def test_joined_store_lists_everything_and_downloads_only_what_is_opened(new_dri
     assert sorted(downloads(b)) == sorted(k for k, v in files.items() if v)
 
 
+@pytest.mark.timeout(480)
+def test_a_store_of_10000_files_joined_lists_whole_and_downloads_nothing(new_drive, shared, tmp_path):
+    """10,000 files in 100 folders, uploaded by A; B joins: every file lists with its size and
+    time (`find`, `stat`, `du --apparent-size`), no byte comes down (B's local copy holds no
+    block, its log no download, and on S3 a front counts the objects' GETs: none), and `cat` of
+    one file downloads exactly that one."""
+    from weed import FaultProxy
+    a = Device(new_drive(), shared, "alpha").mount()
+    files = {}
+    for i in range(10_000):
+        rel = f"d{i // 100:02}/f{i:05}.txt"
+        files[rel] = f"{rel} {'x' * (i % 50)}\n".encode()
+        write(a.dir / rel, files[rel])
+    a.sync(timeout=300)
+    gets = []
+    proxy = None
+    joined = shared
+    if shared.kind == "s3":
+        proxy = FaultProxy(shared.weed.port)
+        proxy.failing = False
+        documents = f"/{shared.weed.bucket}/{shared.prefix}/"
+
+        def counted(method, path):
+            if method == "GET" and path.startswith(documents) and "/.docdrive" not in path:
+                gets.append(path[len(documents):])
+            return False
+        proxy.hold = counted
+        joined = copy.copy(shared)
+        joined.store_args = lambda: ["--s3", proxy.endpoint, "--bucket", shared.weed.bucket, "--prefix", shared.prefix, "--path-style"]
+    try:
+        b = Device(new_drive(), joined, "beta").mount()
+        b.sync(timeout=300)
+        found = subprocess.run(["find", str(b.dir), "-type", "f", "-printf", "%P %s %T@\n"], capture_output=True, text=True, check=True).stdout
+        listed = {line.split(" ")[0]: int(line.split(" ")[1]) for line in found.splitlines() if not line.startswith(".docdrive")}
+        assert listed == {rel: len(v) for rel, v in files.items()}
+        for rel in list(files)[::97]:
+            assert os.stat(b.dir / rel).st_mtime_ns == os.stat(a.dir / rel).st_mtime_ns, rel
+        # (du's apparent size counts the 101 folders' sizes too)
+        apparent = subprocess.run(["du", "-s", "-b", "--apparent-size", str(b.dir)], capture_output=True, text=True, check=True).stdout
+        assert int(apparent.split()[0]) >= sum(len(v) for v in files.values())
+        assert all(v == 0 for v in blocks(b.cache).values())
+        assert downloads(b) == []
+        assert gets == []
+        rel = "d42/f04217.txt"
+        assert subprocess.run(["cat", str(b.dir / rel)], capture_output=True, check=True).stdout == files[rel]
+        assert downloads(b) == [rel]
+        assert {k for k, v in blocks(b.cache).items() if v > 0} == {rel}
+        if proxy:
+            assert gets == [rel], gets
+    finally:
+        if proxy:
+            proxy.stop()
+
+
 @pytest.mark.timeout(240)
 def test_a_joined_bucket_shows_before_the_metadata_is_read_and_takes_it_after(new_drive, weed_server, tmp_path):
     """S3: the placeholders of a store just joined are made from the listing alone (key, size,

@@ -10,11 +10,10 @@ import Glibc
 /// The file: "DDS3HEADS 1\n", the remote's identity (a string: endpoint, bucket, prefix), then
 /// one record per answer, then a 0 byte and the number of records, then the SHA-256 of all that
 /// (a damaged file is found whole, not only where its lengths stop making sense). An answer is
-/// used only for
-/// the key, ETag and second a listing shows (`S3Remote.cachedHead`), so an old file is safe; a
-/// file of another remote (the identity differs), or one that does not read whole, is ignored.
-/// Integers are little-endian; a string is its length (UInt32) and its bytes, `UInt32.max` for
-/// none.
+/// used only for the key, ETag and second a listing shows (`S3Remote.cachedHead`), so an old
+/// file is safe; a file of another remote (the identity differs), or one that does not read
+/// whole, is ignored. Integers are little-endian; a string is its length (UInt32) and its
+/// bytes, `UInt32.max` for none.
 extension S3HeadCache {
     static let fileMagic = Array("DDS3HEADS 1\n".utf8)
     /// No string of an answer is longer (S3 keys: 1,024 bytes; metadata: 2 KiB in all).
@@ -25,6 +24,11 @@ extension S3HeadCache {
     /// nothing changed. Throws the failed call's errno.
     @discardableResult
     func write(to path: String, identity: String) throws(Errno) -> Int? {
+        // One write at a time (the stop's and a long poll's may meet): both use `path.new`.
+        try writing.withLock { _ in Result { () throws(Errno) in try writeAlone(to: path, identity: identity) } }.get()
+    }
+
+    private func writeAlone(to path: String, identity: String) throws(Errno) -> Int? {
         let now = changes.load(ordering: .relaxed)
         guard now != written.load(ordering: .relaxed) else { return nil }
         let all = entries()

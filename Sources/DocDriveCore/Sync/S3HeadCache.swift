@@ -27,6 +27,8 @@ final class S3HeadCache: Sendable {
     let changes = Atomic<Int>(0)
     /// `changes` when the answers were last written or read.
     let written = Atomic<Int>(0)
+    /// Held while the answers are written to their file. Lock order: `writing`, then `state`.
+    let writing = Mutex<Void>(())
 
     subscript(key: String) -> S3Remote.Head? {
         state.withLock { $0.byKey[Array(key.utf8)]?.head }

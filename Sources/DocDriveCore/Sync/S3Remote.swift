@@ -25,7 +25,8 @@ import Glibc
 ///
 /// Threads: every method blocks its caller (a worker thread, never a FUSE request thread or an
 /// event loop) until S3 answered. Locks (`heads`, the `Locked` boxes, the `Handoff`s of
-/// S3HTTP) are leaves, and none is held across a request.
+/// S3HTTP) are leaves, and none is held across a request; but `heads.writing`, held across the
+/// writing of the answers file (disk calls, no request), takes `heads`' own state under it.
 public final class S3Remote: Remote, Sendable {
     public let client: S3Client
     public let keys: S3Keys

@@ -417,7 +417,8 @@ final class S3RemoteTests: XCTestCase {
         // (the first record's key length: after the magic, the identity and the record's tag)
         let firstKey = 12 + 4 + [endpoint, bucket, writer.keys.prefix].joined(separator: "\n").utf8.count + 1
         let lengthPastTheEnd: Data = whole.prefix(firstKey) + Data([0xFF, 0xFF, 0x00, 0x00]) + whole.dropFirst(firstKey + 4)
-        let keyChanged: Data = whole.prefix(firstKey + 6) + Data([0x41]) + whole.dropFirst(firstKey + 7)
+        var keyChanged = whole
+        keyChanged[keyChanged.startIndex + firstKey + 6] ^= 0x01  // (a byte of the prefix: a flip, never the same byte)
         let damaged: [(String, Data)] = [("cut", whole.prefix(whole.count - 3)), ("cut in a record", whole.prefix(whole.count / 2)),
                                          ("longer", whole + Data([1])), ("not ours", Data("hello".utf8)),
                                          ("a length past the end", lengthPastTheEnd), ("a byte of a key changed", keyChanged)]

@@ -45,12 +45,7 @@ extension S3HeadCache {
         var digest = SHA256()
         func flush() throws(Errno) {
             digest.update(data: out)
-            var done = 0
-            while done < out.count {
-                let n = out.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + done, $0.count - done) }
-                if n < 0 { if errno == EINTR { continue }; throw Errno(rawValue: errno) }
-                done += n
-            }
+            do { _ = try FileDescriptor(rawValue: fd).writeAll(out) } catch { throw error as? Errno ?? Errno.ioError }
             out.removeAll(keepingCapacity: true)
         }
         out += Self.fileMagic

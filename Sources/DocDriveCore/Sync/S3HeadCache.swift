@@ -57,8 +57,6 @@ final class S3HeadCache: Sendable {
         state.withLock { s in s.byKey.map { ($0.key, $0.value) } }
     }
 
-    var count: Int { state.withLock { $0.byKey.count } }
-
     /// The copy of `string` kept in `strings` (the first one seen). At most a few thousand are
     /// kept: past that (a bucket written by very many devices) a string is kept as it is.
     private static func shared(_ string: String, in strings: inout Set<String>) -> String {

@@ -311,7 +311,7 @@ public final class DriveFileSystem: Sendable {
     func appView(_ appID: String) -> Inode {
         appViews.withLock { v in
             if let n = v[appID] { return n }
-            let n = Inode(nodeID: table.nextPermanentID() + UInt64(v.count) + 16, kind: .appView(appID))
+            let n = Inode(nodeID: table.nextPermanentID() + UInt64(v.count) + 16, kind: .appView, view: .app(appID))
             table.addPermanent(n)
             v[appID] = n
             return n
@@ -363,7 +363,8 @@ public final class DriveFileSystem: Sendable {
             guard namespace.current().appFolders[s] != nil else { throw .noSuchFileOrDirectory }
             let n = appView(s)
             return NodeEntry(inode: n, attr: virtualAttr(n))
-        case .appView(let app):
+        case .appView:
+            guard case .app(let app) = p.view else { throw .noSuchFileOrDirectory }
             let s = String(cString: name)
             guard let root = namespace.current().appFolders[app]?[s] else { throw .noSuchFileOrDirectory }
             return try lookupTop(root, view: .app(app))

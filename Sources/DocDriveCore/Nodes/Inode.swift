@@ -28,10 +28,11 @@ public enum View: Hashable, Sendable {
 
 /// A node the kernel holds a reference to.
 public final class Inode: Sendable {
-    public enum Kind: Sendable, Equatable {
+    /// One byte: an app's view folder (`.by-app/ID`) has its app in `view`.
+    public enum Kind: UInt8, Sendable, Equatable {
         case root
         case byApp
-        case appView(String)
+        case appView
         case backing
     }
 
@@ -85,23 +86,18 @@ public final class Inode: Sendable {
     }
 
     // The stored fields are ordered by size (a class is laid out in the order written), so
-    // that no padding lies between them: 195 bytes, a 208-byte allocation (256 when they were
-    // in the order of their meaning); every node the kernel holds has one.
+    // that no padding lies between them: 167 bytes, a 176-byte allocation (256 when they were
+    // in the order of their meaning, 208 with a kind that carried an app id and a reference
+    // to the descriptor budget); every node the kernel holds has one.
     public let nodeID: UInt64
     let dev: UInt64
     let ino: UInt64
     /// A digest of the attributes the kernel was last told (FileSystem+KernelCache).
     let told = Atomic<UInt64>(0)
-    /// Open files of this node whose I/O the kernel passes through and that a shared writable
-    /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
-    let mappableOpens = Atomic<Int>(0)
     let root: BackingRoot?
-    /// Counts the open node descriptors of the whole table (nil for virtual nodes).
-    let budget: DescriptorBudget?
     /// Set for a reference entry: the node's own descriptor is the reference file; its
     /// content and attributes are the target's.
     public let reference: ReferenceLink?
-    public let kind: Kind
     let view: View
     /// The versions a file keeps once it is opened or created through the mount, or a folder
     /// once it is listed (nil until then: most nodes are only looked up, and two versions
@@ -109,11 +105,15 @@ public final class Inode: Sendable {
     private let versions = Mutex<OpenedVersions?>(nil)
     /// Follows renames; never resolves symlinks, so no request can walk out of its backing folder.
     private let slot: Mutex<Slot>
+    public let kind: Kind
     /// S_IFMT bits of the backing file.
     let fileType: mode_t
     /// The kernel's cache of this node (FileSystem+KernelCache): the inotify watch of this
     /// folder (-1: none).
     let watch = Atomic<Int32>(-1)
+    /// Open files of this node whose I/O the kernel passes through and that a shared writable
+    /// mapping could change (opened for reading and writing): see FileSystem+MappedTimes.
+    let mappableOpens = Atomic<Int32>(0)
     /// True for the backing folder shown at the top of a view (it cannot be renamed or removed).
     let isTopLevel: Bool
     /// The backing file was found to have no `security.capability`: the kernel asks for it
@@ -170,7 +170,7 @@ public final class Inode: Sendable {
 
     init(nodeID: UInt64, kind: Kind, fd: Int32 = -1, dev: UInt64 = 0, ino: UInt64 = 0,
          fileType: mode_t = S_IFDIR, root: BackingRoot? = nil, view: View = .unified, isTopLevel: Bool = false,
-         budget: DescriptorBudget? = nil, reference: ReferenceLink? = nil, lazy: LazyName? = nil) {
+         reference: ReferenceLink? = nil, lazy: LazyName? = nil) {
         self.reference = reference
         self.nodeID = nodeID
         self.kind = kind
@@ -183,7 +183,6 @@ public final class Inode: Sendable {
         self.root = root
         self.view = view
         self.isTopLevel = isTopLevel
-        self.budget = budget
     }
 
     var isDirectory: Bool { fileType == S_IFDIR }
@@ -229,7 +228,7 @@ public final class Inode: Sendable {
             s.fd = fresh
             return (fresh, -1)
         }
-        if spare >= 0 { Sys.close(spare) } else { budget?.opened() }
+        if spare >= 0 { Sys.close(spare) } else { DescriptorBudget.process.opened() }
         return fd
     }
 
@@ -276,7 +275,7 @@ public final class Inode: Sendable {
         }
         if toClose >= 0 {
             Sys.close(toClose)
-            budget?.closed()
+            DescriptorBudget.process.closed()
         }
     }
 
@@ -305,7 +304,7 @@ public final class Inode: Sendable {
         }
         if fd >= 0 {
             Sys.close(fd)
-            budget?.closed()
+            DescriptorBudget.process.closed()
         }
     }
 
@@ -325,7 +324,7 @@ public final class Inode: Sendable {
         }
         if fd >= 0 {
             Sys.close(fd)
-            budget?.closed()
+            DescriptorBudget.process.closed()
         }
     }
 
@@ -339,7 +338,7 @@ public final class Inode: Sendable {
         }
         if toClose >= 0 {
             Sys.close(toClose)
-            budget?.closed()
+            DescriptorBudget.process.closed()
         }
     }
 
@@ -352,7 +351,7 @@ public final class Inode: Sendable {
             s.referenced = true
             return true
         }
-        if taken { budget?.opened() }
+        if taken { DescriptorBudget.process.opened() }
         return taken
     }
 
@@ -396,7 +395,7 @@ public final class Inode: Sendable {
         }
         guard toClose >= 0 else { return false }
         Sys.close(toClose)
-        budget?.closed()
+        DescriptorBudget.process.closed()
         return true
     }
 
@@ -437,7 +436,10 @@ public final class Inode: Sendable {
             defer { s.fd = -1 }
             return s.fd
         }
-        if fd >= 0 { Sys.close(fd) }
+        if fd >= 0 {
+            Sys.close(fd)
+            DescriptorBudget.process.closed()
+        }
     }
 }
 
@@ -454,9 +456,14 @@ final class DescriptorBudget: Sendable {
         low = high * 3 / 4
     }
 
-    /// Half the process's open-file limit: the rest is for open files, folders and the index.
-    /// DOCDRIVE_NODE_FD_BUDGET overrides it (tests use a tiny budget to exercise reopening).
-    static func fromResourceLimit() -> DescriptorBudget {
+    /// The process's: the open-file limit is the process's, and a node does not keep a
+    /// reference of its own to it (8 bytes of every node).
+    static let process = DescriptorBudget.fromResourceLimit()
+
+    /// Three quarters of the process's open-file limit: the rest is for open files, folders and
+    /// the index. DOCDRIVE_NODE_FD_BUDGET overrides it (tests use a tiny budget to exercise
+    /// reopening).
+    private static func fromResourceLimit() -> DescriptorBudget {
         if let v = getenv("DOCDRIVE_NODE_FD_BUDGET"), let n = Int(String(cString: v)), n > 0 {
             return DescriptorBudget(limit: n)
         }
@@ -607,11 +614,79 @@ final class InodeTable: Sendable {
         var place: Place
     }
 
-    private struct State: ~Copyable {
-        var byKey: [Key: UInt64] = [:]
+    /// The live nodes' ids by backing identity, in 16 bytes a key: the device and the view are
+    /// numbered (a drive meets a few of each), so that a key is the inode number and one word
+    /// for the rest, where `Key` takes 40 (a view carries an app id). With 100,000 nodes the
+    /// map has 262,144 buckets: 6.3 MB where it had 12.6 (18.9 while it grew).
+    struct IdentityMap {
+        private struct Packed: Hashable {
+            let ino: UInt64
+            /// Device number << 32 | view number << 1 | isReference.
+            let rest: UInt64
+        }
+        private var ids: [Packed: UInt64] = [:]
+        private var devices: [UInt64: UInt32] = [:]
+        private var viewNumbers: [View: UInt32] = [.unified: 0]
         /// Every view a node was ever made in (they only grow; an app's view is made at its
         /// first lookup): a backing folder's nodes are found by key in each.
-        var views: Set<View> = [.unified]
+        private(set) var views: [View] = [.unified]
+
+        /// The device met last, and its number (most nodes are on one filesystem): no lookup
+        /// in `devices` under the table's lock for them.
+        private var lastDevice: (dev: UInt64, number: UInt32)?
+
+        private func packed(_ k: Key) -> Packed? {
+            let d: UInt32
+            if let last = lastDevice, last.dev == k.dev { d = last.number } else {
+                guard let n = devices[k.dev] else { return nil }
+                d = n
+            }
+            let v: UInt32
+            if case .unified = k.view { v = 0 } else {
+                guard let n = viewNumbers[k.view] else { return nil }
+                v = n
+            }
+            return Packed(ino: k.ino, rest: UInt64(d) << 32 | UInt64(v) << 1 | (k.isReference ? 1 : 0))
+        }
+
+        private mutating func numbered(_ k: Key) -> Packed {
+            if let p = packed(k) { return p }
+            let d = devices[k.dev] ?? {
+                let n = UInt32(devices.count)
+                devices[k.dev] = n
+                return n
+            }()
+            lastDevice = (k.dev, d)
+            let v = viewNumbers[k.view] ?? {
+                let n = UInt32(views.count)
+                viewNumbers[k.view] = n
+                views.append(k.view)
+                return n
+            }()
+            return Packed(ino: k.ino, rest: UInt64(d) << 32 | UInt64(v) << 1 | (k.isReference ? 1 : 0))
+        }
+
+        subscript(key: Key) -> UInt64? {
+            get { packed(key).flatMap { ids[$0] } }
+            set {
+                if let newValue {
+                    ids[numbered(key)] = newValue
+                } else if let p = packed(key) {
+                    ids[p] = nil
+                }
+            }
+        }
+
+        mutating func removeValue(forKey key: Key) -> UInt64? {
+            guard let p = packed(key) else { return nil }
+            return ids.removeValue(forKey: p)
+        }
+
+        mutating func removeAll() { ids.removeAll() }
+    }
+
+    private struct State: ~Copyable {
+        var byKey = IdentityMap()
         var nextID: UInt64 = 1 << 20
         var remembered: [UInt64: Remembered] = [:]
         var rememberedByKey: [Key: UInt64] = [:]
@@ -672,8 +747,8 @@ final class InodeTable: Sendable {
     /// most); beyond it the oldest handles go stale. DOCDRIVE_REMEMBERED_NODES overrides it.
     let rememberLimit: Int
 
-    init(budget: DescriptorBudget = .fromResourceLimit()) {
-        self.budget = budget
+    init() {
+        budget = .process
         if let v = getenv("DOCDRIVE_REMEMBERED_NODES"), let n = Int(String(cString: v)), n >= 0 {
             rememberLimit = n
         } else {
@@ -722,10 +797,9 @@ final class InodeTable: Sendable {
             }
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: key.dev, ino: key.ino,
                               fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel,
-                              budget: budget, reference: reference, lazy: fd < 0 ? lazy : nil)
+                              reference: reference, lazy: fd < 0 ? lazy : nil)
             shard(id).byID.withLock { $0[id] = Entry(inode: inode, lookups: 1) }
             s.byKey[key] = id
-            if view != .unified, !s.views.contains(view) { s.views.insert(view) }
             return (inode, false)
         }
         if duplicate {
@@ -894,7 +968,7 @@ final class InodeTable: Sendable {
                 return (e, fd)
             }
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: r.key.dev, ino: r.key.ino, fileType: r.fileType,
-                              root: r.root, view: r.key.view, isTopLevel: r.isTopLevel, budget: budget)
+                              root: r.root, view: r.key.view, isTopLevel: r.isTopLevel)
             shard(id).byID.withLock { $0[id] = Entry(inode: inode, lookups: 1) }
             if s.byKey[r.key] == nil { s.byKey[r.key] = id }
             s.dropRemembered(id)
@@ -960,7 +1034,7 @@ final class InodeTable: Sendable {
     /// one lookup by key per view (a scan of every live node cost each file a sync brought
     /// down a walk of 100,000 nodes when the kernel held a large tree).
     func nodeIDs(dev: UInt64, ino: UInt64) -> [UInt64] {
-        state.withLock { s in s.views.compactMap { s.byKey[Key(view: $0, dev: dev, ino: ino, isReference: false)] } }
+        state.withLock { s in s.byKey.views.compactMap { s.byKey[Key(view: $0, dev: dev, ino: ino, isReference: false)] } }
     }
 
     /// Closes every descriptor (at unmount).

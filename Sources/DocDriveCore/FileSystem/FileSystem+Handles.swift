@@ -45,7 +45,7 @@ extension DriveFileSystem {
             guard !n.isTopLevel else {
                 switch n.view {
                 case .unified: up = try node(Self.rootID)
-                case .app(let app): up = appView(app)
+                case .app(let app): up = appView(app.id)
                 }
                 break
             }

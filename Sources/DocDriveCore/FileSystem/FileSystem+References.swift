@@ -43,7 +43,7 @@ extension DriveFileSystem {
     func referenceTarget(_ n: Inode) throws(Errno) -> Int32 {
         guard let link = n.reference, let p = link.payload else { throw .permissionDenied }
         guard let root = link.storeRoot else { throw .noSuchFileOrDirectory }
-        if case .app(let app) = n.view, !hasGrant(app: app, root: root.key, item: p.item) { throw .permissionDenied }
+        if case .app(let app) = n.view, !hasGrant(app: app.id, root: root.key, item: p.item) { throw .permissionDenied }
         let generation = identityChanges.load(ordering: .relaxed)
         let cur = link.current(generation: generation)
         if cur >= 0, let st = try? Sys.stat(fd: cur), st.st_nlink > 0 { return cur }

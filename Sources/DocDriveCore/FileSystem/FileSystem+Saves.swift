@@ -169,7 +169,7 @@ extension DriveFileSystem {
         let refName = String(cString: newName) + ReservedNames.referenceSuffix
         guard let payload = ReferenceLink.read(npfd, refName, key: driveKey), payload.app == app,
               let store = namespace.root(key: payload.rootKey) else { return false }
-        if case .app(let viewApp) = np.view, !hasGrant(app: viewApp, root: store.key, item: payload.item) { return false }
+        if case .app(let viewApp) = np.view, !hasGrant(app: viewApp.id, root: store.key, item: payload.item) { return false }
         guard let target = locate(root: store, item: payload.item, handle: Data(base64Encoded: payload.handle).map { [UInt8]($0) },
                                   hint: payload.hint) else { return false }
         defer { Sys.close(target.fd) }

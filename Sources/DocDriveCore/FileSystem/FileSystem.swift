@@ -126,15 +126,16 @@ public struct FileSystemOptions: Sendable {
 ///    `InodeTable` shard (live nodes by id, lookup counts); both are leaves to everything but 1
 ///    and each other: no system call under them; descriptors close after they are dropped.
 ///    Finding a node by id (every request) takes its shard only.
-/// 4. `Inode.slot` is a leaf; an `acquire` that must open a lazy node takes the parent's slot
-///    first and its own afterwards, never both at once.
+/// 4. `Inode.slot` is a leaf (it also guards the node's versions: `cachedVersion`,
+///    `fsyncedVersion`, `listedVersion`); an `acquire` that must open a lazy node takes the
+///    parent's slot first and its own afterwards, never both at once.
 /// 5. A `LockTable` shard's `state` (the locks of the backing files that fall in it; one held
 ///    at a time) is a leaf held across the non-blocking F_OFD_SETLK/F_OFD_GETLK and the
 ///    close of its owners' backing descriptors (never a waiting call), so that the backing
 ///    file's locks and the table change together.
 /// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
 ///    `Coordinator.held`, `grantSet`, `appViews`, `invalidation`, `releaseBarrier`,
-///    `Namespace.layout/roots`, `OpenFile.seenVersion`, `Inode.versions`, an `OpenFiles` shard (a sync worker holds
+///    `Namespace.layout/roots`, `OpenFile.seenVersion`, an `OpenFiles` shard (a sync worker holds
 ///    it across one rename or unlink in the local copy, `unlessOpenForWriting`), the uploader's `stores` copies (one at a time), `noted`,
 ///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
 ///    on a request thread by an open of a placeholder, which only queues its download, and by
@@ -311,7 +312,7 @@ public final class DriveFileSystem: Sendable {
     func appView(_ appID: String) -> Inode {
         appViews.withLock { v in
             if let n = v[appID] { return n }
-            let n = Inode(nodeID: table.nextPermanentID() + UInt64(v.count) + 16, kind: .appView, view: .app(appID))
+            let n = Inode(nodeID: table.nextPermanentID() + UInt64(v.count) + 16, kind: .appView, view: .of(app: appID))
             table.addPermanent(n)
             v[appID] = n
             return n
@@ -364,10 +365,11 @@ public final class DriveFileSystem: Sendable {
             let n = appView(s)
             return NodeEntry(inode: n, attr: virtualAttr(n))
         case .appView:
+            // The view folder's own view: every node below shares its app object.
             guard case .app(let app) = p.view else { throw .noSuchFileOrDirectory }
             let s = String(cString: name)
-            guard let root = namespace.current().appFolders[app]?[s] else { throw .noSuchFileOrDirectory }
-            return try lookupTop(root, view: .app(app))
+            guard let root = namespace.current().appFolders[app.id]?[s] else { throw .noSuchFileOrDirectory }
+            return try lookupTop(root, view: p.view)
         }
     }
 

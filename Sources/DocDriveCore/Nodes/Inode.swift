@@ -21,9 +21,41 @@ public final class BackingRoot: Sendable {
 
 /// Which view a node belongs to: the unified tree, or one app's confined `.by-app/ID` tree.
 /// Separate views get separate inodes, so that no folder has two parents in the kernel.
+/// An app's view carries its id in a shared object: 8 bytes in every node, not a string's 16.
 public enum View: Hashable, Sendable {
     case unified
-    case app(String)
+    case app(ViewApp)
+
+    /// The view of the app `id`.
+    static func of(app id: String) -> View { .app(ViewApp(id)) }
+}
+
+/// The app of a view (`.by-app/ID`), equal by its id.
+public final class ViewApp: Hashable, Sendable {
+    public let id: String
+
+    init(_ id: String) { self.id = id }
+
+    public static func == (a: ViewApp, b: ViewApp) -> Bool { a === b || a.id == b.id }
+    public func hash(into h: inout Hasher) { h.combine(id) }
+}
+
+/// A name a node keeps (where it was looked up, to open it on first use): its bytes and a NUL
+/// in one allocation 16 bytes longer than them, where an array's header alone is 32 (a
+/// 32-byte block for a name of up to 15 bytes, against 48 for an array of up to 8).
+/// Never changed once made, so it may cross threads (ManagedBuffer itself is not Sendable).
+final class KeptName: ManagedBuffer<Void, CChar> {
+    static func make(_ name: UnsafePointer<CChar>) -> KeptName {
+        let n = strlen(name) + 1
+        let b = unsafeDowncast(KeptName.create(minimumCapacity: n) { _ in () }, to: KeptName.self)
+        b.withUnsafeMutablePointerToElements { $0.update(from: name, count: n) }
+        return b
+    }
+
+    /// The name, NUL-terminated.
+    func withName<R>(_ body: (UnsafePointer<CChar>) throws -> R) rethrows -> R {
+        try withUnsafeMutablePointerToElements { try body(UnsafePointer($0)) }
+    }
 }
 
 /// A node the kernel holds a reference to.
@@ -47,6 +79,11 @@ public final class Inode: Sendable {
         var handle: [UInt8]? = nil
         /// Not opened yet: where the node was last seen, to open it on first use.
         var lazy: LazyName? = nil
+        /// The versions a file keeps once it is opened or created through the mount, or a
+        /// folder once it is listed (nil until then: most nodes are only looked up, and two
+        /// versions inline were a third of a node). Under this lock rather than one of their
+        /// own (8 bytes of every node): what reads or sets them does nothing else meanwhile.
+        var versions: OpenedVersions? = nil
         /// O_PATH descriptor of the backing file, or -1 while evicted (or for virtual nodes).
         var fd: Int32
         var anchor: Int32 = -1
@@ -74,21 +111,21 @@ public final class Inode: Sendable {
     /// folder's node and its name there. The first use opens it and checks that the name
     /// still leads to the same file; if not, it answers ESTALE, which makes the kernel look
     /// the path up again (LOOKUP_REVAL) and find whatever is there now.
-    struct LazyName: Sendable {
+    struct LazyName: @unchecked Sendable {  // see KeptName
         let parent: Inode
-        /// NUL-terminated.
-        let name: [CChar]
+        let name: KeptName
 
         init(parent: Inode, _ name: UnsafePointer<CChar>) {
             self.parent = parent
-            self.name = Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1))
+            self.name = KeptName.make(name)
         }
     }
 
     // The stored fields are ordered by size (a class is laid out in the order written), so
-    // that no padding lies between them: 167 bytes, a 176-byte allocation (256 when they were
-    // in the order of their meaning, 208 with a kind that carried an app id and a reference
-    // to the descriptor budget); every node the kernel holds has one.
+    // that no padding lies between them: 151 bytes, a 160-byte allocation (256 when they were
+    // in the order of their meaning; 208 while the kind and the view carried an app id's
+    // string, the versions had a lock of their own and each node referred to the descriptor
+    // budget); every node the kernel holds has one.
     public let nodeID: UInt64
     let dev: UInt64
     let ino: UInt64
@@ -99,10 +136,6 @@ public final class Inode: Sendable {
     /// content and attributes are the target's.
     public let reference: ReferenceLink?
     let view: View
-    /// The versions a file keeps once it is opened or created through the mount, or a folder
-    /// once it is listed (nil until then: most nodes are only looked up, and two versions
-    /// inline were a third of a node).
-    private let versions = Mutex<OpenedVersions?>(nil)
     /// Follows renames; never resolves symlinks, so no request can walk out of its backing folder.
     private let slot: Mutex<Slot>
     public let kind: Kind
@@ -130,24 +163,24 @@ public final class Inode: Sendable {
     /// its cache was read, nil if none may be trusted (see FileSystem+Directories).
     var listedVersion: VersionField { VersionField(node: self, which: .listed) }
 
-    /// What `versions` holds, only under its lock.
-    private final class OpenedVersions {
+    /// What the slot's `versions` holds, only under its lock.
+    final class OpenedVersions {
         var cached: FileVersion?
         var fsynced: FileVersion?
         var listed: FileVersion?
     }
 
-    /// One of a node's versions, read and changed under the node's `versions` lock (a leaf),
-    /// which is made at the first change.
+    /// One of a node's versions, read and changed under the node's slot lock (a leaf); the
+    /// box is made at the first change.
     struct VersionField {
         enum Which { case cached, fsynced, listed }
         let node: Inode
         let which: Which
 
         func withLock<R>(_ body: (inout FileVersion?) -> R) -> R {
-            node.versions.withLock { box in
+            node.slot.withLock { s in
                 var value: FileVersion?
-                if let box {
+                if let box = s.versions {
                     switch which {
                     case .cached: value = box.cached
                     case .fsynced: value = box.fsynced
@@ -155,14 +188,14 @@ public final class Inode: Sendable {
                     }
                 }
                 let result = body(&value)
-                if box == nil, value == nil { return result }
-                let b = box ?? OpenedVersions()
+                if s.versions == nil, value == nil { return result }
+                let b = s.versions ?? OpenedVersions()
                 switch which {
                 case .cached: b.cached = value
                 case .fsynced: b.fsynced = value
                 case .listed: b.listed = value
                 }
-                box = b
+                s.versions = b
                 return result
             }
         }
@@ -236,7 +269,7 @@ public final class Inode: Sendable {
     private func openLazily(_ l: LazyName) throws(Errno) -> Int32 {
         let pfd = try l.parent.acquire()
         defer { l.parent.release() }
-        let fd = l.name.withUnsafeBufferPointer { openat(pfd, $0.baseAddress!, Sys.O_PATH | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) }
+        let fd = l.name.withName { openat(pfd, $0, Sys.O_PATH | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) }
         guard fd >= 0 else {
             let e = Sys.lastErrno
             throw e == .noSuchFileOrDirectory || e == .notDirectory ? .staleNFSFileHandle : e
@@ -255,7 +288,7 @@ public final class Inode: Sendable {
               let pfd = try? l.parent.acquire() else { return nil }
         defer { l.parent.release() }
         var st = stat()
-        let r = l.name.withUnsafeBufferPointer { fstatat(pfd, $0.baseAddress!, &st, Sys.AT_SYMLINK_NOFOLLOW) }
+        let r = l.name.withName { fstatat(pfd, $0, &st, Sys.AT_SYMLINK_NOFOLLOW) }
         guard r == 0, UInt64(st.st_dev) == dev, UInt64(st.st_ino) == ino else { return nil }
         return st
     }
@@ -597,13 +630,13 @@ final class InodeTable: Sendable {
     /// generation 0, see FileSystem+Handles) leads to the same file as long as it exists, and
     /// so that the file keeps its node id when it is looked up again.
     struct Remembered {
-        enum Place {
+        enum Place: @unchecked Sendable {  // see KeptName
             /// The backing file's own file handle (open_by_handle_at on the filesystem's anchor).
             case handle([UInt8])
             /// A file never opened: its name in a folder (a node id, live or remembered).
             /// A rename through the mount brings the node back first (the kernel looks the
             /// name up), so it is remembered at its new name; one behind the mount's back loses it.
-            case name(parent: UInt64, name: [CChar])
+            case name(parent: UInt64, name: KeptName)
             /// Being forgotten this moment: the place is still to be read from the node.
             case dying(Inode)
         }
@@ -994,7 +1027,7 @@ final class InodeTable: Sendable {
             guard anchor >= 0 else { throw .staleNFSFileHandle }
             fd = h.withUnsafeBufferPointer { dd_open_by_handle(anchor, $0.baseAddress, Int32($0.count), Sys.O_PATH | Sys.O_NOFOLLOW) }
         case .name(let parentID, let name):
-            let open = { (pfd: Int32) in name.withUnsafeBufferPointer { openat(pfd, $0.baseAddress!, Sys.O_PATH | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) } }
+            let open = { (pfd: Int32) in name.withName { openat(pfd, $0, Sys.O_PATH | Sys.O_NOFOLLOW | Sys.O_CLOEXEC) } }
             if let p = get(parentID) {
                 let pfd = try p.acquire()
                 fd = open(pfd)

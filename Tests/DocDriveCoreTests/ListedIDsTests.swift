@@ -17,7 +17,30 @@ final class ListedIDsTests: XCTestCase {
         XCTAssertEqual(l.inFolder("ab"), ["ab/x"])
         XCTAssertEqual(l.inFolder("a/x"), [])
         XCTAssertEqual(l.inFolder("missing"), [])
-        XCTAssertEqual(l.byID["4"], "a/y/z")
+        XCTAssertEqual(l["4"], "a/y/z")
+    }
+
+    /// Ids in the drive's own form (a lower-case UUID) are kept as 16 bytes, any other as it is;
+    /// either way an id is found by exactly its string: another case or form is another id.
+    func testAnIdIsFoundByExactlyItsStringWhateverItsForm() {
+        let made = ItemIndex.newID()
+        let upper = made.uppercased()
+        let near = String(made.dropLast()) + "g"  // not hex
+        let dashless = made.replacingOccurrences(of: "-", with: "")
+        var l = ListedIDs(byID: [made: "a/made", upper: "a/upper", near: "b/near", dashless: "b/dashless", "x": "top"])
+        XCTAssertEqual(l[made], "a/made")
+        XCTAssertEqual(l[upper], "a/upper")
+        XCTAssertEqual(l[near], "b/near")
+        XCTAssertEqual(l[dashless], "b/dashless")
+        XCTAssertEqual(l["x"], "top")
+        XCTAssertNil(l[ItemIndex.newID()])
+        XCTAssertEqual(Set(l.inFolder("a")), ["a/made", "a/upper"])
+        XCTAssertEqual(Set(l.inFolder("b")), ["b/near", "b/dashless"])
+        XCTAssertEqual(l.inFolder(.store), ["top"])
+        // Only the upper-case one listed: the lower-case form is not it.
+        let onlyUpper = ListedIDs(byID: [upper: "u"])
+        XCTAssertNil(onlyUpper[made])
+        XCTAssertEqual(onlyUpper[upper], "u")
     }
 
     /// A new listing replaces what the folders held with its own.

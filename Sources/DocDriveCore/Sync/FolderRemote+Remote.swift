@@ -108,13 +108,15 @@ extension FolderRemote: Remote {
         let rootfd = try openRoot()
         defer { close(rootfd) }
         var out = [RemoteItem]()
+        var strings = Set<String>()
         func walk(_ dfd: Int32, _ path: StorePath) throws(DriveError) {
             guard let entries = Beneath.names(dfd) else { throw remoteError("cannot list", path, errno) }
             for e in entries where !Self.isOwnName(e.name) {
                 let name = e.name[...]
                 guard let st = Beneath.stat(dfd, name) else { continue }
                 let rel = path.appending(name)
-                guard let item = Self.item(rel, dfd, name, st) else { continue }
+                guard var item = Self.item(rel, dfd, name, st) else { continue }
+                item.meta.shareDeviceStrings(in: &strings)
                 out.append(item)
                 if item.kind == .folder, case .success(let sub) = Beneath.openFolder(dfd, [name]) {
                     defer { close(sub) }

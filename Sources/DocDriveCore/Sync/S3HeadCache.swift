@@ -39,8 +39,7 @@ final class S3HeadCache: Sendable {
     func keep(_ head: S3Remote.Head, for key: String) -> S3Remote.Head {
         state.withLock { s in
             var h = head
-            h.meta.deviceID = h.meta.deviceID.map { Self.shared($0, in: &s.strings) }
-            h.meta.deviceName = h.meta.deviceName.map { Self.shared($0, in: &s.strings) }
+            h.meta.shareDeviceStrings(in: &s.strings)
             s.byKey[Array(key.utf8)] = Entry(h)
             changes.add(1, ordering: .relaxed)
             return h
@@ -55,13 +54,5 @@ final class S3HeadCache: Sendable {
     /// Every answer kept, with its key's bytes (references: the answers are not copied).
     func entries() -> [(key: [UInt8], entry: Entry)] {
         state.withLock { s in s.byKey.map { ($0.key, $0.value) } }
-    }
-
-    /// The copy of `string` kept in `strings` (the first one seen). At most a few thousand are
-    /// kept: past that (a bucket written by very many devices) a string is kept as it is.
-    private static func shared(_ string: String, in strings: inout Set<String>) -> String {
-        if let kept = strings.firstIndex(of: string) { return strings[kept] }
-        if strings.count < 4096 { strings.insert(string) }
-        return string
     }
 }

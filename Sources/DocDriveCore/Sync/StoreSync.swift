@@ -78,7 +78,7 @@ public struct RemoteState: Equatable, Sendable, Codable {
 
     /// The names of the devices that wrote `metas`, sorted; two devices of one name (two
     /// machines with one host name) are told apart by the start of their ids.
-    public static func deviceNames(_ metas: [RemoteMeta]) -> [String] {
+    public static func deviceNames(_ metas: some Sequence<RemoteMeta>) -> [String] {
         var idsByName = [String: Set<String>]()
         for m in metas {
             guard let name = m.deviceName else { continue }
@@ -412,7 +412,7 @@ final class StoreSync: Sendable {
         guard firstTry, base == nil, let l = local, l.kind == .file, !l.placeholder,
               listed.withLock({ $0.map { !$0.contains(path.hashValue) } }) == true,
               let id = localID(l), try bases.base(root: key, id: id) == nil,
-              remoteIDs.withLock({ $0.byID[id] }) == nil else { return nil }
+              remoteIDs.withLock({ $0[id] }) == nil else { return nil }
         return id
     }
 
@@ -470,7 +470,7 @@ final class StoreSync: Sendable {
     private func renamedHereOntoNothing(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
         guard let id = localID(l), base?.id != id else { return nil }
         let old = try baseOfItem(id, elsewhereThan: path)
-        let listed = remoteIDs.withLock { $0.byID[id] }
+        let listed = remoteIDs.withLock { $0[id] }
         guard old != nil || (listed != nil && listed != path) else { return nil }
         if let old {
             // Still there locally as this item, or as the very file the base knows (the mount
@@ -509,7 +509,7 @@ final class StoreSync: Sendable {
         // Gone from where this device knew it on the remote: moved by another device too, or
         // deleted there. Which one, a listing made since tells.
         guard listedSinceNoticed(path) else { return .busy }
-        guard let to = remoteIDs.withLock({ $0.byID[id] }), to != path, try localItem(to) == nil,
+        guard let to = remoteIDs.withLock({ $0[id] }), to != path, try localItem(to) == nil,
               let r = try remote.item(at: to), r.meta.itemID == id else { return nil }
         guard tryLock([to]) else { return .busy }
         defer { unlock([to]) }
@@ -582,7 +582,7 @@ final class StoreSync: Sendable {
     /// this device's copy, with no base there (this device and another moved it to the same
     /// place). Nil when it is not such a file.
     private func sameMoveElsewhere(_ b: BaseRow, from path: StorePath) -> StorePath? {
-        guard b.kind == .file, let id = b.id, let to = remoteIDs.withLock({ $0.byID[id] }), to != path,
+        guard b.kind == .file, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
               (try? bases.base(root: key, path: to)) == nil,
               let l = try? localItem(to), l.kind == .file, !l.placeholder,
               (try? index.knownItemID(root: key, ino: Int64(l.st.st_ino))) == id,
@@ -636,7 +636,7 @@ final class StoreSync: Sendable {
             return .busy
         }
         // Renamed on another device: nothing here on the remote, but the item is elsewhere there.
-        if remoteItem == nil, local != nil, let b = base, let id = b.id, let to = remoteIDs.withLock({ $0.byID[id] }), to != path,
+        if remoteItem == nil, local != nil, let b = base, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
            let r = try remote.item(at: to), r.meta.itemID == id, try localItem(to) == nil {
             guard tryLock([to]) else { return .busy }
             defer { unlock([to]) }
@@ -769,7 +769,7 @@ final class StoreSync: Sendable {
     /// base or the last listing has it), if it does.
     private func placeElsewhere(_ id: String, than path: StorePath) throws(DriveError) -> StorePath? {
         var places = Set<StorePath>()
-        if let p = remoteIDs.withLock({ $0.byID[id] }), p != path { places.insert(p) }
+        if let p = remoteIDs.withLock({ $0[id] }), p != path { places.insert(p) }
         if let b = try baseOfItem(id, elsewhereThan: path) { places.insert(b.path) }
         for p in places where try remote.item(at: p)?.meta.itemID == id { return p }
         return nil
@@ -1413,14 +1413,14 @@ final class StoreSync: Sendable {
             s.offlineReason = nil
             s.lastPoll = Date().timeIntervalSince1970
             s.polls = (s.polls ?? 0) + 1
-            s.devices = RemoteState.deviceNames(items.map(\.meta))
+            s.devices = RemoteState.deviceNames(items.lazy.map(\.meta))  // no copy of every item's metadata
             return was
         }
         if wasOffline {
             logger.info("store \(name): the remote answers again")
             _ = try? queue.makeDue(.all, root: key)
         }
-        remoteIDs.withLock { $0 = ListedIDs(byID: byID) }
+        remoteIDs.withLock { $0 = ListedIDs(byID: byID) }  // kept: the ids in 16 bytes each, not the listing's strings
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
         listed.withLock { $0 = Set(items.map(\.path.hashValue)) }
         var changed = Set<StorePath>()

@@ -19,7 +19,9 @@ public struct ListedIDs: Sendable {
     public init(byID: [String: StorePath] = [:]) {
         uuids = Dictionary(minimumCapacity: byID.count)
         others = [:]
-        for (id, path) in byID {
+        for (id, listed) in byID {
+            // A copy of the path: the listing's own is among its transient allocations.
+            let path = StorePath(bytes: listed.bytes.withUnsafeBufferPointer { Array($0) })
             if let u = UUIDBytes(id) { uuids[u] = path } else { others[id] = path }
         }
         byFolder = nil

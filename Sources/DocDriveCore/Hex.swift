@@ -13,4 +13,13 @@ enum Hex {
         }
         return String(decoding: out, as: UTF8.self)
     }
+
+    /// The value of one of `digits` (lower case only), nil for any other byte.
+    static func value(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+        default: nil
+        }
+    }
 }

@@ -664,39 +664,20 @@ final class InodeTable: Sendable {
         /// first lookup): a backing folder's nodes are found by key in each.
         private(set) var views: [View] = [.unified]
 
-        /// The device met last, and its number (most nodes are on one filesystem): no lookup
-        /// in `devices` under the table's lock for them.
-        private var lastDevice: (dev: UInt64, number: UInt32)?
-
+        /// Nil when the key's device or view was never numbered (then no node has it).
         private func packed(_ k: Key) -> Packed? {
-            let d: UInt32
-            if let last = lastDevice, last.dev == k.dev { d = last.number } else {
-                guard let n = devices[k.dev] else { return nil }
-                d = n
-            }
-            let v: UInt32
-            if case .unified = k.view { v = 0 } else {
-                guard let n = viewNumbers[k.view] else { return nil }
-                v = n
-            }
+            guard let d = devices[k.dev], let v = viewNumbers[k.view] else { return nil }
             return Packed(ino: k.ino, rest: UInt64(d) << 32 | UInt64(v) << 1 | (k.isReference ? 1 : 0))
         }
 
+        /// Numbers the key's device and view first if they are new.
         private mutating func numbered(_ k: Key) -> Packed {
-            if let p = packed(k) { return p }
-            let d = devices[k.dev] ?? {
-                let n = UInt32(devices.count)
-                devices[k.dev] = n
-                return n
-            }()
-            lastDevice = (k.dev, d)
-            let v = viewNumbers[k.view] ?? {
-                let n = UInt32(views.count)
-                viewNumbers[k.view] = n
+            if devices[k.dev] == nil { devices[k.dev] = UInt32(devices.count) }
+            if viewNumbers[k.view] == nil {
+                viewNumbers[k.view] = UInt32(views.count)
                 views.append(k.view)
-                return n
-            }()
-            return Packed(ino: k.ino, rest: UInt64(d) << 32 | UInt64(v) << 1 | (k.isReference ? 1 : 0))
+            }
+            return packed(k)!
         }
 
         subscript(key: Key) -> UInt64? {

@@ -66,12 +66,7 @@ struct UUIDBytes: Hashable, Sendable {
                 guard c == UInt8(ascii: "-") else { return nil }
                 continue
             }
-            let v: UInt8
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): v = c - UInt8(ascii: "a") + 10
-            default: return nil
-            }
+            guard let v = Hex.value(c) else { return nil }
             if digits < 16 { high = high << 4 | UInt64(v) } else { low = low << 4 | UInt64(v) }
             digits += 1
         }

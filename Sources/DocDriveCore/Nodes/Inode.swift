@@ -621,11 +621,6 @@ final class InodeTable: Sendable {
         var isReference = false
     }
 
-    private struct Entry {
-        var inode: Inode
-        var lookups: UInt64
-    }
-
     /// A node the kernel forgot, kept so that a file handle the kernel gave out (the node id and
     /// generation 0, see FileSystem+Handles) leads to the same file as long as it exists, and
     /// so that the file keeps its node id when it is looked up again.
@@ -647,56 +642,113 @@ final class InodeTable: Sendable {
         var place: Place
     }
 
-    /// The live nodes' ids by backing identity, in 16 bytes a key: the device and the view are
-    /// numbered (a drive meets a few of each), so that a key is the inode number and one word
-    /// for the rest, where `Key` takes 40 (a view carries an app id). With 100,000 nodes the
-    /// map has 262,144 buckets: 6.3 MB where it had 12.6 (18.9 while it grew).
+    /// The live nodes by backing identity: a table of the nodes themselves, each found by the
+    /// key it holds (8 bytes a bucket). It was a Dictionary of a key and an id, 24 bytes a
+    /// bucket once the key was packed in 16 (40 before); with 100,000 nodes, 6.3 MB where this
+    /// takes 2.1 (see ProbedTable).
     struct IdentityMap {
-        private struct Packed: Hashable {
-            let ino: UInt64
-            /// Device number << 32 | view number << 1 | isReference.
-            let rest: UInt64
+        private struct Keyed: ProbedElement {
+            let node: Inode
+            var probeHash: UInt64 { IdentityMap.hash(dev: node.dev, ino: node.ino) }
         }
-        private var ids: [Packed: UInt64] = [:]
-        private var devices: [UInt64: UInt32] = [:]
-        private var viewNumbers: [View: UInt32] = [.unified: 0]
+        private var nodes = ProbedTable<Keyed>()
         /// Every view a node was ever made in (they only grow; an app's view is made at its
         /// first lookup): a backing folder's nodes are found by key in each.
         private(set) var views: [View] = [.unified]
 
-        /// Nil when the key's device or view was never numbered (then no node has it).
-        private func packed(_ k: Key) -> Packed? {
-            guard let d = devices[k.dev], let v = viewNumbers[k.view] else { return nil }
-            return Packed(ino: k.ino, rest: UInt64(d) << 32 | UInt64(v) << 1 | (k.isReference ? 1 : 0))
+        /// The views of one file share a hash (a drive meets few views).
+        static func hash(dev: UInt64, ino: UInt64) -> UInt64 {
+            var h = ino &+ dev &* 0x9E37_79B9_7F4A_7C15
+            h = (h ^ (h >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            h = (h ^ (h >> 27)) &* 0x94D0_49BB_1331_11EB
+            return h ^ (h >> 31)
         }
 
-        /// Numbers the key's device and view first if they are new.
-        private mutating func numbered(_ k: Key) -> Packed {
-            if devices[k.dev] == nil { devices[k.dev] = UInt32(devices.count) }
-            if viewNumbers[k.view] == nil {
-                viewNumbers[k.view] = UInt32(views.count)
-                views.append(k.view)
+        static func key(of n: Inode) -> Key {
+            Key(view: n.view, dev: n.dev, ino: n.ino, isReference: n.reference != nil)
+        }
+
+        private func bucket(_ k: Key) -> Int? {
+            nodes.find(hash: Self.hash(dev: k.dev, ino: k.ino)) { e in
+                let n = e.node
+                return n.ino == k.ino && n.dev == k.dev && (n.reference != nil) == k.isReference && n.view == k.view
             }
-            return packed(k)!
         }
 
-        subscript(key: Key) -> UInt64? {
-            get { packed(key).flatMap { ids[$0] } }
+        subscript(key: Key) -> Inode? {
+            bucket(key).map { nodes[bucket: $0].node }
+        }
+
+        /// Makes `node` the one that stands for its own key (in place of another).
+        mutating func stand(_ node: Inode) {
+            let k = Self.key(of: node)
+            if let b = bucket(k) {
+                nodes[bucket: b] = Keyed(node: node)
+                return
+            }
+            if case .app = k.view, !views.contains(k.view) { views.append(k.view) }
+            nodes.insertNew(Keyed(node: node))
+        }
+
+        /// Removes the node that stands for `key`, and returns it.
+        mutating func removeValue(forKey key: Key) -> Inode? {
+            guard let b = bucket(key) else { return nil }
+            return nodes.remove(bucket: b).node
+        }
+
+        /// Removes `node` if it is the one that stands for its key; false if it is not.
+        @discardableResult
+        mutating func remove(_ node: Inode) -> Bool {
+            guard let b = bucket(Self.key(of: node)), nodes[bucket: b].node === node else { return false }
+            nodes.remove(bucket: b)
+            return true
+        }
+
+        mutating func removeAll() { nodes.removeAll() }
+    }
+
+    /// The live nodes of one shard by id, with their lookup counts: 16 bytes a bucket (a
+    /// Dictionary's was 24). Ids are handed out in order, so the id itself (past the bits that
+    /// chose the shard) is the hash, and a lookup by id is most often one bucket; so the table
+    /// may be fuller than one of random hashes before it grows.
+    struct NodesByID {
+        struct Entry: ProbedElement {
+            var inode: Inode
+            var lookups: UInt64
+            var probeHash: UInt64 { inode.nodeID >> InodeTable.shardBits }
+            /// Live ids mostly lie in a window smaller than the table, one bucket each.
+            static var fullAtEighths: Int { 7 }
+        }
+        private var table = ProbedTable<Entry>()
+
+        private func bucket(_ id: UInt64) -> Int? {
+            table.find(hash: id >> InodeTable.shardBits) { $0.inode.nodeID == id }
+        }
+
+        subscript(id: UInt64) -> Entry? {
+            get { bucket(id).map { table[bucket: $0] } }
             set {
-                if let newValue {
-                    ids[numbered(key)] = newValue
-                } else if let p = packed(key) {
-                    ids[p] = nil
+                switch (bucket(id), newValue) {
+                case (let b?, let e?): table[bucket: b] = e
+                case (let b?, nil): table.remove(bucket: b)
+                case (nil, let e?):
+                    precondition(e.inode.nodeID == id, "a node is kept under its own id")
+                    table.insertNew(e)
+                case (nil, nil): break
                 }
             }
         }
 
-        mutating func removeValue(forKey key: Key) -> UInt64? {
-            guard let p = packed(key) else { return nil }
-            return ids.removeValue(forKey: p)
+        /// One more lookup of node `id`; nil if it is not here.
+        mutating func addLookup(_ id: UInt64) -> Inode? {
+            guard let b = bucket(id) else { return nil }
+            table[bucket: b].lookups += 1
+            return table[bucket: b].inode
         }
 
-        mutating func removeAll() { ids.removeAll() }
+        var count: Int { table.count }
+        var values: some Sequence<Entry> { table.elements }
+        mutating func removeAll() { table.removeAll() }
     }
 
     private struct State: ~Copyable {
@@ -739,9 +791,10 @@ final class InodeTable: Sendable {
     private let state = Mutex(State())
     /// The live nodes by id, with their lookup counts (see the locks above).
     private final class Shard: Sendable {
-        let byID = Mutex<[UInt64: Entry]>([:])
+        let byID = Mutex(NodesByID())
     }
-    private static let shardCount = 64
+    static let shardBits: UInt64 = 6
+    private static let shardCount = 1 << shardBits
     private let shards: [Shard] = (0..<InodeTable.shardCount).map { _ in Shard() }
     @inline(__always)
     private func shard(_ id: UInt64) -> Shard { shards[Int(id % UInt64(Self.shardCount))] }
@@ -792,12 +845,7 @@ final class InodeTable: Sendable {
                       reference: ReferenceLink? = nil, lazy: Inode.LazyName? = nil) -> Inode {
         let key = Key(view: view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino), isReference: reference != nil)
         let (inode, duplicate): (Inode, Bool) = state.withLock { s in
-            if let id = s.byKey[key], let found = shard(id).byID.withLock({ m -> Inode? in
-                guard var e = m[id] else { return nil }
-                e.lookups += 1
-                m[id] = e
-                return e.inode
-            }) {
+            if let known = s.byKey[key], let found = shard(known.nodeID).byID.withLock({ $0.addLookup(known.nodeID) }) {
                 return (found, true)
             }
             // A file the kernel forgot gets its node id back (a file handle names it by that id).
@@ -812,8 +860,8 @@ final class InodeTable: Sendable {
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: key.dev, ino: key.ino,
                               fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel,
                               reference: reference, lazy: fd < 0 ? lazy : nil)
-            shard(id).byID.withLock { $0[id] = Entry(inode: inode, lookups: 1) }
-            s.byKey[key] = id
+            shard(id).byID.withLock { $0[id] = .init(inode: inode, lookups: 1) }
+            s.byKey.stand(inode)
             return (inode, false)
         }
         if duplicate {
@@ -859,8 +907,7 @@ final class InodeTable: Sendable {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
         state.withLock { s -> Inode? in
             if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
-            guard let id = s.byKey.removeValue(forKey: key) else { return nil }
-            return shard(id).byID.withLock { $0[id]?.inode }
+            return s.byKey.removeValue(forKey: key)
         }?.closeRemoved()
     }
 
@@ -872,7 +919,7 @@ final class InodeTable: Sendable {
             let found = allLive().filter { n in n.dev == dev && n.ino == ino && n.reference == nil }
             for n in found {
                 let key = Key(view: n.view, dev: dev, ino: ino, isReference: false)
-                if s.byKey[key] == n.nodeID { s.byKey[key] = nil }
+                s.byKey.remove(n)
                 if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
             }
             return found
@@ -895,7 +942,7 @@ final class InodeTable: Sendable {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
         // (A forgotten node needs nothing: the kernel looks the source up before a rename,
         // which brings the node back under its id, and it is remembered again at its new name.)
-        guard let inode = state.withLock({ s in s.byKey[key].flatMap { id in shard(id).byID.withLock { $0[id]?.inode } } }) else { return }
+        guard let inode = state.withLock({ $0.byKey[key] }) else { return }
         inode.seen(at: Inode.LazyName(parent: parent, name))
     }
 
@@ -903,12 +950,7 @@ final class InodeTable: Sendable {
     /// False if the node is no longer in the table (forgotten meanwhile).
     @discardableResult
     func addLookup(_ inode: Inode) -> Bool {
-        shard(inode.nodeID).byID.withLock { m in
-            guard var e = m[inode.nodeID] else { return false }
-            e.lookups += 1
-            m[inode.nodeID] = e
-            return true
-        }
+        shard(inode.nodeID).byID.withLock { $0.addLookup(inode.nodeID) != nil }
     }
 
     /// The kernel forgets `n` lookups; the inode and its descriptor go when none remain.
@@ -936,8 +978,7 @@ final class InodeTable: Sendable {
                 }
                 guard let inode = gone else { continue }
                 let key = Key(view: inode.view, dev: inode.dev, ino: inode.ino, isReference: inode.reference != nil)
-                let owned = s.byKey[key] == id
-                if owned { s.byKey[key] = nil }
+                let owned = s.byKey.remove(inode)
                 dead.append(inode)
                 if limit > 0, inode.kind == .backing, inode.reference == nil, let root = inode.root {
                     s.remember(id, Remembered(key: key, root: root, fileType: inode.fileType, isTopLevel: inode.isTopLevel,
@@ -973,18 +1014,13 @@ final class InodeTable: Sendable {
     func revive(_ id: UInt64) throws(Errno) -> (Inode, stat) {
         let (fd, st, r) = try openRemembered(id, depth: 0)
         let (inode, spare): (Inode, Int32) = state.withLock { s in
-            if let e = shard(id).byID.withLock({ m -> Inode? in  // revived by another request meanwhile
-                guard var e = m[id] else { return nil }
-                e.lookups += 1
-                m[id] = e
-                return e.inode
-            }) {
+            if let e = shard(id).byID.withLock({ $0.addLookup(id) }) {  // revived by another request meanwhile
                 return (e, fd)
             }
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: r.key.dev, ino: r.key.ino, fileType: r.fileType,
                               root: r.root, view: r.key.view, isTopLevel: r.isTopLevel)
-            shard(id).byID.withLock { $0[id] = Entry(inode: inode, lookups: 1) }
-            if s.byKey[r.key] == nil { s.byKey[r.key] = id }
+            shard(id).byID.withLock { $0[id] = .init(inode: inode, lookups: 1) }
+            if s.byKey[r.key] == nil { s.byKey.stand(inode) }
             s.dropRemembered(id)
             return (inode, -1)
         }
@@ -1037,8 +1073,7 @@ final class InodeTable: Sendable {
     /// attributes the kernel may keep long), nil if the kernel holds none.
     func unifiedNode(dev: UInt64, ino: UInt64) -> Inode? {
         let key = Key(view: .unified, dev: dev, ino: ino, isReference: false)
-        guard let id = state.withLock({ $0.byKey[key] }) else { return nil }
-        return shard(id).byID.withLock { $0[id]?.inode }
+        return state.withLock { $0.byKey[key] }
     }
 
     /// Every live node (for an overflow of the kernel cache's watch).
@@ -1048,7 +1083,7 @@ final class InodeTable: Sendable {
     /// one lookup by key per view (a scan of every live node cost each file a sync brought
     /// down a walk of 100,000 nodes when the kernel held a large tree).
     func nodeIDs(dev: UInt64, ino: UInt64) -> [UInt64] {
-        state.withLock { s in s.byKey.views.compactMap { s.byKey[Key(view: $0, dev: dev, ino: ino, isReference: false)] } }
+        state.withLock { s in s.byKey.views.compactMap { s.byKey[Key(view: $0, dev: dev, ino: ino, isReference: false)]?.nodeID } }
     }
 
     /// Closes every descriptor (at unmount).

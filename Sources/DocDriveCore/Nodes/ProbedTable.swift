@@ -1,0 +1,109 @@
+// ProbedTable: the hash table under the node table's maps, in 8 or 16 bytes a bucket.
+
+/// What a `ProbedTable` holds: an element that knows its own key's hash (the key is read from
+/// the element, not stored beside it).
+package protocol ProbedElement {
+    var probeHash: UInt64 { get }
+    /// How full the table may be, in eighths, before it grows: 6 (the default) for hashes
+    /// spread at random; up to 7 where they seldom collide (ids handed out in order).
+    static var fullAtEighths: Int { get }
+}
+
+extension ProbedElement {
+    package static var fullAtEighths: Int { 6 }
+}
+
+/// A hash table of elements that carry their own keys: open addressing with linear probing
+/// and backward-shift deletion (no tombstones), a power-of-two number of buckets, grown at
+/// three quarters full (or as the elements say) and shrunk below one eighth.
+///
+/// Why not a Dictionary: the node table's maps had a bucket of key and value each (24 bytes
+/// by id, 24 by backing file), when the node holds its own key; here a bucket is the element
+/// only (a node reference, 8 bytes; with a lookup count, 16), and a map whose nodes the kernel
+/// forgot gives its buckets back.
+package struct ProbedTable<Element: ProbedElement> {
+    private var buckets: ContiguousArray<Element?> = []
+    package private(set) var count = 0
+
+    package static var minimumCapacity: Int { 16 }
+
+    package init() {}
+
+    package var capacity: Int { buckets.count }
+    private var mask: Int { buckets.count - 1 }
+
+    @inline(__always)
+    private func home(_ hash: UInt64) -> Int { Int(truncatingIfNeeded: hash) & mask }
+
+    /// The bucket of the element with this hash that `matches`, if any.
+    @inline(__always)
+    package func find(hash: UInt64, _ matches: (Element) -> Bool) -> Int? {
+        guard count > 0 else { return nil }
+        var i = home(hash)
+        while let e = buckets[i] {
+            if e.probeHash == hash, matches(e) { return i }
+            i = (i + 1) & mask
+        }
+        return nil
+    }
+
+    package subscript(bucket i: Int) -> Element {
+        get { buckets[i]! }
+        set {
+            precondition(newValue.probeHash == buckets[i]!.probeHash, "a bucket's element keeps its hash")
+            buckets[i] = newValue
+        }
+    }
+
+    /// Adds an element whose key is not in the table (the caller found none).
+    package mutating func insertNew(_ e: Element) {
+        if (count + 1) * 8 > capacity * Element.fullAtEighths { resize(to: max(Self.minimumCapacity, capacity * 2)) }
+        var i = home(e.probeHash)
+        while buckets[i] != nil { i = (i + 1) & mask }
+        buckets[i] = e
+        count += 1
+    }
+
+    /// Removes the element in bucket `i` and returns it.
+    @discardableResult
+    package mutating func remove(bucket i: Int) -> Element {
+        let removed = buckets[i]!
+        buckets[i] = nil
+        count -= 1
+        // Backward shift: an element after the hole moves into it unless its home lies in
+        // (hole, j] (cyclically), where it would no longer be found from its home.
+        var hole = i
+        var j = i
+        while true {
+            j = (j + 1) & mask
+            guard let e = buckets[j] else { break }
+            if (j - home(e.probeHash)) & mask >= (j - hole) & mask {
+                buckets[hole] = e
+                buckets[j] = nil
+                hole = j
+            }
+        }
+        if capacity > Self.minimumCapacity, count * 8 < capacity { resize(to: capacity / 2) }
+        return removed
+    }
+
+    package mutating func removeAll() {
+        buckets = []
+        count = 0
+    }
+
+    /// Every element, in no particular order.
+    package var elements: LazyMapSequence<LazyFilterSequence<ContiguousArray<Element?>>, Element> {
+        buckets.lazy.filter { $0 != nil }.map { $0! }
+    }
+
+    private mutating func resize(to n: Int) {
+        let old = buckets
+        buckets = ContiguousArray(repeating: nil, count: n)
+        for case let e? in old {
+            var i = home(e.probeHash)
+            while buckets[i] != nil { i = (i + 1) & mask }
+            buckets[i] = e
+        }
+    }
+}

@@ -1,0 +1,95 @@
+// ProbedTableTests: the open-addressing table under the node table's maps (Nodes/ProbedTable.swift).
+import DocDriveCore
+import Foundation
+import XCTest
+
+/// A key and a value, whose hash is its key divided by `spread`: with a spread above 1 many
+/// keys share a hash, so that runs of probes form, wrap around the end and are shifted back.
+private protocol KeyValue: ProbedElement {
+    init(key: UInt64, value: UInt64, spread: UInt64)
+    var key: UInt64 { get }
+    var value: UInt64 { get set }
+}
+
+private struct Pair: KeyValue {
+    let key: UInt64
+    var value: UInt64
+    let spread: UInt64
+    var probeHash: UInt64 { key / spread }
+}
+
+/// The same, in a table that grows only at seven eighths full.
+private struct FullerPair: KeyValue {
+    let key: UInt64
+    var value: UInt64
+    let spread: UInt64
+    var probeHash: UInt64 { key / spread }
+    static var fullAtEighths: Int { 7 }
+}
+
+final class ProbedTableTests: XCTestCase {
+    private func find<P: KeyValue>(_ t: ProbedTable<P>, _ key: UInt64, spread: UInt64) -> P? {
+        t.find(hash: key / spread) { $0.key == key }.map { t[bucket: $0] }
+    }
+
+    /// Random inserts, changes and removals agree with a Dictionary after every step: every key
+    /// present is found with its value, keys removed or never added are not, and the table
+    /// stays at most as full as its elements allow and gives its buckets back as it empties.
+    func testTheTableHoldsExactlyWhatADictionaryHoldsThroughRandomChanges() {
+        let seed = UInt64(ProcessInfo.processInfo.environment["DOCDRIVE_PROBED_SEED"] ?? "") ?? UInt64.random(in: 0..<1_000_000)
+        print("probed table seed \(seed) (replay with DOCDRIVE_PROBED_SEED=\(seed))")
+        var rng = SplitMix64(seed: seed)
+        exercise(Pair.self, seed: seed, &rng)
+        exercise(FullerPair.self, seed: seed, &rng)
+    }
+
+    private func exercise<P: KeyValue>(_: P.Type, seed: UInt64, _ rng: inout SplitMix64) {
+        for spread: UInt64 in [1, 7, 64] {
+            var t = ProbedTable<P>()
+            var d = [UInt64: UInt64]()
+            // Keys from a small range, so that removed keys come back and hashes collide.
+            let keyRange: UInt64 = 1_000
+            for step in 0..<6_000 {
+                // Grow during the first half, empty during the second.
+                let growing = step < 3_000
+                let key = rng.next() % keyRange
+                let roll = rng.next() % 10
+                if let b = t.find(hash: key / spread, { $0.key == key }) {
+                    if roll < (growing ? 3 : 8) {
+                        XCTAssertEqual(t.remove(bucket: b).key, key, "seed \(seed): removed another element")
+                        d[key] = nil
+                    } else {
+                        t[bucket: b].value = step.magnitude.asUInt64
+                        d[key] = step.magnitude.asUInt64
+                    }
+                } else if growing || roll < 2 {
+                    t.insertNew(P(key: key, value: step.magnitude.asUInt64, spread: spread))
+                    d[key] = step.magnitude.asUInt64
+                }
+                if t.count != d.count || t.count * 8 > t.capacity * P.fullAtEighths {
+                    return XCTFail("seed \(seed), spread \(spread), step \(step): \(t.count) elements (\(d.count) expected) in \(t.capacity) buckets")
+                }
+                if step % 97 == 0 || step > 5_950 {
+                    let wrong = (0..<keyRange).filter { find(t, $0, spread: spread)?.value != d[$0] }
+                    XCTAssertEqual(wrong, [], "seed \(seed), spread \(spread), step \(step): keys found wrong")
+                    if !wrong.isEmpty { return }
+                    XCTAssertEqual(Dictionary(uniqueKeysWithValues: t.elements.map { ($0.key, $0.value) }), d, "seed \(seed): the elements")
+                }
+            }
+            // Empty it: it shrinks back to a few buckets, and what is left is still found.
+            for k in d.keys.sorted().dropLast(3) {
+                let b = t.find(hash: k / spread) { $0.key == k }
+                XCTAssertNotNil(b, "seed \(seed): key \(k) lost while emptying")
+                if let b { t.remove(bucket: b) }
+                d[k] = nil
+            }
+            XCTAssertEqual(t.count, d.count)
+            XCTAssertLessThanOrEqual(t.capacity, 64, "seed \(seed): an emptied table kept \(t.capacity) buckets")
+            for (k, v) in d { XCTAssertEqual(find(t, k, spread: spread)?.value, v, "seed \(seed): key \(k) after emptying") }
+        }
+    }
+}
+
+private extension UInt {
+    var asUInt64: UInt64 { UInt64(self) }
+}

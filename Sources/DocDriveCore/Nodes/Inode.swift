@@ -751,41 +751,139 @@ final class InodeTable: Sendable {
         mutating func removeAll() { table.removeAll() }
     }
 
-    private struct State: ~Copyable {
-        var byKey = IdentityMap()
-        var nextID: UInt64 = 1 << 20
-        var remembered: [UInt64: Remembered] = [:]
-        var rememberedByKey: [Key: UInt64] = [:]
-        /// Remembered ids, oldest first from `oldest`: beyond `rememberLimit` the oldest go.
-        var rememberOrder: [UInt64] = []
-        var oldest = 0
+    /// The forgotten nodes remembered (see Remembered), by id and by backing identity, oldest
+    /// first. One object each (a 96-byte block), found from two tables of 8-byte buckets: two
+    /// Dictionaries of the whole record and of the key (an 80-byte and a 48-byte bucket) made a
+    /// forgotten node cost about 330 bytes, so that the daemon grew from 71 to 108 MB when the
+    /// kernel forgot a walk of 100,000 files.
+    struct RememberedNodes {
+        /// A remembered node's fields, in the order of their size (no padding between them).
+        private final class Record {
+            let id: UInt64
+            let dev: UInt64
+            let ino: UInt64
+            let view: View
+            let root: BackingRoot
+            var place: Remembered.Place
+            let fileType: mode_t
+            let isTopLevel: Bool
+            /// Found by its key too (it stood for its key when it was forgotten, and no node
+            /// remembered later took the key).
+            var byKey: Bool
 
-        mutating func remember(_ id: UInt64, _ r: Remembered, byKey: Bool, limit: Int) {
-            remembered[id] = r
-            if byKey { rememberedByKey[r.key] = id }
-            rememberOrder.append(id)
-            while remembered.count > limit, oldest < rememberOrder.count {
-                dropRemembered(rememberOrder[oldest])
+            init(id: UInt64, _ r: Remembered, byKey: Bool) {
+                self.id = id
+                dev = r.key.dev
+                ino = r.key.ino
+                view = r.key.view
+                root = r.root
+                place = r.place
+                fileType = r.fileType
+                isTopLevel = r.isTopLevel
+                self.byKey = byKey
+            }
+
+            var remembered: Remembered {
+                Remembered(key: Key(view: view, dev: dev, ino: ino), root: root, fileType: fileType,
+                           isTopLevel: isTopLevel, place: place)
+            }
+        }
+        private struct ByID: ProbedElement {
+            let record: Record
+            var probeHash: UInt64 { record.id }
+            static var fullAtEighths: Int { 7 }
+        }
+        private struct ByKey: ProbedElement {
+            let record: Record
+            var probeHash: UInt64 { IdentityMap.hash(dev: record.dev, ino: record.ino) }
+        }
+        private var byID = ProbedTable<ByID>()
+        private var byKey = ProbedTable<ByKey>()
+        /// Remembered ids, oldest first from `oldest`: beyond the limit the oldest go.
+        private var order: [UInt64] = []
+        private var oldest = 0
+
+        var count: Int { byID.count }
+
+        private func bucket(_ id: UInt64) -> Int? { byID.find(hash: id) { $0.record.id == id } }
+
+        private func bucket(_ k: Key) -> Int? {
+            guard !k.isReference, byKey.count > 0 else { return nil }  // a reference's node is never remembered
+            return byKey.find(hash: IdentityMap.hash(dev: k.dev, ino: k.ino)) { e in
+                let r = e.record
+                return r.ino == k.ino && r.dev == k.dev && r.view == k.view
+            }
+        }
+
+        subscript(id: UInt64) -> Remembered? {
+            bucket(id).map { byID[bucket: $0].record.remembered }
+        }
+
+        /// The place of a node being forgotten, now read (a node not remembered is left so).
+        mutating func setPlace(_ id: UInt64, _ place: Remembered.Place) {
+            if let b = bucket(id) { byID[bucket: b].record.place = place }
+        }
+
+        /// The id remembered for `key`, no longer remembered (the file is looked up again).
+        mutating func take(key: Key) -> UInt64? {
+            guard let b = bucket(key) else { return nil }
+            let id = byKey[bucket: b].record.id
+            drop(id)
+            return id
+        }
+
+        /// Forgets the node remembered for `key` (its handles go stale).
+        mutating func drop(key: Key) {
+            if let b = bucket(key) { drop(byKey[bucket: b].record.id) }
+        }
+
+        mutating func drop(_ id: UInt64) {
+            guard let b = bucket(id) else { return }
+            let r = byID.remove(bucket: b).record
+            if r.byKey, let k = byKey.find(hash: IdentityMap.hash(dev: r.dev, ino: r.ino), { $0.record === r }) {
+                byKey.remove(bucket: k)
+            }
+        }
+
+        mutating func remember(_ id: UInt64, _ r: Remembered, byKey inKeyTable: Bool, limit: Int) {
+            drop(id)
+            if inKeyTable, let b = bucket(r.key) {  // an older node of the file stays found by its id only
+                byKey.remove(bucket: b).record.byKey = false
+            }
+            let record = Record(id: id, r, byKey: inKeyTable)
+            byID.insertNew(ByID(record: record))
+            if inKeyTable { byKey.insertNew(ByKey(record: record)) }
+            order.append(id)
+            while count > limit, oldest < order.count {
+                drop(order[oldest])
                 oldest += 1
             }
-            if oldest > 4096, oldest * 2 > rememberOrder.count {
-                rememberOrder.removeFirst(oldest)
+            if oldest > 4096, oldest * 2 > order.count {
+                order.removeFirst(oldest)
                 oldest = 0
             }
             // Nodes forgotten, brought back and forgotten again appear more than once: keep
             // each id's latest place only, now and then (linear, amortised over `limit` forgets).
-            if rememberOrder.count - oldest > 2 * limit + 4096 {
+            if order.count - oldest > 2 * limit + 4096 {
                 var kept = Set<UInt64>()
-                let latest = rememberOrder[oldest...].reversed().filter { remembered[$0] != nil && kept.insert($0).inserted }
-                rememberOrder = latest.reversed()
+                let latest = order[oldest...].reversed().filter { bucket($0) != nil && kept.insert($0).inserted }
+                order = latest.reversed()
                 oldest = 0
             }
         }
 
-        mutating func dropRemembered(_ id: UInt64) {
-            guard let r = remembered.removeValue(forKey: id) else { return }
-            if rememberedByKey[r.key] == id { rememberedByKey[r.key] = nil }
+        mutating func removeAll() {
+            byID.removeAll()
+            byKey.removeAll()
+            order = []
+            oldest = 0
         }
+    }
+
+    private struct State: ~Copyable {
+        var byKey = IdentityMap()
+        var nextID: UInt64 = 1 << 20
+        var remembered = RememberedNodes()
     }
 
     private let state = Mutex(State())
@@ -810,8 +908,9 @@ final class InodeTable: Sendable {
     private let anchors = AnchorTable()
     /// The backing folders of the nodes, watched for the kernel's cache (see KernelCacheWatch).
     let kernelWatch = KernelCacheWatch()
-    /// How many forgotten nodes are remembered (measured: about 300 bytes each, so 80 MB at
-    /// most); beyond it the oldest handles go stale. DOCDRIVE_REMEMBERED_NODES overrides it.
+    /// How many forgotten nodes are remembered (measured: about 130 bytes each, so 34 MB at
+    /// most; 330 before RememberedNodes); beyond it the oldest handles go stale.
+    /// DOCDRIVE_REMEMBERED_NODES overrides it.
     let rememberLimit: Int
 
     init() {
@@ -850,8 +949,7 @@ final class InodeTable: Sendable {
             }
             // A file the kernel forgot gets its node id back (a file handle names it by that id).
             let id: UInt64
-            if !s.rememberedByKey.isEmpty, let old = s.rememberedByKey.removeValue(forKey: key) {
-                s.remembered[old] = nil
+            if let old = s.remembered.take(key: key) {
                 id = old
             } else {
                 id = s.nextID
@@ -906,7 +1004,7 @@ final class InodeTable: Sendable {
     func removed(view: View, dev: UInt64, ino: UInt64) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
         state.withLock { s -> Inode? in
-            if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
+            s.remembered.drop(key: key)
             return s.byKey.removeValue(forKey: key)
         }?.closeRemoved()
     }
@@ -920,7 +1018,7 @@ final class InodeTable: Sendable {
             for n in found {
                 let key = Key(view: n.view, dev: dev, ino: ino, isReference: false)
                 s.byKey.remove(n)
-                if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
+                s.remembered.drop(key: key)
             }
             return found
         }
@@ -933,7 +1031,7 @@ final class InodeTable: Sendable {
     func replaced(view: View, dev: UInt64, ino: UInt64) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
         state.withLock { s in
-            if let id = s.rememberedByKey[key] { s.dropRemembered(id) }
+            s.remembered.drop(key: key)
         }
     }
 
@@ -981,7 +1079,7 @@ final class InodeTable: Sendable {
                 let owned = s.byKey.remove(inode)
                 dead.append(inode)
                 if limit > 0, inode.kind == .backing, inode.reference == nil, let root = inode.root {
-                    s.remember(id, Remembered(key: key, root: root, fileType: inode.fileType, isTopLevel: inode.isTopLevel,
+                    s.remembered.remember(id, Remembered(key: key, root: root, fileType: inode.fileType, isTopLevel: inode.isTopLevel,
                                               place: .dying(inode)), byKey: owned, limit: limit)
                 }
             }
@@ -1004,7 +1102,7 @@ final class InodeTable: Sendable {
         state.withLock { s in
             for (id, place) in places {
                 guard case .dying? = s.remembered[id]?.place else { continue }  // revived or dropped meanwhile
-                if let place { s.remembered[id]?.place = place } else { s.dropRemembered(id) }
+                if let place { s.remembered.setPlace(id, place) } else { s.remembered.drop(id) }
             }
         }
     }
@@ -1021,7 +1119,7 @@ final class InodeTable: Sendable {
                               root: r.root, view: r.key.view, isTopLevel: r.isTopLevel)
             shard(id).byID.withLock { $0[id] = .init(inode: inode, lookups: 1) }
             if s.byKey[r.key] == nil { s.byKey.stand(inode) }
-            s.dropRemembered(id)
+            s.remembered.drop(id)
             return (inode, -1)
         }
         if spare >= 0 { Sys.close(spare) } else { budget.opened() }
@@ -1094,7 +1192,6 @@ final class InodeTable: Sendable {
             for sh in shards { sh.byID.withLock { m in v.append(contentsOf: m.values.map(\.inode)); m.removeAll() } }
             s.byKey.removeAll()
             s.remembered.removeAll()
-            s.rememberedByKey.removeAll()
             return v
         }
         for i in all { i.closeForShutdown() }

@@ -75,10 +75,18 @@ public final class Inode: Sendable {
     /// Its fields are ordered by size (a struct is laid out in the order written): the
     /// references first, the 4-byte ones, then the flags, so that no padding lies between them.
     struct Slot {
-        /// File handle and an open folder on the same filesystem (`anchor`), set at eviction.
-        var handle: [UInt8]? = nil
-        /// Not opened yet: where the node was last seen, to open it on first use.
-        var lazy: LazyName? = nil
+        /// How to open the node when it has no descriptor: a node is either never opened (a
+        /// name) or has been opened (a handle, once evicted), so one field holds either, in
+        /// 16 bytes where a field for each and the anchor took 28.
+        enum Way {
+            case none
+            /// Not opened yet: where the node was last seen, to open it on first use.
+            case lazy(LazyName)
+            /// File handle and an open folder on the same filesystem (`anchor`), set at eviction
+            /// (and kept once reopened).
+            case handle([UInt8], anchor: Int32)
+        }
+        var way = Way.none
         /// The versions a file keeps once it is opened or created through the mount, or a
         /// folder once it is listed (nil until then: most nodes are only looked up, and two
         /// versions inline were a third of a node). Under this lock rather than one of their
@@ -86,7 +94,6 @@ public final class Inode: Sendable {
         var versions: OpenedVersions? = nil
         /// O_PATH descriptor of the backing file, or -1 while evicted (or for virtual nodes).
         var fd: Int32
-        var anchor: Int32 = -1
         /// Operations currently using `fd` (between `acquire()` and `release()`).
         var users: Int32 = 0
         /// Open files made from this node (they hold their own descriptors).
@@ -105,6 +112,17 @@ public final class Inode: Sendable {
         var replaced = false
 
         init(fd: Int32) { self.fd = fd }
+
+        var lazy: LazyName? {
+            if case .lazy(let l) = way { l } else { nil }
+        }
+        var handle: [UInt8]? {
+            if case .handle(let h, _) = way { h } else { nil }
+        }
+        /// Opened at last: the name is no longer needed (a handle is kept).
+        mutating func dropLazy() {
+            if case .lazy = way { way = .none }
+        }
     }
 
     /// A regular file looked up but not opened (most looked-up files are only stat'ed): its
@@ -122,10 +140,11 @@ public final class Inode: Sendable {
     }
 
     // The stored fields are ordered by size (a class is laid out in the order written), so
-    // that no padding lies between them: 151 bytes, a 160-byte allocation (256 when they were
+    // that no padding lies between them: 135 bytes, a 144-byte allocation (256 when they were
     // in the order of their meaning; 208 while the kind and the view carried an app id's
     // string, the versions had a lock of their own and each node referred to the descriptor
-    // budget); every node the kernel holds has one.
+    // budget; 160 while the slot had a field for the name and one for the handle, and the file
+    // type took 4 bytes); every node the kernel holds has one.
     public let nodeID: UInt64
     let dev: UInt64
     let ino: UInt64
@@ -139,8 +158,8 @@ public final class Inode: Sendable {
     /// Follows renames; never resolves symlinks, so no request can walk out of its backing folder.
     private let slot: Mutex<Slot>
     public let kind: Kind
-    /// S_IFMT bits of the backing file.
-    let fileType: mode_t
+    /// The S_IFMT bits of the backing file, shifted into one byte (see `fileType`).
+    private let typeBits: UInt8
     /// The kernel's cache of this node (FileSystem+KernelCache): the inotify watch of this
     /// folder (-1: none).
     let watch = Atomic<Int32>(-1)
@@ -208,16 +227,18 @@ public final class Inode: Sendable {
         self.nodeID = nodeID
         self.kind = kind
         var slot = Slot(fd: fd)
-        slot.lazy = lazy
+        if let lazy { slot.way = .lazy(lazy) }
         self.slot = Mutex(slot)
         self.dev = dev
         self.ino = ino
-        self.fileType = fileType
+        typeBits = UInt8(truncatingIfNeeded: (fileType & S_IFMT) >> 12)
         self.root = root
         self.view = view
         self.isTopLevel = isTopLevel
     }
 
+    /// S_IFMT bits of the backing file.
+    var fileType: mode_t { mode_t(typeBits) << 12 }
     var isDirectory: Bool { fileType == S_IFDIR }
     var isSymlink: Bool { fileType == S_IFLNK }
 
@@ -235,8 +256,8 @@ public final class Inode: Sendable {
             guard !s.dead, !s.replaced else { return .gone }
             if s.removed { return .removed }
             if let l = s.lazy { return .open(l) }
-            guard let h = s.handle else { return .gone }
-            return .reopen(h, s.anchor)
+            guard case .handle(let h, let anchor) = s.way else { return .gone }
+            return .reopen(h, anchor)
         }
         let fresh: Int32
         switch next {
@@ -256,7 +277,7 @@ public final class Inode: Sendable {
         let (fd, spare): (Int32, Int32) = slot.withLock { s in
             s.users += 1
             s.referenced = true
-            s.lazy = nil
+            s.dropLazy()
             if s.fd >= 0 { return (s.fd, fresh) }  // another thread reopened it first
             s.fd = fresh
             return (fresh, -1)
@@ -295,7 +316,7 @@ public final class Inode: Sendable {
 
     /// The node was just found at `lazy`: remember that place if it is still unopened.
     func seen(at lazy: LazyName) {
-        slot.withLock { s in if s.lazy != nil { s.lazy = lazy } }
+        slot.withLock { s in if case .lazy = s.way { s.way = .lazy(lazy) } }
     }
 
     func release() {
@@ -330,8 +351,7 @@ public final class Inode: Sendable {
         let fd: Int32 = slot.withLock { s in
             guard s.fd >= 0, s.users == 0, s.opens == 0, !s.dead else { return -1 }
             s.removed = true
-            s.lazy = nil
-            s.handle = nil
+            s.way = .none
             defer { s.fd = -1 }
             return s.fd
         }
@@ -349,8 +369,7 @@ public final class Inode: Sendable {
     func closeReplaced() {
         let fd: Int32 = slot.withLock { s in
             s.replaced = true
-            s.lazy = nil
-            s.handle = nil
+            s.way = .none
             guard s.fd >= 0, s.users == 0, s.opens == 0, !s.dead else { return -1 }
             defer { s.fd = -1 }
             return s.fd
@@ -380,7 +399,7 @@ public final class Inode: Sendable {
         let taken: Bool = slot.withLock { s in
             guard s.fd < 0, !s.dead else { return false }
             s.fd = fd
-            s.lazy = nil
+            s.dropLazy()
             s.referenced = true
             return true
         }
@@ -420,8 +439,13 @@ public final class Inode: Sendable {
         let toClose: Int32 = slot.withLock { s in
             s.users -= 1
             if handle == nil { s.pinned = true }  // this filesystem has no file handles
-            s.handle = handle
-            if s.anchor < 0 { s.anchor = anchor }
+            if let handle {
+                // The first anchor stays (a handle is opened on the anchor it was checked with).
+                if case .handle(_, let first) = s.way, first >= 0 { anchor = first }
+                s.way = .handle(handle, anchor: anchor)
+            } else if case .handle = s.way {
+                s.way = .none
+            }
             guard s.users == 0, s.fd >= 0, ok || s.dead else { return -1 }
             defer { s.fd = -1 }
             return s.fd

@@ -732,8 +732,8 @@ final class InodeTable: Sendable {
     }
 
     /// The live nodes of one shard by id, with their lookup counts: 16 bytes a bucket (a
-    /// Dictionary's was 24). Ids are handed out in order, so the id itself (past the bits that
-    /// chose the shard) is the hash, and a lookup by id is most often one bucket; so the table
+    /// Dictionary's was 24). Ids are handed out in order, and the table's Fibonacci hashing
+    /// spreads ids in order evenly, so a lookup by id is most often one bucket; so the table
     /// may be fuller than one of random hashes before it grows.
     struct NodesByID {
         struct Entry: ProbedElement {

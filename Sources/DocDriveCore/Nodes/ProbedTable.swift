@@ -24,6 +24,8 @@ extension ProbedElement {
 package struct ProbedTable<Element: ProbedElement> {
     private var buckets: ContiguousArray<Element?> = []
     package private(set) var count = 0
+    /// Buckets looked at after a removal's hole, over the table's life (see `home`).
+    package private(set) var shiftScans = 0
 
     package static var minimumCapacity: Int { 16 }
 
@@ -31,9 +33,16 @@ package struct ProbedTable<Element: ProbedElement> {
 
     package var capacity: Int { buckets.count }
     private var mask: Int { buckets.count - 1 }
+    /// 64 − log2(capacity): a hash's home is the top bits of its Fibonacci product.
+    private var shift: UInt64 = 64
 
+    /// Fibonacci hashing (the hash times 2^64/φ, its top bits): ids handed out in order land
+    /// evenly apart instead of in one run of buckets. In one run, removing an element scanned
+    /// the rest of the run (nothing in it could move back, and the scan ends only at an empty
+    /// bucket): with the id itself as the home, every forget of 10,000 nodes remembered in
+    /// order scanned thousands of buckets (17 % of the daemon's time in a cold `stat`).
     @inline(__always)
-    private func home(_ hash: UInt64) -> Int { Int(truncatingIfNeeded: hash) & mask }
+    private func home(_ hash: UInt64) -> Int { Int(truncatingIfNeeded: (hash &* 0x9E37_79B9_7F4A_7C15) >> shift) }
 
     /// The bucket of the element with this hash that `matches`, if any.
     @inline(__always)
@@ -77,6 +86,7 @@ package struct ProbedTable<Element: ProbedElement> {
         while true {
             j = (j + 1) & mask
             guard let e = buckets[j] else { break }
+            shiftScans += 1
             if (j - home(e.probeHash)) & mask >= (j - hole) & mask {
                 buckets[hole] = e
                 buckets[j] = nil
@@ -90,6 +100,7 @@ package struct ProbedTable<Element: ProbedElement> {
     package mutating func removeAll() {
         buckets = []
         count = 0
+        shift = 64
     }
 
     /// Every element, in no particular order.
@@ -100,6 +111,7 @@ package struct ProbedTable<Element: ProbedElement> {
     private mutating func resize(to n: Int) {
         let old = buckets
         buckets = ContiguousArray(repeating: nil, count: n)
+        shift = UInt64(64 - n.trailingZeroBitCount)
         for case let e? in old {
             var i = home(e.probeHash)
             while buckets[i] != nil { i = (i + 1) & mask }

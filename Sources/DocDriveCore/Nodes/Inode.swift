@@ -680,13 +680,9 @@ final class InodeTable: Sendable {
         /// first lookup): a backing folder's nodes are found by key in each.
         private(set) var views: [View] = [.unified]
 
-        /// The views of one file share a hash (a drive meets few views).
-        static func hash(dev: UInt64, ino: UInt64) -> UInt64 {
-            var h = ino &+ dev &* 0x9E37_79B9_7F4A_7C15
-            h = (h ^ (h >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            h = (h ^ (h >> 27)) &* 0x94D0_49BB_1331_11EB
-            return h ^ (h >> 31)
-        }
+        /// The views of one file share a hash (a drive meets few views). Not mixed here: the
+        /// table spreads hashes itself (ProbedTable.home).
+        static func hash(dev: UInt64, ino: UInt64) -> UInt64 { ino &+ dev &* 0xBF58_476D_1CE4_E5B9 }
 
         static func key(of n: Inode) -> Key {
             Key(view: n.view, dev: n.dev, ino: n.ino, isReference: n.reference != nil)
@@ -749,18 +745,13 @@ final class InodeTable: Sendable {
             table.find(hash: id >> InodeTable.shardBits) { $0.inode.nodeID == id }
         }
 
-        subscript(id: UInt64) -> Entry? {
-            get { bucket(id).map { table[bucket: $0] } }
-            set {
-                switch (bucket(id), newValue) {
-                case (let b?, let e?): table[bucket: b] = e
-                case (let b?, nil): table.remove(bucket: b)
-                case (nil, let e?):
-                    precondition(e.inode.nodeID == id, "a node is kept under its own id")
-                    table.insertNew(e)
-                case (nil, nil): break
-                }
-            }
+        subscript(id: UInt64) -> Inode? {
+            bucket(id).map { table[bucket: $0].inode }
+        }
+
+        /// A node not here (a new id, or one forgotten and brought back), with one lookup.
+        mutating func insert(_ inode: Inode) {
+            table.insertNew(Entry(inode: inode, lookups: 1))
         }
 
         /// One more lookup of node `id`; nil if it is not here.
@@ -768,6 +759,16 @@ final class InodeTable: Sendable {
             guard let b = bucket(id) else { return nil }
             table[bucket: b].lookups += 1
             return table[bucket: b].inode
+        }
+
+        /// The kernel forgets `n` lookups of node `id`: the node, removed, when none remain.
+        mutating func dropLookups(_ id: UInt64, _ n: UInt64) -> Inode? {
+            guard let b = bucket(id) else { return nil }
+            if table[bucket: b].lookups > n {
+                table[bucket: b].lookups -= n
+                return nil
+            }
+            return table.remove(bucket: b).inode
         }
 
         var count: Int { table.count }
@@ -956,7 +957,7 @@ final class InodeTable: Sendable {
 
     @inline(__always)
     func get(_ id: UInt64) -> Inode? {
-        if let e = shard(id).byID.withLock({ $0[id]?.inode }) { return e }
+        if let e = shard(id).byID.withLock({ $0[id] }) { return e }
         return permanent.withLock { $0[id] }
     }
 
@@ -982,7 +983,7 @@ final class InodeTable: Sendable {
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: key.dev, ino: key.ino,
                               fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel,
                               reference: reference, lazy: fd < 0 ? lazy : nil)
-            shard(id).byID.withLock { $0[id] = .init(inode: inode, lookups: 1) }
+            shard(id).byID.withLock { $0.insert(inode) }
             s.byKey.stand(inode)
             return (inode, false)
         }
@@ -1088,18 +1089,9 @@ final class InodeTable: Sendable {
         let limit = rememberLimit
         state.withLock { s in
             for (id, n) in batch {
-                let gone = shard(id).byID.withLock { m -> Inode? in
-                    guard var e = m[id] else { return nil }
-                    if e.lookups > n {
-                        e.lookups -= n
-                        m[id] = e
-                        return nil
-                    }
-                    m[id] = nil
-                    return e.inode
-                }
+                let gone = shard(id).byID.withLock { $0.dropLookups(id, n) }
                 guard let inode = gone else { continue }
-                let key = Key(view: inode.view, dev: inode.dev, ino: inode.ino, isReference: inode.reference != nil)
+                let key = IdentityMap.key(of: inode)
                 let owned = s.byKey.remove(inode)
                 dead.append(inode)
                 if limit > 0, inode.kind == .backing, inode.reference == nil, let root = inode.root {
@@ -1141,7 +1133,7 @@ final class InodeTable: Sendable {
             }
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: r.key.dev, ino: r.key.ino, fileType: r.fileType,
                               root: r.root, view: r.key.view, isTopLevel: r.isTopLevel)
-            shard(id).byID.withLock { $0[id] = .init(inode: inode, lookups: 1) }
+            shard(id).byID.withLock { $0.insert(inode) }
             if s.byKey[r.key] == nil { s.byKey.stand(inode) }
             s.remembered.drop(id)
             return (inode, -1)

@@ -119,3 +119,5 @@ package struct ProbedTable<Element: ProbedElement> {
         }
     }
 }
+
+extension ProbedTable: Sendable where Element: Sendable {}

@@ -108,7 +108,7 @@ extension FolderRemote: Remote {
         let rootfd = try openRoot()
         defer { close(rootfd) }
         var out = [RemoteItem]()
-        var strings = Set<String>()
+        var strings = SharedStrings()
         func walk(_ dfd: Int32, _ path: StorePath) throws(DriveError) {
             guard let entries = Beneath.names(dfd) else { throw remoteError("cannot list", path, errno) }
             for e in entries where !Self.isOwnName(e.name) {

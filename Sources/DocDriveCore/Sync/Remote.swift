@@ -44,17 +44,33 @@ public struct RemoteMeta: Equatable, Sendable, Codable {
     }
 
     /// Takes the device id and name from `strings` when an equal one is there (and keeps them
-    /// there otherwise, up to 4,096): every item a device wrote carries the same two, and a
-    /// listing of 100,000 items decoded 100,000 copies of each.
-    mutating func shareDeviceStrings(in strings: inout Set<String>) {
-        func shared(_ s: String) -> String {
-            if let kept = strings.firstIndex(of: s) { return strings[kept] }
-            if strings.count < 4096 { strings.insert(s) }
-            return s
-        }
-        deviceID = deviceID.map(shared)
-        deviceName = deviceName.map(shared)
+    /// there otherwise, up to `SharedStrings.most`).
+    mutating func shareDeviceStrings(in strings: inout SharedStrings) {
+        deviceID = deviceID.map { strings.share($0) }
+        deviceName = deviceName.map { strings.share($0) }
     }
+}
+
+/// Device ids and names, each kept once (every item a device wrote carries the same two, and a
+/// listing of 100,000 items decoded 100,000 copies of each), and numbered (a kept S3 answer names
+/// them by number).
+struct SharedStrings: Sendable {
+    private(set) var all = [String]()
+    private var numbers = [String: Int]()
+    /// More are not kept (a bucket written by a great many devices): the rest go inline.
+    static let most = 4096
+
+    /// The number of `s`, kept now if it is new and there is room; nil when there is none.
+    mutating func number(of s: String) -> Int? {
+        if let n = numbers[s] { return n }
+        guard all.count < Self.most else { return nil }
+        all.append(s)
+        numbers[s] = all.count - 1
+        return all.count - 1
+    }
+
+    /// The string kept equal to `s` (kept now if it is new and there is room), or `s`.
+    mutating func share(_ s: String) -> String { number(of: s).map { all[$0] } ?? s }
 }
 
 /// One item of a remote listing.

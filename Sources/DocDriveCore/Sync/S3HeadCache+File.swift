@@ -23,7 +23,7 @@ extension S3HeadCache {
     /// changed since they were last written or read; returns how many were written, nil when
     /// nothing changed. Throws the failed call's errno.
     @discardableResult
-    func write(to path: String, identity: String) throws(Errno) -> Int? {
+    package func write(to path: String, identity: String) throws(Errno) -> Int? {
         // One write at a time (the stop's and a long poll's may meet): both use `path.new`.
         try writing.withLock { _ in Result { () throws(Errno) in try writeAlone(to: path, identity: identity) } }.get()
     }
@@ -31,7 +31,7 @@ extension S3HeadCache {
     private func writeAlone(to path: String, identity: String) throws(Errno) -> Int? {
         let now = changes.load(ordering: .relaxed)
         guard now != written.load(ordering: .relaxed) else { return nil }
-        let all = entries()
+        let (all, shared) = snapshot()
         let temporary = path + ".new"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw Errno(rawValue: errno) }
@@ -50,10 +50,10 @@ extension S3HeadCache {
         }
         out += Self.fileMagic
         Self.put(identity, &out)
-        for (key, entry) in all {
-            let h = entry.head
+        for answer in all {
+            let h = answer.withPacked { HeadPacking.unpack($0, shared: shared) }
             out.append(1)
-            Self.put(bytes: key, &out)
+            Self.put(bytes: answer.key, &out)
             Self.put(h.etag, &out)
             Self.put(UInt64(bitPattern: h.size), &out)
             out.append(h.link ? 1 : 0)
@@ -81,7 +81,7 @@ extension S3HeadCache {
     /// Keeps the answers of the file at `path` if it is the file of this remote (`identity`)
     /// and reads whole; returns how many, nil when there is no such file. Throws a sentence for
     /// a file that is there and cannot be used (nothing of it is kept then).
-    func read(from path: String, identity: String) throws(DriveError) -> Int? {
+    package func read(from path: String, identity: String) throws(DriveError) -> Int? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return nil }

@@ -2,22 +2,17 @@
 // an object whose ETag and time it already knows.
 import Synchronization
 
-/// Memory: a store of 100,000 items keeps 100,000 answers. In the map each is a reference (8
-/// bytes), not the answer itself (about 150 bytes inline): a Swift dictionary has up to twice as
-/// many slots as entries, and holds the old and the new storage while it grows, so the answers
-/// inline cost about 40 MB of slots and 60 MB at the last growth (heaptrack of a join: the
-/// largest single peak consumer). The writing device's id and name, the same on most answers,
-/// are kept once (one string each, shared by every answer that has them).
-final class S3HeadCache: Sendable {
-    final class Entry: Sendable {
-        let head: S3Remote.Head
-        init(_ head: S3Remote.Head) { self.head = head }
-    }
-
+/// Memory: a store of 100,000 items keeps 100,000 answers, each packed with its key into one
+/// allocation (`Answer`), found from a table of 8-byte buckets. The writing device's id and name,
+/// the same on most answers, are kept once and named by a number.
+package final class S3HeadCache: Sendable {
     private struct State {
-        var byKey = [[UInt8]: Entry]()
-        /// Device ids and names seen, each kept once.
-        var strings = Set<String>()
+        var answers = ProbedTable<Kept>()
+        var shared = SharedStrings()
+
+        func bucket(of key: UnsafeBufferPointer<UInt8>, hash: UInt64) -> Int? {
+            answers.find(hash: hash) { $0.answer.keyEquals(key) }
+        }
     }
 
     /// Lock: leaf.
@@ -30,29 +25,65 @@ final class S3HeadCache: Sendable {
     /// Held while the answers are written to their file. Lock order: `writing`, then `state`.
     let writing = Mutex<Void>(())
 
-    subscript(key: String) -> S3Remote.Head? {
-        state.withLock { $0.byKey[Array(key.utf8)]?.head }
-    }
+    package init() {}
 
-    /// Keeps `head` for `key`; returns it as kept (the device's strings shared).
-    @discardableResult
-    func keep(_ head: S3Remote.Head, for key: String) -> S3Remote.Head {
-        state.withLock { s in
-            var h = head
-            h.meta.shareDeviceStrings(in: &s.strings)
-            s.byKey[Array(key.utf8)] = Entry(h)
-            changes.add(1, ordering: .relaxed)
-            return h
+    package var count: Int { state.withLock { $0.answers.count } }
+
+    package subscript(key: String) -> S3Remote.Head? {
+        Self.withBytes(key) { k, hash in
+            state.withLock { s in
+                s.bucket(of: k, hash: hash).map { i in
+                    s.answers[bucket: i].answer.withPacked { HeadPacking.unpack($0, shared: s.shared.all) }
+                }
+            }
         }
     }
 
-    func forget(_ key: String) {
-        state.withLock { _ = $0.byKey.removeValue(forKey: Array(key.utf8)) }
+    /// The answer kept for `key` if its ETag is `etag` (then the answer's ETag is that string).
+    package func answer(for key: String, etag: String) -> S3Remote.Head? {
+        Self.withBytes(key) { k, hash in
+            state.withLock { s in
+                guard let i = s.bucket(of: k, hash: hash) else { return nil }
+                return s.answers[bucket: i].answer.withPacked { b in
+                    HeadPacking.hasETag(b, etag) ? HeadPacking.unpack(b, shared: s.shared.all, etag: etag) : nil
+                }
+            }
+        }
+    }
+
+    /// Keeps `head` for `key`; returns it as kept (its device strings the ones kept).
+    @discardableResult
+    package func keep(_ head: S3Remote.Head, for key: String) -> S3Remote.Head {
+        Self.withBytes(key) { k, hash in
+            state.withLock { s in
+                let packed = HeadPacking.pack(head, shared: &s.shared)
+                let kept = Kept(answer: .make(key: k, packed: packed, hash: hash))
+                if let i = s.bucket(of: k, hash: hash) { s.answers[bucket: i] = kept } else { s.answers.insertNew(kept) }
+                changes.add(1, ordering: .relaxed)
+                var h = head
+                h.meta.shareDeviceStrings(in: &s.shared)
+                return h
+            }
+        }
+    }
+
+    package func forget(_ key: String) {
+        Self.withBytes(key) { k, hash in
+            state.withLock { s in
+                if let i = s.bucket(of: k, hash: hash) { s.answers.remove(bucket: i) }
+            }
+        }
         changes.add(1, ordering: .relaxed)
     }
 
-    /// Every answer kept, with its key's bytes (references: the answers are not copied).
-    func entries() -> [(key: [UInt8], entry: Entry)] {
-        state.withLock { s in s.byKey.map { ($0.key, $0.value) } }
+    /// Every answer kept (references: nothing is copied), and the strings they were packed with.
+    func snapshot() -> (answers: [Answer], shared: [String]) {
+        state.withLock { s in (s.answers.elements.map(\.answer), s.shared.all) }
+    }
+
+    private static func withBytes<R>(_ key: String, _ body: (UnsafeBufferPointer<UInt8>, UInt64) -> R) -> R {
+        var key = key
+        key.makeContiguousUTF8()
+        return key.utf8.withContiguousStorageIfAvailable { body($0, hash($0)) }!
     }
 }

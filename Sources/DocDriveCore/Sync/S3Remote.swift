@@ -73,19 +73,30 @@ public final class S3Remote: Remote, Sendable {
         var record: String?
     }
 
-    struct Head: Sendable {
-        var etag: String
-        var size: Int64
-        var meta: RemoteMeta
-        var link: Bool
-        var upload: String?
+    package struct Head: Sendable {
+        package var etag: String
+        package var size: Int64
+        package var meta: RemoteMeta
+        package var link: Bool
+        package var upload: String?
         /// When the object was written, to the second ("YYYYMMDDHHMMSS", UTC; `modifiedSecond`);
         /// nil when not known (an answer to this device's own write has none).
-        var modified: String? = nil
+        package var modified: String? = nil
         /// For this device's own write: the second of the server's answer (its `Date`). The
         /// object's `LastModified` is that second or the one before (the request arrived then),
         /// so the next listing needs no HEAD to know it is the object written here.
-        var answered: String? = nil
+        package var answered: String? = nil
+
+        package init(etag: String, size: Int64, meta: RemoteMeta, link: Bool, upload: String?,
+                     modified: String? = nil, answered: String? = nil) {
+            self.etag = etag
+            self.size = size
+            self.meta = meta
+            self.link = link
+            self.upload = upload
+            self.modified = modified
+            self.answered = answered
+        }
     }
 
     public init(client: S3Client, device: String, pageSize: Int = 1000,
@@ -509,7 +520,7 @@ public final class S3Remote: Remote, Sendable {
     /// The HEAD answer kept for `key`, while it is the object a listing shows: same ETag, and
     /// written in the same second (an answer of unknown time is looked up again).
     func cachedHead(_ key: String, etag: String, modified: String?) -> Head? {
-        guard let h = heads[key], h.etag == etag else { return nil }
+        guard let h = heads.answer(for: key, etag: etag) else { return nil }
         guard let modified else { return h }
         if let m = h.modified { return m == modified ? h : nil }
         // Written here: the listing shows it if it was written in the second the server answered

@@ -51,4 +51,22 @@ final class ListedIDsTests: XCTestCase {
         XCTAssertEqual(l.inFolder("f"), ["f/new"])
         XCTAssertEqual(l.inFolder("g"), ["g/x"])
     }
+
+    /// Many ids (as a large store lists them): every one is found with exactly its path, an id
+    /// not listed is not found, and each folder holds exactly its listed paths.
+    func testEveryIdOfALargeListingIsFoundWithItsPath() {
+        var byID = [String: StorePath]()
+        for i in 0..<20_000 {
+            let id = i % 10 == 0 ? "other-\(i)" : ItemIndex.newID()
+            byID[id] = StorePath("folder \(i % 97)/file \(i) é.txt")
+        }
+        var l = ListedIDs(byID: byID)
+        for (id, path) in byID { XCTAssertEqual(l[id], path, id) }
+        for _ in 0..<1000 { XCTAssertNil(l[ItemIndex.newID()]) }
+        XCTAssertNil(l["other-20000"])
+        var folders = [StorePath: Set<StorePath>]()
+        for path in byID.values { folders[path.folder, default: []].insert(path) }
+        for (folder, held) in folders { XCTAssertEqual(Set(l.inFolder(folder)), held, "\(folder)") }
+        XCTAssertEqual(l.inFolder("folder 97"), [])
+    }
 }

@@ -11,33 +11,76 @@
 /// from going back whole: a store of 100,000 items held about 8 MB more between polls). Any
 /// other id (another tool's, a damaged one) is kept as it is.
 public struct ListedIDs: Sendable {
-    private var uuids: [UUIDBytes: StorePath]
-    private var others: [String: StorePath]
+    /// An item with an id in the drive's form: its path is `paths[start..<start + length]`.
+    private struct Entry {
+        let id: UUIDBytes
+        let start: UInt32
+        let length: UInt32
+    }
+
+    /// The paths of `entries`, one after another: one allocation, where a path each was 100,000
+    /// small ones made after every poll of a large store, scattered among what the poll frees
+    /// (so its pages could not go back).
+    private var paths = [UInt8]()
+    private var entries = [Entry]()
+    /// Open addressing over `entries` (linear probing, at most half full): an entry's number + 1,
+    /// 0 for an empty bucket.
+    private var buckets = [UInt32]()
+    private var others: [String: StorePath] = [:]
     /// The paths by their folder; nil until asked for after a listing.
     private var byFolder: [StorePath: [StorePath]]?
 
     public init(byID: [String: StorePath] = [:]) {
-        uuids = Dictionary(minimumCapacity: byID.count)
-        others = [:]
-        for (id, listed) in byID {
-            // A copy of the path: the listing's own is among its transient allocations.
-            let path = StorePath(bytes: listed.bytes.withUnsafeBufferPointer { Array($0) })
-            if let u = UUIDBytes(id) { uuids[u] = path } else { others[id] = path }
+        entries.reserveCapacity(byID.count)
+        for (id, path) in byID {
+            if let u = UUIDBytes(id), paths.count + path.bytes.count <= Int(UInt32.max), entries.count < Int(UInt32.max) {
+                entries.append(Entry(id: u, start: UInt32(paths.count), length: UInt32(path.bytes.count)))
+                paths += path.bytes
+            } else {
+                // A copy of the path: the listing's own is among its transient allocations.
+                others[id] = StorePath(bytes: path.bytes.withUnsafeBufferPointer { Array($0) })
+            }
         }
-        byFolder = nil
+        var n = 16
+        while n < entries.count * 2 { n *= 2 }
+        buckets = [UInt32](repeating: 0, count: entries.isEmpty ? 0 : n)
+        for (k, e) in entries.enumerated() {
+            var i = bucket(of: e.id)
+            while buckets[i] != 0 { i = (i + 1) & (buckets.count - 1) }
+            buckets[i] = UInt32(k + 1)
+        }
+    }
+
+    private func bucket(of id: UUIDBytes) -> Int {
+        let h = (id.high ^ (id.low &* 0xBF58_476D_1CE4_E5B9)) &* 0x9E37_79B9_7F4A_7C15
+        return Int(truncatingIfNeeded: h >> UInt64(64 - buckets.count.trailingZeroBitCount))
+    }
+
+    private func path(of e: Entry) -> StorePath {
+        StorePath(bytes: Array(paths[Int(e.start)..<Int(e.start) + Int(e.length)]))
     }
 
     /// Where the item `id` was listed.
     public subscript(id: String) -> StorePath? {
-        if let u = UUIDBytes(id) { return uuids[u] }
-        return others[id]
+        guard let u = UUIDBytes(id) else { return others[id] }
+        guard !buckets.isEmpty else { return others[id] }
+        var i = bucket(of: u)
+        while buckets[i] != 0 {
+            let e = entries[Int(buckets[i]) - 1]
+            if e.id == u { return path(of: e) }
+            i = (i + 1) & (buckets.count - 1)
+        }
+        return others[id]  // a UUID whose path did not fit in `paths`
     }
 
     /// The listed paths (with an id) directly in `folder`, in no particular order.
     public mutating func inFolder(_ folder: StorePath) -> [StorePath] {
         if let byFolder { return byFolder[folder] ?? [] }
         var made = [StorePath: [StorePath]]()
-        for p in uuids.values { made[p.folder, default: []].append(p) }
+        for e in entries {
+            let p = path(of: e)
+            made[p.folder, default: []].append(p)
+        }
         for p in others.values { made[p.folder, default: []].append(p) }
         byFolder = made
         return made[folder] ?? []

@@ -929,7 +929,9 @@ final class InodeTable: Sendable {
     }
     /// Virtual nodes live for the whole mount and are never forgotten.
     private let permanent = Mutex<[UInt64: Inode]>([:])
-    let budget: DescriptorBudget
+    /// The process's descriptor budget (`DescriptorBudget.process`), which nodes also count
+    /// against directly (they keep no reference to the table).
+    var budget: DescriptorBudget { .process }
     private let anchors = AnchorTable()
     /// The backing folders of the nodes, watched for the kernel's cache (see KernelCacheWatch).
     let kernelWatch = KernelCacheWatch()
@@ -939,7 +941,6 @@ final class InodeTable: Sendable {
     let rememberLimit: Int
 
     init() {
-        budget = .process
         if let v = getenv("DOCDRIVE_REMEMBERED_NODES"), let n = Int(String(cString: v)), n >= 0 {
             rememberLimit = n
         } else {

@@ -5,22 +5,10 @@ import DocDriveCore
 import Foundation
 import XCTest
 
-/// SplitMix64: a seeded generator (as SignedTokenTests and ItemIndexTests use).
-private struct Mix: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 final class S3HeadCacheTests: XCTestCase {
     /// A string of one of the forms the cache packs in its value's bytes, of a form next to one
     /// (a digit too many or too few, upper case, a dash missing), or anything else.
-    private func string(_ g: inout Mix) -> String? {
+    private func string(_ g: inout SplitMix64) -> String? {
         func hex(_ n: Int, _ digits: String = "0123456789abcdef") -> String {
             String((0..<n).map { _ in digits.randomElement(using: &g)! })
         }
@@ -45,7 +33,7 @@ final class S3HeadCacheTests: XCTestCase {
         }
     }
 
-    private func head(_ g: inout Mix, devices: Int) -> S3Remote.Head {
+    private func head(_ g: inout SplitMix64, devices: Int) -> S3Remote.Head {
         let device = "device-\(Int.random(in: 0..<devices, using: &g))"
         let meta = RemoteMeta(itemID: string(&g), deviceID: Bool.random(using: &g) ? device : string(&g),
                               deviceName: Bool.random(using: &g) ? device + " name" : string(&g),
@@ -78,7 +66,7 @@ final class S3HeadCacheTests: XCTestCase {
     func testEveryAnswerComesBackExactlyAsItWasKept() throws {
         let seed = UInt64(ProcessInfo.processInfo.environment["DOCDRIVE_HEADS_SEED"] ?? "") ?? UInt64.random(in: 0..<1_000_000)
         print("head cache seed \(seed) (replay with DOCDRIVE_HEADS_SEED=\(seed))")
-        var g = Mix(state: seed)
+        var g = SplitMix64(seed: seed)
         let cache = S3HeadCache()
         var model = [String: S3Remote.Head]()
         let keys = (0..<3000).map { i in i % 7 == 0 ? "dir/Ünïcode \(i)" : "docs/file-\(i).txt" } + [""]

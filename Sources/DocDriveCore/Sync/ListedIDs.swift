@@ -24,7 +24,9 @@ public struct ListedIDs: Sendable {
     private var paths = [UInt8]()
     private var entries = [Entry]()
     /// Open addressing over `entries` (linear probing, at most half full): an entry's number + 1,
-    /// 0 for an empty bucket.
+    /// 0 for an empty bucket. Not a `ProbedTable` of entries: its buckets would be 32 bytes (an
+    /// optional entry) at up to three quarters full, about 8 MB for 100,000 ids against 3.4 here;
+    /// the table is made once per listing and never changes.
     private var buckets = [UInt32]()
     private var others: [String: StorePath] = [:]
     /// The paths by their folder; nil until asked for after a listing.

@@ -179,6 +179,72 @@ final class FileSystemTests: XCTestCase {
         expectErrno(.noSuchFileOrDirectory) { _ = try fs.getattr(closed.inode.nodeID) }
     }
 
+    /// The descriptors of this process that hold a backing file whose last name is gone.
+    func heldDeleted(_ path: String) -> Int {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) == path + " (deleted)" }.count
+    }
+
+    /// Writes `bytes` into a new file of the store's backing folder and returns its path.
+    func backingFile(_ name: String, bytes: Int) throws -> String {
+        let path = home.path + "/stores/work/cache/" + name
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(repeating: 7, count: bytes)),
+                      "the store's backing folder is not where the test looks")
+        return path
+    }
+
+    /// Removing a file's last name answers before its blocks are freed: the removal holds the
+    /// file and the frees thread closes it (see DeferredFrees). A file without blocks and a file
+    /// with another name are not held (removing them frees nothing). statfs waits for the
+    /// closes, so the space a removal frees counts as free at once.
+    func testARemovalFreesTheBlocksAfterItsAnswerAndStatfsWaitsForThem() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        let big = try backingFile("big", bytes: 1 << 20)
+        let replaced = try backingFile("replaced", bytes: 1 << 16)
+        _ = try backingFile("new", bytes: 10)
+        _ = try backingFile("empty", bytes: 0)
+        let linked = try backingFile("linked", bytes: 1 << 16)
+        XCTAssertEqual(link(linked, linked + "2"), 0)
+        for name in ["big", "replaced", "new", "empty", "linked"] { _ = try lookup(work, name) }
+
+        fs.frees.pause()
+        var resumed = false
+        defer { if !resumed { fs.frees.resume() } }
+        for name in ["big", "empty", "linked"] {
+            try name.withCString { (c) throws in try fs.unlink(parent: work, name: c) }
+        }
+        try "new".withCString { a throws in
+            try "replaced".withCString { b throws in try fs.rename(parent: work, name: a, newParent: work, newName: b, flags: 0) }
+        }
+        XCTAssertEqual(heldDeleted(big), 1, "the removed file with blocks is not held")
+        XCTAssertEqual(heldDeleted(replaced), 1, "the file a rename replaced is not held")
+        XCTAssertEqual(fs.frees.waiting, 2, "only the two files whose removal frees blocks wait")
+
+        let frees = fs.frees
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.1) { frees.resume() }
+        resumed = true
+        _ = try fs.statfs(work)
+        XCTAssertEqual(heldDeleted(big), 0, "statfs answered before the removed file was freed")
+        XCTAssertEqual(heldDeleted(replaced), 0)
+        XCTAssertEqual(fs.frees.waiting, 0)
+    }
+
+    /// At most `DeferredFrees.most` descriptors wait: past them a removal frees its file itself,
+    /// so a long `rm -rf` cannot use up the process's descriptors.
+    func testAtMost512RemovedFilesWaitToBeFreed() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        let names = (0..<520).map { "f\($0)" }
+        let paths = try names.map { try backingFile($0, bytes: 4096) }
+        fs.frees.pause()
+        defer { fs.frees.resume() }
+        for name in names { try name.withCString { (c) throws in try fs.unlink(parent: work, name: c) } }
+        XCTAssertEqual(fs.frees.waiting, 512)
+        XCTAssertEqual(paths.reduce(0) { $0 + heldDeleted($1) }, 512, "held descriptors are not the ones waiting")
+        fs.frees.resume()
+        fs.frees.settle()
+        XCTAssertEqual(paths.reduce(0) { $0 + heldDeleted($1) }, 0, "a descriptor handed to be closed leaked")
+    }
+
     /// A backing listing lets go of its folder at the end (rm -rf removes the folder right
     /// after; RELEASEDIR comes later); a rewind opens it again and sees what changed since.
     func testListingLetsGoOfTheFolderAtItsEndAndReopensOnRewind() throws {

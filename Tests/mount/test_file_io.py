@@ -182,3 +182,31 @@ def test_a_change_in_the_backing_folder_shows_through_the_mount(io):
     time.sleep(0.05)
     (u.cache / "outside.txt").write_bytes(b"version two, longer")
     assert wait_until(lambda: p.read_bytes() == b"version two, longer", 5), p.read_bytes()
+
+
+@pytest.mark.timeout(90)
+def test_the_space_a_removal_frees_counts_as_free_at_once(io):
+    """The daemon frees a removed file's blocks after answering the unlink (DeferredFrees);
+    statfs waits for that, so `df` right after `rm` (or a rename onto a file) shows the space."""
+    u = io
+    size = 64 << 20
+    for name in ("gone.bin", "replaced.bin"):
+        with open(u.dir / name, "wb") as f:
+            f.write(os.urandom(size))
+            os.fsync(f.fileno())
+    (u.dir / "new.txt").write_bytes(b"the new version")
+    u.sync(check=0)  # the uploads are done: nothing else writes to this disk meanwhile
+
+    def free() -> int:
+        sv = os.statvfs(u.dir)
+        return sv.f_bfree * sv.f_frsize
+
+    before = free()
+    os.unlink(u.dir / "gone.bin")
+    after = free()
+    assert after - before >= size * 0.9, f"{(after - before) >> 20} MiB free after removing a 64 MiB file"
+    os.rename(u.dir / "new.txt", u.dir / "replaced.bin")
+    again = free()
+    assert again - after >= size * 0.9, f"{(again - after) >> 20} MiB free after replacing a 64 MiB file"
+    assert (u.dir / "replaced.bin").read_bytes() == b"the new version"
+    assert not (u.cache / "gone.bin").exists()

@@ -147,6 +147,8 @@ public struct FileSystemOptions: Sendable {
 ///    its body inside an index read: the sync's bodies take no lock and use no index there.
 ///    A store's `FillCommits.state` (fills waiting to be written out) is a leaf too, which
 ///    also makes or removes the store's `fills-waiting` marker file (once per burst).
+///    `DeferredFrees.state` (descriptors of removed files waiting to be closed) is a leaf: the
+///    frees thread closes them with no lock held, and `statfs` waits for them holding none.
 /// 6a. A store's `FillCommits.transitions` (a file's "filled" mark going, or an eviction's
 ///    mark) is held across that file's fgetxattr, fremovexattr and fstat, never across a
 ///    sync of the disk, and comes before `FilledTimes`' shards. A writable open of a file
@@ -212,6 +214,8 @@ public final class DriveFileSystem: Sendable {
     let releaseBarrier = Mutex<ReleaseBarrier?>(nil)
     /// How many `noFlush` files hold POSIX locks taken through them (FileSystem+Releases).
     let noFlushLockHolders = Atomic<Int>(0)
+    /// Closes what removals held, off the request threads (see DeferredFrees).
+    package let frees = DeferredFrees()
     /// Folder paths for the notes of removals (see FolderPathCache).
     let folderPaths = FolderPathCache()
     /// The advisory locks processes hold through the mount (see FileSystem+Locks).
@@ -277,6 +281,7 @@ public final class DriveFileSystem: Sendable {
 
     /// Closes every backing descriptor (after unmount).
     public func shutdown() {
+        frees.stop()
         table.removeAll()
         index.stop()
     }
@@ -712,13 +717,16 @@ public final class DriveFileSystem: Sendable {
             return
         }
         let own = expectOwnChange(p, name)
+        let held = holdForFreeing(pfd, name, st)
         do {
             _ = try Sys.check { unlinkat(pfd, name, 0) }
         } catch {
             withdrawOwnChange(own, p, pfd, name)
+            if held >= 0 { Sys.close(held) }
             throw error
         }
         publish(.removed(parent: p, name: name, st: st))
+        freeLater(held)
     }
 
     public func rmdir(parent: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
@@ -727,13 +735,30 @@ public final class DriveFileSystem: Sendable {
         defer { p.release() }
         let st = try Sys.stat(pfd, name)
         let own = expectOwnChange(p, name)
+        let held = holdForFreeing(pfd, name, st)
         do {
             _ = try Sys.check { unlinkat(pfd, name, Sys.AT_REMOVEDIR) }
         } catch {
             withdrawOwnChange(own, p, pfd, name)
+            if held >= 0 { Sys.close(held) }
             throw error
         }
         publish(.removed(parent: p, name: name, st: st))
+        freeLater(held)
+    }
+
+    /// Before `name` (`st`) is removed or replaced: an O_PATH descriptor of it when removing its
+    /// last name frees blocks, so that they are freed off this thread (see DeferredFrees); -1
+    /// if not. A name replaced behind the mount's back in between costs nothing: the
+    /// descriptor then holds the other file a moment longer.
+    private func holdForFreeing(_ pfd: Int32, _ name: UnsafePointer<CChar>, _ st: stat) -> Int32 {
+        let type = st.st_mode & S_IFMT
+        guard st.st_blocks > 0, type == S_IFDIR || (type == S_IFREG && st.st_nlink <= 1) else { return -1 }
+        return openat(pfd, name, Sys.O_PATH | Sys.O_NOFOLLOW | Sys.O_CLOEXEC)
+    }
+
+    private func freeLater(_ held: Int32) {
+        if held >= 0, !frees.hand(held) { Sys.close(held) }
     }
 
     public func rename(parent: UInt64, name: UnsafePointer<CChar>, newParent: UInt64, newName: UnsafePointer<CChar>, flags: UInt32) throws(Errno) {
@@ -776,6 +801,7 @@ public final class DriveFileSystem: Sendable {
         let sameFile = dst.map { $0.st_dev == src.st_dev && $0.st_ino == src.st_ino } ?? false
         let ownFrom = exchange || sameFile ? nil : expectOwnChange(p, name)
         let ownTo = exchange || sameFile ? nil : expectOwnChange(np, newName)
+        let held = exchange || sameFile ? -1 : dst.map { holdForFreeing(npfd, newName, $0) } ?? -1
         do {
             if flags == 0 {
                 _ = try Sys.check { renameat(pfd, name, npfd, newName) }
@@ -785,12 +811,14 @@ public final class DriveFileSystem: Sendable {
         } catch {
             withdrawOwnChange(ownFrom, p, pfd, name)
             withdrawOwnChange(ownTo, np, npfd, newName)
+            if held >= 0 { Sys.close(held) }
             throw error
         }
         if let shadowed { _ = unlinkat(npfd, shadowed, 0) }
         vacated.forget(folder: np, name: newName)
         if !exchange { noteVacated(parent: p, name: name, src: src, to: np, newName) }
         publish(.renamed(from: p, name: name, to: np, newName: newName, src: src, dst: dst, exchange: exchange))
+        freeLater(held)
     }
 
     // MARK: open files
@@ -1043,6 +1071,7 @@ public final class DriveFileSystem: Sendable {
 
     public func statfs(_ id: UInt64) throws(Errno) -> statvfs {
         let n = try node(id)
+        frees.settle()  // space just freed by a removal counts as free
         var sv = statvfs()
         if n.kind == .backing {
             let nfd = try n.acquire()

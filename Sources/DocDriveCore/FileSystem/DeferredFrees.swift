@@ -22,8 +22,9 @@ import Glibc
 /// At most `most` descriptors wait; past that the caller closes its own (the file is freed on
 /// the request thread, as before), so the queue never holds more than 512 of the process's
 /// descriptors. `statfs` waits for the queue first (`settle`), so `df` after `rm` counts the
-/// space as free. A write that needs the space in the moment before the close may still see
-/// ENOSPC, as on XFS.
+/// space as free. A removal frees later only while its file system has `spareRoom` free (and
+/// twice the file's size): on a nearly full disk, where someone removes a file to make room
+/// and writes again at once, the room is there when the unlink returns.
 ///
 /// Lock: `state` is a leaf.
 package final class DeferredFrees: Sendable {
@@ -41,6 +42,8 @@ package final class DeferredFrees: Sendable {
     /// Tests hold the closing back to see what waits.
     private let paused = Atomic<Bool>(false)
     package static let most = 512
+    /// Free space (bytes) below which removals free at once.
+    static let spareRoom: UInt64 = 1 << 30
 
     /// Takes `fd` (a descriptor of a file just removed) to close off this thread; false when
     /// the queue is full, and the caller closes it itself.

@@ -751,9 +751,17 @@ public final class DriveFileSystem: Sendable {
     /// last name frees blocks, so that they are freed off this thread (see DeferredFrees); -1
     /// if not. A name replaced behind the mount's back in between costs nothing: the
     /// descriptor then holds the other file a moment longer.
+    ///
+    /// Only while the backing file system has room to spare (`DeferredFrees.spareRoom`, and
+    /// twice what the file holds): whoever removes a file to make room on a full disk writes
+    /// again at once, and must find the room there.
     private func holdForFreeing(_ pfd: Int32, _ name: UnsafePointer<CChar>, _ st: stat) -> Int32 {
         let type = st.st_mode & S_IFMT
         guard st.st_blocks > 0, type == S_IFDIR || (type == S_IFREG && st.st_nlink <= 1) else { return -1 }
+        var sv = statvfs()
+        guard fstatvfs(pfd, &sv) == 0 else { return -1 }
+        let room = UInt64(sv.f_bavail) * UInt64(sv.f_frsize)
+        guard room >= max(DeferredFrees.spareRoom, 2 * UInt64(st.st_blocks) * 512) else { return -1 }
         return openat(pfd, name, Sys.O_PATH | Sys.O_NOFOLLOW | Sys.O_CLOEXEC)
     }
 

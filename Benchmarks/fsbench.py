@@ -225,6 +225,7 @@ def cmd_mountpid(path):
 ROWS = [
     ("seq_write", "sequential write {seq} (bs 1 MiB, fsync at end)", "MB/s", "up"),
     ("seq_read", "sequential read {seq}, cold", "MB/s", "up"),
+    ("seq_write_4k", "sequential write {rand} in 4 KiB writes (fsync at end)", "MB/s", "up"),
     ("rand_cold", "4 KiB random read, {rand} file, cold", "IOPS", "up"),
     ("rand_warm", "4 KiB random read, {rand} file, warm", "IOPS", "up"),
     ("meta_create", "create {meta} empty files", "files/s", "up"),

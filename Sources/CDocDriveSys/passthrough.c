@@ -30,7 +30,22 @@ struct dd_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define DD_IOC_BACKING_OPEN _IOW(229, 1, struct dd_backing_map)
 #define DD_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 
+/* FUSE_HANDLE_KILLPRIV_V2 (INIT flags bit 28, protocol 7.33) and the request flags it brings:
+   the daemon, not the kernel, drops setuid/setgid when a caller without CAP_FSETID writes,
+   truncates or opens with O_TRUNC (docdrive_passthrough.h). */
+#define HANDLE_KILLPRIV_V2 (1u << 28)
+#define OP_SETATTR 4
+#define OP_OPEN 14
+#define OP_WRITE 16
+#define OP_CREATE 35
+#define WRITE_KILL_SUIDGID (1u << 2)   /* fuse_write_in.write_flags, at 20 */
+#define FATTR_KILL_SUIDGID (1u << 11)  /* fuse_setattr_in.valid, at 0 */
+#define OPEN_KILL_SUIDGID (1u << 0)    /* fuse_open_in.open_flags at 4, fuse_create_in's at 12 */
+
 static atomic_int offered = 0;
+static atomic_int killpriv_offered = 0;
+static atomic_int killpriv_wanted = 0;
+static __thread int request_kills_suidgid = 0;
 static __thread int pending_mark = DD_REPLY_PLAIN;
 static __thread int32_t pending_id = 0;
 
@@ -42,12 +57,25 @@ ssize_t dd_fuse_io_read(int fd, void *buf, size_t len, void *userdata) {
     dd_fuse_worker_reading();
     ssize_t n = read(fd, buf, len);
     dd_fuse_worker_read(buf, n);
-    const char *p = buf;
-    /* fuse_init_in after the header: major, minor, max_readahead, flags, flags2. */
-    if (n >= IN_HEADER_SIZE + 20 && get32(p + 4) == FUSE_INIT_OPCODE) {
-        uint32_t flags = get32(p + IN_HEADER_SIZE + 12), flags2 = get32(p + IN_HEADER_SIZE + 16);
-        atomic_store(&offered, (flags & INIT_EXT) && (flags2 & PASSTHROUGH_FLAG2));
+    const char *p = buf, *in = p + IN_HEADER_SIZE;
+    int kills = 0;
+    if (n >= IN_HEADER_SIZE) {
+        switch (get32(p + 4)) {
+        case OP_WRITE: kills = n >= IN_HEADER_SIZE + 24 && (get32(in + 20) & WRITE_KILL_SUIDGID); break;
+        case OP_SETATTR: kills = n >= IN_HEADER_SIZE + 4 && (get32(in) & FATTR_KILL_SUIDGID); break;
+        case OP_OPEN: kills = n >= IN_HEADER_SIZE + 8 && (get32(in + 4) & OPEN_KILL_SUIDGID); break;
+        case OP_CREATE: kills = n >= IN_HEADER_SIZE + 16 && (get32(in + 12) & OPEN_KILL_SUIDGID); break;
+        case FUSE_INIT_OPCODE:
+            /* fuse_init_in after the header: major, minor, max_readahead, flags, flags2. */
+            if (n >= IN_HEADER_SIZE + 20) {
+                uint32_t flags = get32(in + 12), flags2 = get32(in + 16);
+                atomic_store(&offered, (flags & INIT_EXT) && (flags2 & PASSTHROUGH_FLAG2));
+                atomic_store(&killpriv_offered, (flags & HANDLE_KILLPRIV_V2) != 0);
+            }
+            break;
+        }
     }
+    request_kills_suidgid = kills;
     return n;
 }
 
@@ -66,11 +94,14 @@ ssize_t dd_fuse_io_writev(int fd, struct iovec *iov, int count, void *userdata) 
             && (memcpy(&error, (char *)iov[0].iov_base + 4, 4), error == 0)) {
             char *a = iov[1].iov_base;
             size_t l = iov[1].iov_len;
-            if (mark == DD_REPLY_INIT_PASSTHROUGH && l >= 40) {
+            if (mark == DD_REPLY_INIT && l >= 40) {
                 /* fuse_init_out: flags at 12, flags2 at 32, max_stack_depth at 36. */
-                put32(a + 12, get32(a + 12) | INIT_EXT);
-                put32(a + 32, get32(a + 32) | PASSTHROUGH_FLAG2);
-                put32(a + 36, MAX_STACK_DEPTH);
+                if (atomic_load(&killpriv_wanted)) put32(a + 12, get32(a + 12) | HANDLE_KILLPRIV_V2);
+                if (pending_id) {
+                    put32(a + 12, get32(a + 12) | INIT_EXT);
+                    put32(a + 32, get32(a + 32) | PASSTHROUGH_FLAG2);
+                    put32(a + 36, MAX_STACK_DEPTH);
+                }
             } else if (mark == DD_REPLY_OPEN_PASSTHROUGH && l == OPEN_OUT_SIZE) {
                 patch_open_out(a, pending_id);
             } else if (mark == DD_REPLY_CREATE_PASSTHROUGH && l == ENTRY_OUT_SIZE + OPEN_OUT_SIZE) {
@@ -93,6 +124,14 @@ void dd_fuse_mark_reply(int mark, int32_t backing_id) {
 }
 
 int dd_fuse_kernel_offers_passthrough(void) { return atomic_load(&offered); }
+
+int dd_fuse_want_killpriv_v2(void) {
+    int on = atomic_load(&killpriv_offered);
+    atomic_store(&killpriv_wanted, on);
+    return on;
+}
+
+int dd_fuse_request_kills_suidgid(void) { return request_kills_suidgid; }
 
 int32_t dd_fuse_backing_open(int devfd, int fd) {
     struct dd_backing_map map = { .fd = fd, .flags = 0, .padding = 0 };

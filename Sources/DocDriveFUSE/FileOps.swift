@@ -19,9 +19,15 @@ private func fillOpen(_ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile)
 /// Sends the reply to an OPEN or CREATE (`send`), passed through to the backing file when the
 /// node's other open files allow it (`mark` says which reply it is). False if the kernel did
 /// not take the reply (the request was interrupted): the caller then releases `f`.
-private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, _ mark: dd_fuse_reply_mark, _ send: () -> Int32) -> Bool {
-    let backingID = ctx.passthrough.opened(f, in: ctx.fs)
-    if backingID > 0 {
+private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, _ fi: UnsafeMutablePointer<fuse_file_info>, caller: Caller,
+                         _ mark: dd_fuse_reply_mark, _ send: () -> Int32) -> Bool {
+    let backingID = ctx.passthrough.opened(f, in: ctx.fs, throughDrive: ctx.fs.writesNeedTheDrive(f, caller: caller))
+    if backingID < 0 {
+        // Through the drive while the node's other files pass through: the kernel allows that
+        // only for direct I/O.
+        f.directThroughDrive.store(true, ordering: .relaxed)
+        cfuse_fi_set_open_flags(fi, 1, 0, f.noFlush ? 1 : 0)
+    } else if backingID > 0 {
         ctx.fs.writesBypass(f)
         // A shared mapping of it would change the times behind the kernel's cached attributes
         // (FileSystem+MappedTimes): drop them before the opener can map it.
@@ -49,7 +55,7 @@ func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fu
     do throws(Errno) {
         switch try fs.openOrFill(ino, flags: fi!.pointee.flags, caller: who) {
         case .opened(let f):
-            replyOpen(ctx, req, fi!, f)
+            replyOpen(ctx, req, fi!, f, caller: who)
         case .placeholder(let root, let path):
             // The content first, downloaded on another thread: this request thread goes back to
             // libfuse, and the reply is sent from there once the file is whole (the kernel
@@ -65,7 +71,7 @@ func opOpen(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fu
                 var info = pending.info
                 do throws(Errno) {
                     let f = try fs.open(ino, flags: info.flags, caller: who)
-                    replyOpen(ctx, pending.req, &info, f)
+                    replyOpen(ctx, pending.req, &info, f, caller: who)
                 } catch {
                     replyError(pending.req, error)
                 }
@@ -83,10 +89,11 @@ private struct PendingOpen: @unchecked Sendable {
     let info: fuse_file_info
 }
 
-private func replyOpen(_ ctx: FuseContext, _ req: fuse_req_t?, _ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile) {
+private func replyOpen(_ ctx: FuseContext, _ req: fuse_req_t?, _ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile,
+                       caller: Caller) {
     fillOpen(fi, f)
     if f.writable { ctx.activity?.writerOpened() }
-    if !replyOpened(ctx, f, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
+    if !replyOpened(ctx, f, fi, caller: caller, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
         closeOpenFile(ctx, f)
     }
 }
@@ -98,13 +105,14 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
     do throws(Errno) {
         // Without FLUSH at its closes when the release barrier works (FileSystem+Releases):
         // one request fewer per created file.
-        let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: caller(req),
+        let who = caller(req)
+        let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: who,
                                    noFlush: ctx.releases.available.load(ordering: .relaxed))
         fillOpen(fi!, f)
         if f.writable { ctx.activity?.writerOpened() }
         if f.noFlush { ctx.unreleased.add(fi!.pointee.fh) }
         var p = entryParam(e, fs)
-        if !replyOpened(ctx, f, DD_REPLY_CREATE_PASSTHROUGH, {
+        if !replyOpened(ctx, f, fi!, caller: who, DD_REPLY_CREATE_PASSTHROUGH, {
             p.attr_timeout = fs.attributeTimeout(e.inode)  // as it is once passed through
             return fuse_reply_create(req, &p, fi)
         }) {
@@ -126,10 +134,15 @@ func opRead(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ off: off_t, _ 
 
 func opWrite(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ buf: UnsafePointer<CChar>?, _ size: Int, _ off: off_t,
              _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-    let fs = context(req).fs
+    let ctx = context(req)
+    let fs = ctx.fs
     guard let f = openFile(fi) else { return replyError(req, .badFileDescriptor) }
+    // Read first: it is this thread's current request's (FUSE_WRITE_KILL_SUIDGID).
+    let kills = dd_fuse_request_kills_suidgid() != 0
     do throws(Errno) {
         let n = try fs.write(f, UnsafeRawPointer(buf!), count: size, offset: Int64(off))
+        // The kernel's cached mode would keep the bits (an exec uses it): drop it.
+        if kills, fs.dropPrivilegeBits(afterWriteTo: f, caller: caller(req)) { ctx.invalidateAttributes(ino) }
         fuse_reply_write(req, n)
     } catch {
         replyError(req, error)

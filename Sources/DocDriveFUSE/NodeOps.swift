@@ -1,4 +1,5 @@
 // NodeOps: FUSE callbacks for names and attributes (lookup, forget, getattr/setattr, create, remove, rename).
+import CDocDriveSys
 import CFuse
 import DocDriveCore
 import SystemPackage
@@ -54,7 +55,10 @@ func opSetattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ attr: UnsafeMutablePoint
     if toSet & FUSE_SET_ATTR_MODE != 0 { c.mode = a.st_mode }
     if toSet & FUSE_SET_ATTR_UID != 0 { c.uid = a.st_uid }
     if toSet & FUSE_SET_ATTR_GID != 0 { c.gid = a.st_gid }
-    if toSet & FUSE_SET_ATTR_SIZE != 0 { c.size = Int64(a.st_size) }
+    if toSet & FUSE_SET_ATTR_SIZE != 0 {
+        c.size = Int64(a.st_size)
+        c.killsSetID = dd_fuse_request_kills_suidgid() != 0  // FATTR_KILL_SUIDGID of this request
+    }
     if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { c.atime = .now } else if toSet & FUSE_SET_ATTR_ATIME != 0 { c.atime = .at(a.st_atim) }
     if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { c.mtime = .now } else if toSet & FUSE_SET_ATTR_MTIME != 0 { c.mtime = .at(a.st_mtim) }
     let who = caller(req)

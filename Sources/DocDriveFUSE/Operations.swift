@@ -1,4 +1,5 @@
 // Operations: the one function that fills libfuse's low-level operation table.
+import CDocDriveSys
 import CFuse
 
 /// Called on libfuse's thread once the kernel has sent INIT: choose capabilities.
@@ -30,15 +31,26 @@ func opInit(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<f
     // kernel passes the umask on (the core applies it as the creating thread's own umask).
     cfuse_conn_enable(conn, UInt32(FUSE_CAP_DONT_MASK))
     dontMask.store(conn.pointee.want & UInt32(FUSE_CAP_DONT_MASK) != 0, ordering: .relaxed)
-    // The kernel clears setuid/setgid on writes and chown by others: we run as root and would not.
+    // Not the first version: with it the kernel leaves dropping setuid/setgid to us and still
+    // asks for security.capability before every write.
     cfuse_conn_disable(conn, UInt32(FUSE_CAP_HANDLE_KILLPRIV))
+    // The second version (libfuse 3.14 cannot ask for it; our I/O functions add it to the
+    // reply): the kernel stops asking for security.capability before every write() (a round
+    // trip per 4 KiB written by sqlite, a log, a compiler), and a request of a caller without
+    // CAP_FSETID tells us to drop setuid/setgid, which the backing file system would not do
+    // for us, who run as root (FileSystem+Setgid). Writes passed through to the
+    // backing file never come here: `writesNeedTheDrive` sends the writable opens that could need
+    // it through the drive.
+    let killpriv = dd_fuse_want_killpriv_v2() != 0
+    ctx.fs.dropsSetIDBits.store(killpriv, ordering: .relaxed)
     // libfuse asked for POSIX and flock locks because the lock operations are set: keep them.
     let lockCaps = UInt32(FUSE_CAP_POSIX_LOCKS) | UInt32(FUSE_CAP_FLOCK_LOCKS)
     if conn.pointee.want & lockCaps != lockCaps {
         ctx.logger.warning("the kernel does not pass locks on (capable \(conn.pointee.capable & lockCaps), want \(conn.pointee.want & lockCaps)): they stay local to this machine's kernel")
     }
-    ctx.passthrough.negotiate()
-    ctx.logger.info("kernel connection ready: protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), max_write \(conn.pointee.max_write), locks \(conn.pointee.want & lockCaps == lockCaps ? "served by the drive" : "kernel-local"), file I/O \(ctx.passthrough.isEnabled ? "passed through to the backing files" : "through the drive")")
+    let passthrough = ctx.passthrough.negotiate()
+    if passthrough || killpriv { dd_fuse_mark_reply(Int32(DD_REPLY_INIT.rawValue), passthrough ? 1 : 0) }
+    ctx.logger.info("kernel connection ready: protocol \(conn.pointee.proto_major).\(conn.pointee.proto_minor), max_write \(conn.pointee.max_write), locks \(conn.pointee.want & lockCaps == lockCaps ? "served by the drive" : "kernel-local"), file I/O \(ctx.passthrough.isEnabled ? "passed through to the backing files" : "through the drive"), setuid/setgid dropped by \(killpriv ? "the drive" : "the kernel")")
     ctx.onReady(ctx.passthrough.isEnabled)
 }
 

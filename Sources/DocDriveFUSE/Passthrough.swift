@@ -55,19 +55,33 @@ final class Passthrough: Sendable {
 
     func setDevice(_ fd: Int32) { deviceFD.store(fd, ordering: .relaxed) }
 
-    /// At INIT, on libfuse's thread, just before its reply: offer passthrough if the kernel did.
-    func negotiate() {
-        guard wanted, dd_fuse_kernel_offers_passthrough() != 0 else { return }
-        dd_fuse_mark_reply(Int32(DD_REPLY_INIT_PASSTHROUGH.rawValue), 0)
+    /// At INIT, on libfuse's thread, just before its reply: whether to offer passthrough (the
+    /// kernel did, and it is wanted). The caller marks the reply (`opInit`).
+    func negotiate() -> Bool {
+        guard wanted, dd_fuse_kernel_offers_passthrough() != 0 else { return false }
         enabled.store(true, ordering: .relaxed)
+        return true
     }
 
     /// Counts a newly opened file of `node` and returns the backing id its open reply must carry
-    /// (0: open it the ordinary way).
-    func opened(_ file: OpenFile, in fs: DriveFileSystem) -> Int32 {
+    /// (0: open it the ordinary way; -1: `throughDrive` while the node's files pass through, so
+    /// this one is direct I/O through the drive, and not counted).
+    func opened(_ file: OpenFile, in fs: DriveFileSystem, throughDrive: Bool = false) -> Int32 {
         guard isEnabled else { return 0 }
         let node = file.inode.nodeID
         let id: Int32 = shard(node).nodes.withLock { table in
+            if throughDrive {
+                // The node's files go through the drive while this one is open, unless some
+                // pass through already: the kernel allows no cached file beside those.
+                if var n = table[node] {
+                    if n.backingID > 0 { return -1 }
+                    n.openCount += 1
+                    table[node] = n
+                } else {
+                    table[node] = NodeFiles(backingID: 0, openCount: 1)
+                }
+                return 0
+            }
             if var n = table[node] {
                 n.openCount += 1
                 table[node] = n
@@ -95,7 +109,7 @@ final class Passthrough: Sendable {
 
     /// The file counted by `opened` is released (or its open reply could not be sent).
     func released(_ file: OpenFile) {
-        guard isEnabled else { return }
+        guard isEnabled, !file.directThroughDrive.load(ordering: .relaxed) else { return }
         let node = file.inode.nodeID
         let unused: Int32 = shard(node).nodes.withLock { table in
             guard var n = table[node] else { return 0 }

@@ -27,6 +27,17 @@ def test_a_shared_mount_has_the_kernel_check_permissions(drive):
     assert {"allow_other", "default_permissions"} <= mount_options(drive.mnt)
 
 
+def test_the_drive_drops_setuid_and_setgid_itself(drive):
+    """On Linux 5.11+ the drive asks for FUSE_HANDLE_KILLPRIV_V2: the kernel then stops asking
+    for security.capability before every write(2), and the drive drops setuid/setgid where a
+    native filesystem would (the tests below check that it does, as natively)."""
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    line = next((l for l in drive.log_path.read_text().splitlines() if "kernel connection ready" in l), "")
+    assert line, "the daemon logged no INIT"
+    want = "the drive" if (major, minor) >= (5, 11) else "the kernel"
+    assert f"setuid/setgid dropped by {want}" in line, line
+
+
 # The child's helpers: rec(key, fn) stores fn()'s result or its errno name in `result`.
 PRELUDE = """
 b = args[0]

@@ -15,7 +15,8 @@
 
 enum dd_fuse_reply_mark {
     DD_REPLY_PLAIN = 0,
-    DD_REPLY_INIT_PASSTHROUGH = 1,    /* the next reply answers INIT: offer passthrough */
+    DD_REPLY_INIT = 1,                /* the next reply answers INIT: passthrough when the
+                                         backing id is 1, HANDLE_KILLPRIV_V2 when wanted */
     DD_REPLY_OPEN_PASSTHROUGH = 2,    /* the next reply answers OPEN: use backing_id */
     DD_REPLY_CREATE_PASSTHROUGH = 3,  /* the next reply answers CREATE: use backing_id */
 };
@@ -30,6 +31,14 @@ ssize_t dd_fuse_io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout,
 void dd_fuse_mark_reply(int mark, int32_t backing_id);
 /* 1 once the kernel's INIT request offered passthrough (seen by dd_fuse_io_read). */
 int dd_fuse_kernel_offers_passthrough(void);
+/* FUSE_HANDLE_KILLPRIV_V2: the kernel stops asking for security.capability before every
+   write (it may mark an inode S_NOSEC once it has none), and leaves dropping setuid/setgid to
+   the daemon: a request of a caller without CAP_FSETID says so (WRITE, SETATTR of the size,
+   OPEN and CREATE with O_TRUNC). Called from the INIT handler: asks for it in the INIT reply
+   (marked DD_REPLY_INIT) when the kernel offered it; 1 if so. */
+int dd_fuse_want_killpriv_v2(void);
+/* 1 when the request this thread is handling asks the daemon to drop setuid/setgid. */
+int dd_fuse_request_kills_suidgid(void);
 /* FUSE_DEV_IOC_BACKING_OPEN on the session's /dev/fuse descriptor: a backing id (> 0), or
    -errno (EPERM without CAP_SYS_ADMIN, EOPNOTSUPP when the connection has no passthrough,
    ELOOP when the backing filesystem is itself stacked too deep). */

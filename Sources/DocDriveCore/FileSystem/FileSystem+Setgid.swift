@@ -43,12 +43,38 @@ enum PrivilegeBits {
 }
 
 extension DriveFileSystem {
-    /// Clears, on the open backing file `fd`, the bits a content change by `caller` clears natively.
-    func dropPrivilegeBitsForModification(fd: Int32, caller: Caller?) {
-        guard let caller, !caller.keepsPrivilegeBits, let st = try? Sys.stat(fd: fd),
-              st.st_mode & (S_ISUID | S_ISGID) != 0 else { return }
+    /// Clears, on the open backing file `fd` (or, with `nodeFD`, the node's O_PATH descriptor),
+    /// the bits a content change by `caller` clears natively. True when it cleared some: the
+    /// kernel's cached mode is then stale.
+    @discardableResult
+    func dropPrivilegeBitsForModification(fd: Int32 = -1, nodeFD: Int32 = -1, caller: Caller?) -> Bool {
+        let any = fd >= 0 ? fd : nodeFD
+        guard let caller, !caller.keepsPrivilegeBits, let st = try? Sys.stat(fd: any),
+              st.st_mode & (S_ISUID | S_ISGID) != 0 else { return false }
         let kill = PrivilegeBits.killedByModification(caller, st)
-        if kill != 0 { _ = fchmod(fd, st.st_mode & 0o7777 & ~kill) }
+        guard kill != 0 else { return false }
+        let mode = st.st_mode & 0o7777 & ~kill
+        return (fd >= 0 ? fchmod(fd, mode) : dd_fchmod_path(nodeFD, mode)) == 0
+    }
+
+    /// After a write through the drive that the kernel says drops setuid/setgid (its caller has
+    /// no CAP_FSETID; `dropsSetIDBits`): true when bits were dropped, and the adapter must drop
+    /// the kernel's cached attributes (an exec would use its cached mode).
+    public func dropPrivilegeBits(afterWriteTo file: OpenFile, caller: Caller) -> Bool {
+        dropPrivilegeBitsForModification(fd: file.fd, caller: caller)
+    }
+
+    /// Whether `file`, opened by `caller`, must be written through the drive rather than passed
+    /// through to its backing file. With `dropsSetIDBits` the kernel leaves the bits a write
+    /// drops to the drive, and a write passed through never reaches it: so a writable open by
+    /// anyone but root of a regular file that has setuid or setgid, or that is someone else's
+    /// (its owner, or root, could set them while it is open), goes through the drive. A user's
+    /// own files, and root's writes, still pass through.
+    public func writesNeedTheDrive(_ file: OpenFile, caller: Caller) -> Bool {
+        guard file.writable, !caller.keepsPrivilegeBits, dropsSetIDBits.load(ordering: .relaxed) else { return false }
+        guard let st = try? Sys.stat(fd: file.fd) else { return true }
+        guard st.st_mode & S_IFMT == S_IFREG else { return false }
+        return st.st_mode & (S_ISUID | S_ISGID) != 0 || st.st_uid != caller.uid
     }
 
     /// After `caller` set a file's access ACL (node descriptor `nfd`): the mode the ACL gave it

@@ -43,6 +43,9 @@ public struct AttributeChanges: Sendable {
     public var size: Int64?
     public var atime: Time?
     public var mtime: Time?
+    /// The kernel asks the drive to drop setuid/setgid with this size change (a caller without
+    /// CAP_FSETID truncates; FUSE_HANDLE_KILLPRIV_V2, see `dropsSetIDBits`).
+    public var killsSetID = false
     public init() {}
 }
 
@@ -76,6 +79,9 @@ public final class OpenFile: Sendable {
     public let noFlush: Bool
     /// A POSIX lock was taken through this `noFlush` file (counted in `noFlushLockHolders`).
     let tookLocks = Atomic<Bool>(false)
+    /// The adapter sends this file's reads and writes through the drive (direct I/O) while the
+    /// node's other open files pass through to the backing file (see `writesNeedTheDrive`).
+    public let directThroughDrive = Atomic<Bool>(false)
 
     init(fd: Int32, inode: Inode, flags: Int32, version: FileVersion?, directIO: Bool, keepCache: Bool,
          contentRoot: BackingRoot? = nil, noFlush: Bool = false) {
@@ -214,6 +220,9 @@ public final class DriveFileSystem: Sendable {
     let releaseBarrier = Mutex<ReleaseBarrier?>(nil)
     /// How many `noFlush` files hold POSIX locks taken through them (FileSystem+Releases).
     let noFlushLockHolders = Atomic<Int>(0)
+    /// The kernel leaves dropping setuid/setgid at writes and truncations to the drive
+    /// (FUSE_HANDLE_KILLPRIV_V2, set by the adapter at INIT; FileSystem+Setgid).
+    public let dropsSetIDBits = Atomic<Bool>(false)
     /// Closes what removals held, off the request threads (see DeferredFrees).
     package let frees = DeferredFrees()
     /// Folder paths for the notes of removals (see FolderPathCache).
@@ -508,6 +517,7 @@ public final class DriveFileSystem: Sendable {
                 if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot { publish(.truncated(fd: nfd, root: root)) }
             }
             if let fd { _ = try Sys.check { ftruncate(fd, off_t(size)) } } else { _ = try Sys.check { dd_truncate_path(nfd, off_t(size)) } }
+            if c.killsSetID { dropPrivilegeBitsForModification(nodeFD: nfd, caller: caller) }
         }
         if c.atime != nil || c.mtime != nil {
             func ts(_ t: AttributeChanges.Time?) -> timespec {

@@ -201,15 +201,12 @@ public final class QueryEngine: Sendable {
     // MARK: the loop
 
     public func start() {
-        let t = Thread { [self] in
+        Sys.startThread("docdrive-query", kernelName: "docdrive-query") { [self] in
             // The uploads' priority (nice 10, idle I/O). Nice 19 was tried: with it `tar x` through
             // the mount was not faster (4.4-6.2 s against 3.6-4.0 s without the index, 5 rounds).
             dd_background_thread()
-            Sys.nameThisThread("docdrive-query")
             run()
         }
-        t.name = "docdrive-query"
-        t.start()
     }
 
     public func stop() { stopped.store(true, ordering: .relaxed) }

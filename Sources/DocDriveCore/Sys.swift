@@ -1,5 +1,6 @@
 // Sys: the raw system calls of the file system core, each returning its result or throwing Errno.
 import CDocDriveSys
+import Foundation
 import SystemPackage
 #if canImport(Glibc)
 import Glibc
@@ -20,6 +21,17 @@ enum Sys {
     /// Thread.name does not reach it here. Cut to the kernel's 15 bytes.
     static func nameThisThread(_ name: String) {
         _ = c_pthread_setname_np(pthread_self(), String(decoding: Array(name.utf8.prefix(15)), as: UTF8.self))
+    }
+
+    /// Starts a thread running `body`, named `name` for Foundation and `kernelName` for the
+    /// kernel (named from inside: a thread started from another keeps that one's name).
+    static func startThread(_ name: String, kernelName: String, _ body: @escaping @Sendable () -> Void) {
+        let t = Thread {
+            nameThisThread(kernelName)
+            body()
+        }
+        t.name = name
+        t.start()
     }
 
     @inline(__always)

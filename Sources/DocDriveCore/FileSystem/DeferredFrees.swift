@@ -57,14 +57,7 @@ package final class DeferredFrees: Sendable {
             s.awake = true
             return (true, true, start)
         }
-        if start {
-            let t = Thread { [self] in
-                Sys.nameThisThread("dd-frees")
-                run()
-            }
-            t.name = "docdrive-frees"
-            t.start()
-        }
+        if start { Sys.startThread("docdrive-frees", kernelName: "dd-frees") { [self] in run() } }
         if signal { wake.signal() }
         return taken
     }

@@ -118,12 +118,7 @@ public final class Downloads: Sendable {
             return true
         }
         guard start else { return }
-        let thread = Thread { [self] in
-            Sys.nameThisThread("dd-download-\(name)")
-            work(lane)
-        }
-        thread.name = "docdrive-download-\(name)"
-        thread.start()
+        Sys.startThread("docdrive-download-\(name)", kernelName: "dd-download-\(name)") { [self] in work(lane) }
     }
 
     /// A lane's thread: takes the oldest open, else the oldest readahead, runs it, tells its

@@ -113,13 +113,7 @@ final class FillCommits: Sendable {
             return false
         }
         if start {
-            // (Named from inside: started from a download thread, it would keep that name.)
-            let t = Thread { [self] in
-                Sys.nameThisThread("dd-fill-commit")
-                run()
-            }
-            t.name = "docdrive-fill-commit"
-            t.start()
+            Sys.startThread("docdrive-fill-commit", kernelName: "dd-fill-commit") { [self] in run() }
         }
         return true
     }

@@ -19,15 +19,15 @@ private func fillOpen(_ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile)
 /// Sends the reply to an OPEN or CREATE (`send`), passed through to the backing file when the
 /// node's other open files allow it (`mark` says which reply it is). False if the kernel did
 /// not take the reply (the request was interrupted): the caller then releases `f`.
-private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, _ fi: UnsafeMutablePointer<fuse_file_info>, caller: Caller,
-                         _ mark: dd_fuse_reply_mark, _ send: () -> Int32) -> Bool {
-    let backingID = ctx.passthrough.opened(f, in: ctx.fs, throughDrive: ctx.fs.writesNeedTheDrive(f, caller: caller))
-    if backingID < 0 {
-        // Through the drive while the node's other files pass through: the kernel allows that
-        // only for direct I/O.
-        f.directThroughDrive.store(true, ordering: .relaxed)
-        cfuse_fi_set_open_flags(fi, 1, 0, f.noFlush ? 1 : 0)
-    } else if backingID > 0 {
+private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, caller: Caller, _ mark: dd_fuse_reply_mark,
+                         _ send: () -> Int32) -> Bool {
+    let needsDrive = ctx.fs.writesNeedTheDrive(f, caller: caller)
+    let backingID = ctx.passthrough.opened(f, in: ctx.fs, throughDrive: needsDrive)
+    // Passed through after all (the node's other files are): what its writes would drop goes now.
+    if needsDrive, backingID > 0, ctx.fs.dropPrivilegeBits(openedForWriting: f, caller: caller) {
+        ctx.invalidateAttributes(f.inode.nodeID)
+    }
+    if backingID > 0 {
         ctx.fs.writesBypass(f)
         // A shared mapping of it would change the times behind the kernel's cached attributes
         // (FileSystem+MappedTimes): drop them before the opener can map it.
@@ -93,7 +93,7 @@ private func replyOpen(_ ctx: FuseContext, _ req: fuse_req_t?, _ fi: UnsafeMutab
                        caller: Caller) {
     fillOpen(fi, f)
     if f.writable { ctx.activity?.writerOpened() }
-    if !replyOpened(ctx, f, fi, caller: caller, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
+    if !replyOpened(ctx, f, caller: caller, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
         closeOpenFile(ctx, f)
     }
 }
@@ -112,7 +112,7 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
         if f.writable { ctx.activity?.writerOpened() }
         if f.noFlush { ctx.unreleased.add(fi!.pointee.fh) }
         var p = entryParam(e, fs)
-        if !replyOpened(ctx, f, fi!, caller: who, DD_REPLY_CREATE_PASSTHROUGH, {
+        if !replyOpened(ctx, f, caller: who, DD_REPLY_CREATE_PASSTHROUGH, {
             p.attr_timeout = fs.attributeTimeout(e.inode)  // as it is once passed through
             return fuse_reply_create(req, &p, fi)
         }) {

@@ -64,22 +64,15 @@ final class Passthrough: Sendable {
     }
 
     /// Counts a newly opened file of `node` and returns the backing id its open reply must carry
-    /// (0: open it the ordinary way; -1: `throughDrive` while the node's files pass through, so
-    /// this one is direct I/O through the drive, and not counted).
+    /// (0: open it the ordinary way). `throughDrive`: the node's files go through the drive
+    /// while this one is open, unless some pass through already (the kernel then refuses any
+    /// other kind of open of the node, EIO); then this one passes through too.
     func opened(_ file: OpenFile, in fs: DriveFileSystem, throughDrive: Bool = false) -> Int32 {
         guard isEnabled else { return 0 }
         let node = file.inode.nodeID
         let id: Int32 = shard(node).nodes.withLock { table in
-            if throughDrive {
-                // The node's files go through the drive while this one is open, unless some
-                // pass through already: the kernel allows no cached file beside those.
-                if var n = table[node] {
-                    if n.backingID > 0 { return -1 }
-                    n.openCount += 1
-                    table[node] = n
-                } else {
-                    table[node] = NodeFiles(backingID: 0, openCount: 1)
-                }
+            if throughDrive, table[node] == nil {
+                table[node] = NodeFiles(backingID: 0, openCount: 1)
                 return 0
             }
             if var n = table[node] {
@@ -109,7 +102,7 @@ final class Passthrough: Sendable {
 
     /// The file counted by `opened` is released (or its open reply could not be sent).
     func released(_ file: OpenFile) {
-        guard isEnabled, !file.directThroughDrive.load(ordering: .relaxed) else { return }
+        guard isEnabled else { return }
         let node = file.inode.nodeID
         let unused: Int32 = shard(node).nodes.withLock { table in
             guard var n = table[node] else { return 0 }

@@ -174,6 +174,36 @@ rec("content", lambda: open(b + "/w", "rb").read().decode())
     assert os.stat(t.backing / "w").st_mode & 0o6000 == 0
 
 
+def test_another_users_write_while_root_has_the_file_open(t):
+    """Root holds the files open through the mount (passed through to the backing files), and
+    another user appends to them: the kernel takes only passed-through opens of a file beside
+    one, so the drive passes that writer through too, and drops setuid/setgid at its open (a
+    native filesystem drops them at its write: compared after it)."""
+    held = []
+
+    def prepare(base):
+        for n, mode in (("plain", 0o666), ("setid", 0o6777)):
+            (base / n).write_bytes(b"original\n")
+            os.chmod(base / n, mode)
+            held.append(os.open(base / n, os.O_RDONLY))
+
+    try:
+        both(t, """
+def append(n):
+    with open(b + "/" + n, "ab") as f:
+        f.write(b"appended by another user\\n")
+    return "ok"
+rec("append plain", lambda: append("plain"))
+rec("append setid", lambda: append("setid"))
+rec("after", lambda: [st(b + "/plain"), st(b + "/setid")])
+rec("content", lambda: [open(b + "/" + n, "rb").read().decode() for n in ("plain", "setid")])
+""", prepare=prepare)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert os.stat(t.backing / "setid").st_mode & 0o6000 == 0
+
+
 def test_a_write_removes_a_file_capability_as_natively(t):
     """A write removes the file's capability (security.capability), root's too: the kernel asks
     the drive whether the file has one before the first write. A file the drive has just created

@@ -64,12 +64,21 @@ extension DriveFileSystem {
         dropPrivilegeBitsForModification(fd: file.fd, caller: caller)
     }
 
+    /// A writable open that needs the drive (`writesNeedTheDrive`) but is passed through all the
+    /// same, because other files of its node already are (the kernel takes no other kind of
+    /// open beside those): the bits its writes would drop go at the open. True when some went.
+    public func dropPrivilegeBits(openedForWriting file: OpenFile, caller: Caller) -> Bool {
+        dropPrivilegeBitsForModification(fd: file.fd, caller: caller)
+    }
+
     /// Whether `file`, opened by `caller`, must be written through the drive rather than passed
     /// through to its backing file. With `dropsSetIDBits` the kernel leaves the bits a write
     /// drops to the drive, and a write passed through never reaches it: so a writable open by
     /// anyone but root of a regular file that has setuid or setgid, or that is someone else's
-    /// (its owner, or root, could set them while it is open), goes through the drive. A user's
-    /// own files, and root's writes, still pass through.
+    /// (its owner, or root, could set them while it is open), goes through the drive: its
+    /// node's files are not passed through while it is open. A user's own files, and root's
+    /// writes, still pass through; so does such an open while the node's files already are
+    /// (`dropPrivilegeBits(openedForWriting:)`).
     public func writesNeedTheDrive(_ file: OpenFile, caller: Caller) -> Bool {
         guard file.writable, !caller.keepsPrivilegeBits, dropsSetIDBits.load(ordering: .relaxed) else { return false }
         guard let st = try? Sys.stat(fd: file.fd) else { return true }

@@ -79,9 +79,6 @@ public final class OpenFile: Sendable {
     public let noFlush: Bool
     /// A POSIX lock was taken through this `noFlush` file (counted in `noFlushLockHolders`).
     let tookLocks = Atomic<Bool>(false)
-    /// The adapter sends this file's reads and writes through the drive (direct I/O) while the
-    /// node's other open files pass through to the backing file (see `writesNeedTheDrive`).
-    public let directThroughDrive = Atomic<Bool>(false)
 
     init(fd: Int32, inode: Inode, flags: Int32, version: FileVersion?, directIO: Bool, keepCache: Bool,
          contentRoot: BackingRoot? = nil, noFlush: Bool = false) {

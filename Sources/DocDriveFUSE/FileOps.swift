@@ -21,10 +21,11 @@ private func fillOpen(_ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile)
 /// not take the reply (the request was interrupted): the caller then releases `f`.
 private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, caller: Caller, _ mark: dd_fuse_reply_mark,
                          _ send: () -> Int32) -> Bool {
-    let needsDrive = ctx.fs.writesNeedTheDrive(f, caller: caller)
+    // (Without passthrough every write comes to the drive: nothing to decide, no fstat.)
+    let needsDrive = ctx.passthrough.isEnabled && ctx.fs.writesNeedTheDrive(f, caller: caller)
     let backingID = ctx.passthrough.opened(f, in: ctx.fs, throughDrive: needsDrive)
     // Passed through after all (the node's other files are): what its writes would drop goes now.
-    if needsDrive, backingID > 0, ctx.fs.dropPrivilegeBits(openedForWriting: f, caller: caller) {
+    if needsDrive, backingID > 0, ctx.fs.dropPrivilegeBits(of: f, writtenBy: caller) {
         ctx.invalidateAttributes(f.inode.nodeID)
     }
     if backingID > 0 {
@@ -142,7 +143,7 @@ func opWrite(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ buf: UnsafePointer<CChar>?
     do throws(Errno) {
         let n = try fs.write(f, UnsafeRawPointer(buf!), count: size, offset: Int64(off))
         // The kernel's cached mode would keep the bits (an exec uses it): drop it.
-        if kills, fs.dropPrivilegeBits(afterWriteTo: f, caller: caller(req)) { ctx.invalidateAttributes(ino) }
+        if kills, fs.dropPrivilegeBits(of: f, writtenBy: caller(req)) { ctx.invalidateAttributes(ino) }
         fuse_reply_write(req, n)
     } catch {
         replyError(req, error)

@@ -86,7 +86,10 @@ struct KernelNodes: ChangeSubscriber {
             if exchange {
                 fs.table.seen(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino), at: p, name)
             } else if dst.st_ino != src.st_ino, dst.st_nlink <= 1 {
-                fs.table.replaced(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino))
+                // Replaced (its last name): as for a removal, its forgotten node's handles go
+                // stale, and a live node lets go of its descriptor unless in use, so that the
+                // space is freed now (an editor's save of a large document), not at FORGET.
+                fs.table.removed(view: p.view, dev: UInt64(dst.st_dev), ino: UInt64(dst.st_ino))
             }
         case let .savedThroughReference(_, src, _, _, _, oldTarget, _, _):
             fs.folderPaths.invalidate()

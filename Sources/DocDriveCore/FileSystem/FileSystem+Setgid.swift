@@ -57,17 +57,12 @@ extension DriveFileSystem {
         return (fd >= 0 ? fchmod(fd, mode) : dd_fchmod_path(nodeFD, mode)) == 0
     }
 
-    /// After a write through the drive that the kernel says drops setuid/setgid (its caller has
-    /// no CAP_FSETID; `dropsSetIDBits`): true when bits were dropped, and the adapter must drop
-    /// the kernel's cached attributes (an exec would use its cached mode).
-    public func dropPrivilegeBits(afterWriteTo file: OpenFile, caller: Caller) -> Bool {
-        dropPrivilegeBitsForModification(fd: file.fd, caller: caller)
-    }
-
-    /// A writable open that needs the drive (`writesNeedTheDrive`) but is passed through all the
-    /// same, because other files of its node already are (the kernel takes no other kind of
-    /// open beside those): the bits its writes would drop go at the open. True when some went.
-    public func dropPrivilegeBits(openedForWriting file: OpenFile, caller: Caller) -> Bool {
+    /// Drops what a write to `file` by `caller` drops (`dropsSetIDBits`): after a write through
+    /// the drive that the kernel marked, or at the open of a writer that needs the drive but is
+    /// passed through all the same, because other files of its node already are (the kernel
+    /// takes no other kind of open beside those). True when bits were dropped: the adapter must
+    /// drop the kernel's cached attributes (an exec would use its cached mode).
+    public func dropPrivilegeBits(of file: OpenFile, writtenBy caller: Caller) -> Bool {
         dropPrivilegeBitsForModification(fd: file.fd, caller: caller)
     }
 
@@ -78,7 +73,7 @@ extension DriveFileSystem {
     /// (its owner, or root, could set them while it is open), goes through the drive: its
     /// node's files are not passed through while it is open. A user's own files, and root's
     /// writes, still pass through; so does such an open while the node's files already are
-    /// (`dropPrivilegeBits(openedForWriting:)`).
+    /// (`dropPrivilegeBits(of:writtenBy:)`).
     public func writesNeedTheDrive(_ file: OpenFile, caller: Caller) -> Bool {
         guard file.writable, !caller.keepsPrivilegeBits, dropsSetIDBits.load(ordering: .relaxed) else { return false }
         guard let st = try? Sys.stat(fd: file.fd) else { return true }

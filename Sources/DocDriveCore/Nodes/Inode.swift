@@ -1051,15 +1051,6 @@ final class InodeTable: Sendable {
         for n in nodes { n.closeReplaced() }
     }
 
-    /// A file was replaced by a rename over it (its last name): as for a removal, a forgotten
-    /// node of it is no longer remembered, so that its handles go stale and a new file given its
-    /// inode number by the backing filesystem does not get its node id, and a live node lets go
-    /// of its descriptor now unless it is in use, so that the replaced file's space is freed
-    /// (an editor's save of a large document) rather than when the kernel forgets it.
-    func replaced(view: View, dev: UInt64, ino: UInt64) {
-        removed(view: view, dev: dev, ino: ino)
-    }
-
     /// A file moved to `name` in `parent`: its node, if it was never opened, is to be opened there.
     func seen(view: View, dev: UInt64, ino: UInt64, at parent: Inode, _ name: UnsafePointer<CChar>) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)

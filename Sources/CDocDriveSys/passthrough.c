@@ -54,9 +54,7 @@ static void put32(char *p, uint32_t v) { memcpy(p, &v, 4); }
 
 ssize_t dd_fuse_io_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
-    dd_fuse_worker_reading();
-    ssize_t n = read(fd, buf, len);
-    dd_fuse_worker_read(buf, n);
+    ssize_t n = dd_fuse_read_request(fd, buf, len);
     const char *p = buf, *in = p + IN_HEADER_SIZE;
     int kills = 0;
     if (n >= IN_HEADER_SIZE) {

@@ -3,7 +3,9 @@
 #include "docdrive_requests.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,7 +16,10 @@
 #define IN_HEADER_SIZE 40   /* struct fuse_in_header: len, opcode, unique, ... */
 #define MAX_WORKERS 256     /* libfuse's limit is 64 (FuseSession.run) */
 
-enum { READING = 1, HOLDING = 2 };
+/* WAITING: before the read(2) of /dev/fuse (polling it, see `spin`); it has taken nothing in
+   this generation. READING: in the read, or just out of it. HOLDING: it has
+   recorded the request it read. */
+enum { READING = 1, HOLDING = 2, WAITING = 3 };
 
 /* One per worker thread. `gen` moves when the worker starts a read; opcode and unique are
    those of the request it read in that generation, valid once state is HOLDING. */
@@ -57,14 +62,18 @@ static struct worker *slot(void) {
     return NULL;
 }
 
-void dd_fuse_worker_reading(void) {
+static void worker_waiting(void) {
     struct worker *w = slot();
     if (!w) return;
     atomic_fetch_add(&w->gen, 1);
-    atomic_store(&w->state, READING);
+    atomic_store(&w->state, WAITING);
 }
 
-void dd_fuse_worker_read(const void *buf, ssize_t n) {
+static void worker_reading(void) {
+    if (me) atomic_store(&me->state, READING);
+}
+
+static void worker_read(const void *buf, ssize_t n) {
     struct worker *w = me;
     if (!w) return;
     uint32_t opcode = 0;
@@ -76,6 +85,53 @@ void dd_fuse_worker_read(const void *buf, ssize_t n) {
     atomic_store(&w->opcode, opcode);
     atomic_store(&w->unique, unique);
     atomic_store(&w->state, HOLDING);
+}
+
+/* The poll before the read (see docdrive_requests.h). One worker at a time polls: `spinning`
+   is 1 while one does; the others go straight to read(2), as before. */
+static atomic_int spinning = 0;
+static int spin_us = DD_FUSE_SPIN_US;
+static pthread_once_t spin_once = PTHREAD_ONCE_INIT;
+
+static void read_spin_setting(void) {
+    const char *e = getenv("DOCDRIVE_FUSE_SPIN_US");
+    if (!e || !*e) return;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end == 0 && v >= 0 && v <= 10000) spin_us = (int)v;
+}
+
+static long now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000L + t.tv_nsec / 1000L;
+}
+
+/* Polls the device without sleeping for up to `spin_us`, unless another worker does: a request
+   that comes meanwhile is read with no wake-up. Returns at once when one is there (or when the
+   device has gone: poll then reports an error). */
+static void spin(int fd) {
+    pthread_once(&spin_once, read_spin_setting);
+    if (spin_us <= 0) return;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&spinning, &expected, 1)) return;
+    long end = now_us() + spin_us;
+    do {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        if (poll(&p, 1, 0) != 0) break;
+    } while (now_us() < end);
+    atomic_store(&spinning, 0);
+}
+
+ssize_t dd_fuse_read_request(int fd, void *buf, size_t len) {
+    worker_waiting();
+    spin(fd);
+    worker_reading();
+    ssize_t n = read(fd, buf, len);
+    int e = errno;
+    worker_read(buf, n);
+    errno = e;
+    return n;
 }
 
 /* The scheduler state of thread `tid` of this process ('S' sleeping, 'R' running, ...), or 0. */
@@ -110,6 +166,7 @@ static int may_hold_earlier_release(struct worker *w, uint64_t before) {
     unsigned op = atomic_load(&w->opcode);
     uint64_t unique = atomic_load(&w->unique);
     if (atomic_load(&w->gen) != g1) return 1;  /* moving: look again */
+    if (state == WAITING) return 0;
     if (state == HOLDING) return op == FUSE_RELEASE_OPCODE && unique < before;
     char s = thread_state(tid);
     if (s == 0) return atomic_load(&w->tid) == tid ? -1 : 0;  /* or the thread has just ended */

@@ -8,16 +8,24 @@
 // before it have all been read by some worker; `dd_fuse_await_earlier_releases` then waits for
 // the workers still handling one of them.
 //
-// `dd_fuse_io_read` (passthrough.c) records, per worker thread, when it starts reading and
-// what it read (opcode and unique id, from the request's header).
+// `dd_fuse_read_request`, called by `dd_fuse_io_read` (passthrough.c), records per worker thread
+// when it starts reading and what it read (opcode and unique id, from the request's header).
 #ifndef DOCDRIVE_REQUESTS_H
 #define DOCDRIVE_REQUESTS_H
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Called by dd_fuse_io_read around its read(2) of /dev/fuse. */
-void dd_fuse_worker_reading(void);
-void dd_fuse_worker_read(const void *buf, ssize_t n);
+/* Reads the next request for `dd_fuse_io_read`, and records it.
+ *
+ * Before its read(2), a worker polls the device without sleeping for up to DD_FUSE_SPIN_US
+ * microseconds (DOCDRIVE_FUSE_SPIN_US in the environment overrides it: 0 to 10000, 0 for
+ * none), if no other worker polls: a program's next request usually comes a few microseconds
+ * after the answer to its last (a LOOKUP then a CREATE, one lstat after another), and the
+ * polling worker takes it without being woken. On a machine whose idle processors halt, as a
+ * virtual machine's do, waking a worker asleep in read(2) costs more than most requests
+ * (README, "A worker that waits awake"). The others sleep in read(2), as before. */
+#define DD_FUSE_SPIN_US 20
+ssize_t dd_fuse_read_request(int fd, void *buf, size_t len);
 
 /* On the worker handling a request: waits until no other worker handles a RELEASE that the
    kernel queued before the calling worker's request (at most `timeout_ms`).

@@ -90,7 +90,7 @@ static void worker_read(const void *buf, ssize_t n) {
 /* The poll before the read (see docdrive_requests.h). One worker at a time polls: `spinning`
    is 1 while one does; the others go straight to read(2), as before. */
 static atomic_int spinning = 0;
-static int spin_us = DD_FUSE_SPIN_US;
+static atomic_int spin_us = DD_FUSE_SPIN_US;
 static pthread_once_t spin_once = PTHREAD_ONCE_INIT;
 
 static void read_spin_setting(void) {
@@ -98,7 +98,12 @@ static void read_spin_setting(void) {
     if (!e || !*e) return;
     char *end;
     long v = strtol(e, &end, 10);
-    if (*end == 0 && v >= 0 && v <= 10000) spin_us = (int)v;
+    if (*end == 0 && v >= 0 && v <= 10000) atomic_store(&spin_us, (int)v);
+}
+
+void dd_fuse_set_spin_us(int us) {
+    pthread_once(&spin_once, read_spin_setting);
+    atomic_store(&spin_us, us < 0 ? 0 : us);
 }
 
 static long now_us(void) {
@@ -107,20 +112,28 @@ static long now_us(void) {
     return t.tv_sec * 1000000L + t.tv_nsec / 1000L;
 }
 
+static void stop_spinning(void *unused) {
+    (void)unused;
+    atomic_store(&spinning, 0);
+}
+
 /* Polls the device without sleeping for up to `spin_us`, unless another worker does: a request
    that comes meanwhile is read with no wake-up. Returns at once when one is there (or when the
-   device has gone: poll then reports an error). */
+   device has gone: poll then reports an error). poll is a cancellation point, and libfuse ends
+   its workers with pthread_cancel: the handler lets the next worker poll. */
 static void spin(int fd) {
     pthread_once(&spin_once, read_spin_setting);
-    if (spin_us <= 0) return;
+    long us = atomic_load(&spin_us);
+    if (us <= 0) return;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&spinning, &expected, 1)) return;
-    long end = now_us() + spin_us;
+    pthread_cleanup_push(stop_spinning, NULL);
+    long end = now_us() + us;
     do {
         struct pollfd p = { .fd = fd, .events = POLLIN };
         if (poll(&p, 1, 0) != 0) break;
     } while (now_us() < end);
-    atomic_store(&spinning, 0);
+    pthread_cleanup_pop(1);
 }
 
 ssize_t dd_fuse_read_request(int fd, void *buf, size_t len) {
@@ -166,6 +179,7 @@ static int may_hold_earlier_release(struct worker *w, uint64_t before) {
     unsigned op = atomic_load(&w->opcode);
     uint64_t unique = atomic_load(&w->unique);
     if (atomic_load(&w->gen) != g1) return 1;  /* moving: look again */
+    /* Not yet in its read: whatever it reads was queued after `before`. */
     if (state == WAITING) return 0;
     if (state == HOLDING) return op == FUSE_RELEASE_OPCODE && unique < before;
     char s = thread_state(tid);

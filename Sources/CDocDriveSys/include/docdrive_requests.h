@@ -27,6 +27,9 @@
 #define DD_FUSE_SPIN_US 20
 ssize_t dd_fuse_read_request(int fd, void *buf, size_t len);
 
+/* Sets the polling time in microseconds (tests; the environment's setting is read first). */
+void dd_fuse_set_spin_us(int us);
+
 /* On the worker handling a request: waits until no other worker handles a RELEASE that the
    kernel queued before the calling worker's request (at most `timeout_ms`).
    0: none left; -1: timed out; -2: cannot tell (too many threads to track, or a worker's

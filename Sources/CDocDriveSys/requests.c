@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -91,20 +90,8 @@ static void worker_read(const void *buf, ssize_t n) {
    is 1 while one does; the others go straight to read(2), as before. */
 static atomic_int spinning = 0;
 static atomic_int spin_us = DD_FUSE_SPIN_US;
-static pthread_once_t spin_once = PTHREAD_ONCE_INIT;
 
-static void read_spin_setting(void) {
-    const char *e = getenv("DOCDRIVE_FUSE_SPIN_US");
-    if (!e || !*e) return;
-    char *end;
-    long v = strtol(e, &end, 10);
-    if (*end == 0 && v >= 0 && v <= 10000) atomic_store(&spin_us, (int)v);
-}
-
-void dd_fuse_set_spin_us(int us) {
-    pthread_once(&spin_once, read_spin_setting);
-    atomic_store(&spin_us, us < 0 ? 0 : us);
-}
+void dd_fuse_set_spin_us(int us) { atomic_store(&spin_us, us < 0 ? 0 : us); }
 
 static long now_us(void) {
     struct timespec t;
@@ -122,7 +109,6 @@ static void stop_spinning(void *unused) {
    device has gone: poll then reports an error). poll is a cancellation point, and libfuse ends
    its workers with pthread_cancel: the handler lets the next worker poll. */
 static void spin(int fd) {
-    pthread_once(&spin_once, read_spin_setting);
     long us = atomic_load(&spin_us);
     if (us <= 0) return;
     int expected = 0;

@@ -61,6 +61,7 @@ public final class FuseSession: Sendable {
         var io = fuse_custom_io(writev: dd_fuse_io_writev, read: dd_fuse_io_read,
                                 splice_receive: nil, splice_send: dd_fuse_io_splice_send)
         if fuse_session_custom_io(se, &io, fuse_session_fd(se)) == 0 {
+            setPollingTime()
             context.releases.available.store(true, ordering: .relaxed)
             context.fs.setReleaseBarrier(ReleaseBarrier { [releases = context.releases] in releases.wait() })
         } else {
@@ -94,6 +95,18 @@ public final class FuseSession: Sendable {
         // destroyed after it (or after 5 s).
         context.endNotifications(waiting: 5)
         logger.info("session loop ended (\(rc)); unmounted \(mountpoint)")
+    }
+
+    /// `DOCDRIVE_FUSE_SPIN_US` in the daemon's environment: how long a worker polls /dev/fuse
+    /// before it sleeps in its read (docdrive_requests.h); a value that is not one is logged.
+    private func setPollingTime() {
+        guard let v = ProcessInfo.processInfo.environment["DOCDRIVE_FUSE_SPIN_US"], !v.isEmpty else { return }
+        guard let us = Int32(v), (0...10_000).contains(us) else {
+            logger.warning("DOCDRIVE_FUSE_SPIN_US=\(v) is not a number of microseconds from 0 to 10000: workers poll for \(DD_FUSE_SPIN_US) µs")
+            return
+        }
+        dd_fuse_set_spin_us(us)
+        logger.info("workers poll /dev/fuse for \(us) µs before they sleep (DOCDRIVE_FUSE_SPIN_US)")
     }
 
     /// Asks the session to end (from a signal): unmounting makes the kernel close the connection,

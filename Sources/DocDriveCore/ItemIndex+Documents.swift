@@ -44,7 +44,7 @@ extension ItemIndex {
 
     private func readIndex<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
         do {
-            return try pool.read(body)
+            return try readers.read(body)
         } catch {
             throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
         }

@@ -85,6 +85,8 @@ public struct ItemRecord: Codable, FetchableRecord, PersistableRecord, Sendable,
 /// of the database, which in WAL mode does not wait for the writer.
 public final class ItemIndex: Sendable {
     let pool: DatabasePool
+    /// Reads on the sync and upload paths (no dispatch barrier per read).
+    let readers: IndexReaders
     private let pending = Mutex(Unwritten())
     private let writeLock = Mutex<Void>(())
     private let wake = DispatchSemaphore(value: 0)
@@ -106,8 +108,9 @@ public final class ItemIndex: Sendable {
             config.busyMode = .timeout(10)
             pool = try DatabasePool(path: path, configuration: config)
             try Self.migrator.migrate(pool)
-            uploads = UploadQueue(pool: pool)
-            bases = BaseVersions(pool: pool)
+            readers = IndexReaders(pool: pool)
+            uploads = UploadQueue(pool: pool, readers: readers)
+            bases = BaseVersions(pool: pool, readers: readers)
         } catch {
             throw DriveError(.index, "The index \(path) cannot be opened: \(error).", underlying: error)
         }
@@ -295,7 +298,7 @@ public final class ItemIndex: Sendable {
         var candidates = [Int64]()
         for e in events.reversed() where e.root == root { candidates += e.inodes }
         do {
-            if let row = try pool.read({ db in try ItemRecord.fetchOne(db, key: id) }), row.root == root { candidates.append(row.ino) }
+            if let row = try readers.read({ db in try ItemRecord.fetchOne(db, key: id) }), row.root == root { candidates.append(row.ino) }
         } catch {
             throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
         }
@@ -344,7 +347,7 @@ public final class ItemIndex: Sendable {
 
     private func row(root: String, ino: Int64) throws(DriveError) -> ItemRecord? {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 try ItemRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE root = ? AND ino = ?"), arguments: [root, ino])
             }
         } catch {

@@ -1,6 +1,7 @@
 // ItemIndexTests: stable ids through creation, renames, removal and reopening.
 import DocDriveCore
 import Foundation
+import Synchronization
 import XCTest
 
 final class ItemIndexTests: XCTestCase {
@@ -180,5 +181,30 @@ final class ItemIndexTests: XCTestCase {
             XCTAssertEqual(before, after, "seed \(seed), round \(round)")
             XCTAssertEqual(pathsBefore, pathsAfter, "seed \(seed), round \(round)")
         }
+    }
+
+    func testReadsOnMoreThreadsThanReadersSeeTheWriteJustMade() throws {
+        // Given 8 threads, twice the index's own read connections (the rest read through the pool)
+        let index = try ItemIndex(path: dir + "/readers.sqlite")
+        defer { index.stop() }
+        let failures = Mutex<[String]>([])
+        // When each writes a base and reads it back at once, 300 times, all at the same time
+        DispatchQueue.concurrentPerform(iterations: 8) { t in
+            for i in 0..<300 {
+                let path = StorePath("t\(t)/f\(i % 20)")
+                let token = "\(t)-\(i)"
+                do {
+                    try index.bases.put(root: "store:a", BaseRow(path: path, id: "id-\(t)-\(i % 20)", kind: .file, localToken: token, remoteToken: token))
+                    let back = try index.bases.base(root: "store:a", path: path)
+                    if back?.localToken != token { failures.withLock { $0.append("\(path): \(back?.localToken ?? "none") for \(token)") } }
+                } catch {
+                    failures.withLock { $0.append("\(path): \(error)") }
+                }
+            }
+        }
+        // Then every read saw the write made just before it (no connection keeps an old snapshot)
+        let failed = failures.withLock { $0 }
+        XCTAssertEqual(failed.count, 0, "of 2,400 reads, for example: \(failed.prefix(3))")
+        XCTAssertEqual(try index.bases.base(root: "store:a", path: "t7/f19")?.localToken, "7-299")
     }
 }

@@ -86,8 +86,12 @@ public struct ConflictRecord: Equatable, Sendable, Codable {
 
 public final class BaseVersions: Sendable {
     let pool: DatabasePool
+    let readers: IndexReaders
 
-    init(pool: DatabasePool) { self.pool = pool }
+    init(pool: DatabasePool, readers: IndexReaders) {
+        self.pool = pool
+        self.readers = readers
+    }
 
     static func migrate(_ m: inout DatabaseMigrator) {
         m.registerMigration("v5 sync bases") { db in
@@ -122,7 +126,7 @@ public final class BaseVersions: Sendable {
     }
 
     private func read<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
-        do { return try pool.read(body) } catch {
+        do { return try readers.read(body) } catch {
             throw DriveError(.index, "The sync table cannot be read: \(error).", underlying: error)
         }
     }

@@ -72,6 +72,7 @@ extension StorePath: DatabaseValueConvertible {
 /// The queue lives in the index database. Every method is one transaction.
 public final class UploadQueue: Sendable {
     private let pool: DatabasePool
+    private let readers: IndexReaders
     /// Signalled after every change that can make an entry due sooner.
     let work = WorkSignal()
     /// Retries double from `baseDelay` up to `maxDelay`; after `failAfter` attempts the entry
@@ -80,8 +81,9 @@ public final class UploadQueue: Sendable {
     public let maxDelay: Double
     public let failAfter: Int
 
-    init(pool: DatabasePool, baseDelay: Double = 1, maxDelay: Double = 300, failAfter: Int = 3) {
+    init(pool: DatabasePool, readers: IndexReaders, baseDelay: Double = 1, maxDelay: Double = 300, failAfter: Int = 3) {
         self.pool = pool
+        self.readers = readers
         self.baseDelay = baseDelay
         self.maxDelay = maxDelay
         self.failAfter = failAfter
@@ -170,7 +172,7 @@ public final class UploadQueue: Sendable {
     /// that are due for another try (their remote came back).
     public func waitingCount(now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 try Int.fetchOne(db, sql: """
                     SELECT COUNT(*) FROM upload WHERE state IN ('pending', 'uploading') OR (state = 'failed' AND due <= ?)
                     """, arguments: [now]) ?? 0
@@ -183,7 +185,7 @@ public final class UploadQueue: Sendable {
     /// Entries being uploaded or ready to be (due now): what an unmount still waits for.
     public func activeCount(now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 try Int.fetchOne(db, sql: """
                     SELECT COUNT(*) FROM upload WHERE path != '' AND
                       (state = 'uploading' OR (state IN ('pending', 'failed') AND due <= ?))
@@ -197,7 +199,7 @@ public final class UploadQueue: Sendable {
     /// The paths of `root` in one state.
     public func paths(root: String, state: UploadState) throws(DriveError) -> [StorePath] {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 try StorePath.fetchAll(db, sql: "SELECT path FROM upload WHERE root = ? AND state = ?", arguments: [root, state.rawValue])
             }
         } catch {
@@ -208,7 +210,7 @@ public final class UploadQueue: Sendable {
     /// The paths of `root` still to upload (pending or uploading; not the whole-store entry).
     public func waitingPaths(root: String) throws(DriveError) -> [StorePath] {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 try StorePath.fetchAll(db, sql: "SELECT path FROM upload WHERE root = ? AND state IN ('pending', 'uploading') AND path != ''",
                                     arguments: [root])
             }
@@ -244,7 +246,7 @@ public final class UploadQueue: Sendable {
     /// Files that failed, with their errors (for `docdrive sync`).
     public func failures() throws(DriveError) -> [(root: String, path: StorePath, error: String)] {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 try Row.fetchAll(db, sql: "SELECT root, path, error FROM upload WHERE state = 'failed' ORDER BY root, path")
                     .map { (root: $0["root"], path: $0["path"], error: ($0["error"] as String?) ?? "") }
             }
@@ -270,7 +272,7 @@ public final class UploadQueue: Sendable {
         // lets the index writer and the other workers go on.
         let due: Int
         do {
-            due = try pool.read { db in
+            due = try readers.read { db in
                 try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM (\(Self.dueSQL))"),
                                  arguments: [root, dueBy, limit * max(1, workers)]) ?? 0
             }
@@ -383,7 +385,7 @@ public final class UploadQueue: Sendable {
     /// When the next entry of `root` is due (nil: nothing waits).
     public func nextDue(root: String) throws(DriveError) -> Double? {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 try Double.fetchOne(db.cachedStatement(sql: """
                     SELECT MIN(due) FROM upload WHERE root = ? AND state IN ('pending', 'failed') AND path != ''
                     """), arguments: [root])
@@ -423,7 +425,7 @@ public final class UploadQueue: Sendable {
     /// Entries per state, for `docdrive status`.
     public func counts(root: String? = nil) throws(DriveError) -> [UploadState: Int] {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 var r = [UploadState: Int]()
                 let rows = try Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM upload WHERE ? IS NULL OR root = ? GROUP BY state",
                                             arguments: [root, root])
@@ -440,7 +442,7 @@ public final class UploadQueue: Sendable {
     /// The state and last error of one file, for the user.docdrive.status xattr.
     public func state(root: String, path: StorePath) throws(DriveError) -> (UploadState, String?)? {
         do {
-            return try pool.read { db in
+            return try readers.read { db in
                 guard let row = try Row.fetchOne(db, sql: "SELECT state, error FROM upload WHERE root = ? AND path = ?",
                                                  arguments: [root, path]),
                       let s = UploadState(rawValue: row["state"]) else { return nil }

@@ -241,17 +241,27 @@ public final class ItemIndex: Sendable {
     /// A new item id: a random (version 4) UUID in lower case. Foundation's UUID() opens and
     /// reads /dev/urandom for each one; ids are taken from a buffer filled by getrandom instead.
     public static func newID() -> String {
-        var b = idRandomness.withLock { $0.next16() }
-        b[6] = (b[6] & 0x0F) | 0x40
-        b[8] = (b[8] & 0x3F) | 0x80
-        var out = [UInt8]()
-        out.reserveCapacity(36)
-        for (i, byte) in b.enumerated() {
-            if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
-            out.append(Hex.digits[Int(byte >> 4)])
-            out.append(Hex.digits[Int(byte & 0x0F)])
+        // (The lock covers two loads: FUSE threads creating files in parallel took it by turns,
+        // and a copy into a new array inside it made them spin; perf, 8 writers.)
+        let (hi, lo) = idRandomness.withLock { $0.next128() }
+        var b = (hi.bigEndian, lo.bigEndian)
+        return withUnsafeMutableBytes(of: &b) { raw in
+            raw[6] = (raw[6] & 0x0F) | 0x40
+            raw[8] = (raw[8] & 0x3F) | 0x80
+            return String(unsafeUninitializedCapacity: 36) { out in
+                var at = 0
+                for i in 0..<16 {
+                    if i == 4 || i == 6 || i == 8 || i == 10 {
+                        out[at] = UInt8(ascii: "-")
+                        at += 1
+                    }
+                    out[at] = Hex.digits[Int(raw[i] >> 4)]
+                    out[at + 1] = Hex.digits[Int(raw[i] & 0x0F)]
+                    at += 2
+                }
+                return at
+            }
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Random bytes for item ids. Lock: leaf.
@@ -457,24 +467,21 @@ struct Unwritten: ~Copyable {
 
 /// Random bytes drawn from the system generator 4 KiB at a time.
 struct RandomBuffer: ~Copyable {
-    private var bytes = [UInt8](repeating: 0, count: 4096)
-    private var used = 4096
+    private var words = [UInt64](repeating: 0, count: 512)
+    private var used = 512
 
-    mutating func next16() -> [UInt8] {
-        if used + 16 > bytes.count {
-            let filled = bytes.withUnsafeMutableBytes { dd_random($0.baseAddress, $0.count) }
-            if filled != bytes.count {
+    mutating func next128() -> (UInt64, UInt64) {
+        if used + 2 > words.count {
+            let size = words.count * 8
+            let filled = words.withUnsafeMutableBytes { dd_random($0.baseAddress, $0.count) }
+            if filled != size {
                 // getrandom cannot fail for 4 KiB once the pool is ready; never hand out zeros.
                 var g = SystemRandomNumberGenerator()
-                bytes.withUnsafeMutableBytes { raw in
-                    for i in stride(from: 0, to: raw.count, by: 8) {
-                        raw.storeBytes(of: g.next(), toByteOffset: i, as: UInt64.self)
-                    }
-                }
+                for i in words.indices { words[i] = g.next() }
             }
             used = 0
         }
-        defer { used += 16 }
-        return Array(bytes[used..<(used + 16)])
+        defer { used += 2 }
+        return (words[used], words[used + 1])
     }
 }

@@ -207,4 +207,24 @@ final class ItemIndexTests: XCTestCase {
         XCTAssertEqual(failed.count, 0, "of 2,400 reads, for example: \(failed.prefix(3))")
         XCTAssertEqual(try index.bases.base(root: "store:a", path: "t7/f19")?.localToken, "7-299")
     }
+
+    func testNewIDsAreDistinctVersion4UUIDsInLowerCase() {
+        // When 8 threads take 2,000 ids each at the same time
+        let ids = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let mine = (0..<2000).map { _ in ItemIndex.newID() }
+            ids.withLock { $0 += mine }
+        }
+        let all = ids.withLock { $0 }
+        // Then no two are the same, and each is a random (version 4, RFC 4122 variant) UUID
+        XCTAssertEqual(Set(all).count, 16000)
+        for id in all.prefix(500) {
+            let u = UUID(uuidString: id)
+            XCTAssertNotNil(u, id)
+            XCTAssertEqual(u?.uuidString.lowercased(), id)
+            let bytes = id.utf8.map { $0 }
+            XCTAssertEqual(bytes[14], UInt8(ascii: "4"), id)
+            XCTAssertTrue("89ab".utf8.contains(bytes[19]), id)
+        }
+    }
 }

@@ -43,6 +43,10 @@ int dd_fallocate(int fd, int mode, off_t offset, off_t len) { return fallocate(f
 
 static void proc_name(int fd, char *buf, size_t len) { snprintf(buf, len, "/proc/self/fd/%d", fd); }
 
+int dd_contains(const void *hay, size_t hay_len, const void *needle, size_t needle_len) {
+    return memmem(hay, hay_len, needle, needle_len) != NULL;
+}
+
 int dd_proc_path(int pathfd, char *buf, size_t len) {
     char p[64];
     proc_name(pathfd, p, sizeof p);

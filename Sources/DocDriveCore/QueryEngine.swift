@@ -281,6 +281,43 @@ public final class QueryEngine: Sendable {
         if inotifyFD >= 0 { close(inotifyFD) }
     }
 
+    /// The folder of the last path a pass looked at, open (O_PATH), so that the next path in
+    /// it costs a one-name `fstatat` rather than a walk of the whole path from `/` (perf of
+    /// this thread during 20,000 creates: `lstat` of full paths was 17 % of its time). Only in
+    /// a pass where no folder was moved or deleted (`Dirty.gone` empty): a folder renamed before
+    /// the pass's events were read would otherwise be looked in under its old path. A rename
+    /// after them is in the next pass, as it was with full paths. Any failure to open the
+    /// folder falls back to the full path.
+    struct LastFolder: ~Copyable {
+        let usable: Bool
+        private var root = ""
+        private var rel = Substring()
+        private var fd: Int32 = -1
+
+        init(usable: Bool) { self.usable = usable }
+
+        mutating func lstat(root: String, base: String, rel path: String, full: String, _ st: inout stat) -> Int32 {
+            guard usable, let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return Glibc.lstat(full, &st) }
+            let dir = path[..<slash]
+            if fd < 0 || root != self.root || dir != rel {
+                close()
+                fd = open(base + "/" + dir, Sys.O_PATH | O_DIRECTORY | O_CLOEXEC)
+                guard fd >= 0 else { return Glibc.lstat(full, &st) }
+                self.root = root
+                rel = dir
+            }
+            let name = String(path[path.utf8.index(after: slash)...])
+            return fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW)
+        }
+
+        mutating func close() {
+            if fd >= 0 { Glibc.close(fd) }
+            fd = -1
+        }
+
+        deinit { if fd >= 0 { Glibc.close(fd) } }
+    }
+
     /// Paths that changed since the last pass, in order, each once.
     struct Dirty {
         var order = [QueryKey]()
@@ -344,6 +381,10 @@ public final class QueryEngine: Sendable {
     private func process(_ dirty: Dirty) {
         let rootPaths = Dictionary(roots(currentConfig).map { ($0.key, $0.path) }, uniquingKeysWith: { a, _ in a })
         var upserts = [QueryRow](), deletes = [QueryKey](), subtrees = [QueryKey]()
+        // A pass in which no folder went away looks each path up from its folder, opened once
+        // for the paths of the pass in it (see LastFolder).
+        var folder = LastFolder(usable: dirty.gone.isEmpty)
+        defer { folder.close() }
         for k in dirty.order {
             guard let base = rootPaths[k.root] else { continue }
             let full = base + "/" + k.path
@@ -353,7 +394,7 @@ public final class QueryEngine: Sendable {
                 deletes.append(shown)
                 continue
             }
-            if lstat(full, &st) != 0 {
+            if folder.lstat(root: k.root, base: base, rel: k.path, full: full, &st) != 0 {
                 deletes.append(shown)
                 // Only a folder has a subtree and watches (a file's delete must not scan them).
                 if dirty.gone.contains(k) || watches.withLock({ $0.byPath[k] != nil }) {

@@ -212,7 +212,7 @@ public final class QueryIndex: Sendable {
                 let fold = QueryParser.fold(r.name)
                 if let id = try Int64.fetchOne(upsert, arguments: [r.root, r.path, r.name, fold, r.kind, r.size, r.mtime, r.tags,
                                                                    r.ref, r.targetRoot, r.targetPath,
-                                                                   r.name.firstRange(of: " (conflict from ") != nil]) {
+                                                                   Self.isConflictCopy(r.name)]) {
                     changed.append(QueryKey(root: r.root, path: r.path))
                     if names.isBuilt { written.append((id, fold)) }
                 }
@@ -222,6 +222,19 @@ public final class QueryIndex: Sendable {
         if names.append(written) { try? rebuildNames() }
         return changed
     }
+
+    /// Whether `name` is a conflict's copy ("… (conflict from …)"). A byte search: the
+    /// generic `firstRange(of:)` was 8 % of the query thread's time during 20,000 creates.
+    static func isConflictCopy(_ name: String) -> Bool {
+        var name = name
+        return name.withUTF8 { n in
+            conflictMark.withUnsafeBufferPointer { m in
+                dd_contains(n.baseAddress, n.count, m.baseAddress, m.count) != 0
+            }
+        }
+    }
+
+    private static let conflictMark = Array(" (conflict from ".utf8)
 
     /// Reads every row's folded name into memory (after a walk; when the stale copies pile up).
     public func rebuildNames() throws {

@@ -30,6 +30,8 @@ int dd_fallocate(int fd, int mode, off_t offset, off_t len);
 /* Opens an O_PATH descriptor through /proc/self/fd for ops that refuse O_PATH. */
 int dd_reopen(int pathfd, int flags);
 int dd_proc_path(int pathfd, char *buf, size_t len);
+/* Whether `needle` occurs in `hay` (memmem, a GNU extension Swift's Glibc does not show). */
+int dd_contains(const void *hay, size_t hay_len, const void *needle, size_t needle_len);
 int dd_set_nofile_limit_max(uint64_t *result);
 int dd_utimensat_fd(int pathfd, const struct timespec times[2], int is_symlink);
 int dd_fchmod_path(int pathfd, mode_t mode);

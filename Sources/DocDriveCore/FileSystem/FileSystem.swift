@@ -150,6 +150,8 @@ public struct FileSystemOptions: Sendable {
 ///    its body inside an index read: the sync's bodies take no lock and use no index there.
 ///    A store's `FillCommits.state` (fills waiting to be written out) is a leaf too, which
 ///    also makes or removes the store's `fills-waiting` marker file (once per burst).
+///    `IndexReaders.idle` (a read-only connection is popped or pushed, the read runs after) and
+///    `ItemIndex.idRandomness` (two loads of random words) are leaves.
 ///    `DeferredFrees.state` (descriptors of removed files waiting to be closed) is a leaf: the
 ///    frees thread closes them with no lock held, and `statfs` waits for them holding none.
 /// 6a. A store's `FillCommits.transitions` (a file's "filled" mark going, or an eviction's

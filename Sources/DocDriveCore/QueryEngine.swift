@@ -382,9 +382,8 @@ public final class QueryEngine: Sendable {
         let rootPaths = Dictionary(roots(currentConfig).map { ($0.key, $0.path) }, uniquingKeysWith: { a, _ in a })
         var upserts = [QueryRow](), deletes = [QueryKey](), subtrees = [QueryKey]()
         // A pass in which no folder went away looks each path up from its folder, opened once
-        // for the paths of the pass in it (see LastFolder).
+        // for the paths of the pass in it (see LastFolder; its descriptor closes with it).
         var folder = LastFolder(usable: dirty.gone.isEmpty)
-        defer { folder.close() }
         for k in dirty.order {
             guard let base = rootPaths[k.root] else { continue }
             let full = base + "/" + k.path

@@ -223,7 +223,7 @@ public final class QueryIndex: Sendable {
         return changed
     }
 
-    /// Whether `name` is a conflict's copy ("… (conflict from …)"). A byte search: the
+    /// Whether `name` is a conflict's copy (holds `SyncDecision.conflictMark`). A byte search: the
     /// generic `firstRange(of:)` was 8 % of the query thread's time during 20,000 creates.
     static func isConflictCopy(_ name: String) -> Bool {
         var name = name
@@ -234,7 +234,7 @@ public final class QueryIndex: Sendable {
         }
     }
 
-    private static let conflictMark = Array(" (conflict from ".utf8)
+    private static let conflictMark = Array(SyncDecision.conflictMark.utf8)
 
     /// Reads every row's folded name into memory (after a walk; when the stale copies pile up).
     public func rebuildNames() throws {

@@ -19,11 +19,12 @@
  *
  * Before its read(2), a worker polls the device without sleeping for up to DD_FUSE_SPIN_US
  * microseconds (`dd_fuse_set_spin_us` changes it: the session sets DOCDRIVE_FUSE_SPIN_US from
- * the daemon's environment, 0 to 10000, 0 for none), if no other worker polls: a program's next request usually comes a few microseconds
- * after the answer to its last (a LOOKUP then a CREATE, one lstat after another), and the
- * polling worker takes it without being woken. On a machine whose idle processors halt, as a
- * virtual machine's do, waking a worker asleep in read(2) costs more than most requests
- * (README, "A worker that waits awake"). The others sleep in read(2), as before. */
+ * the daemon's environment, 0 to 10000, 0 for none), if no other worker polls: a program's
+ * next request usually comes a few microseconds after the answer to its last (a LOOKUP then
+ * a CREATE, one lstat after another), and the polling worker takes it without being woken. On
+ * a machine whose idle processors halt, as a virtual machine's do, waking a worker asleep in
+ * read(2) costs more than most requests (README, "A worker that waits awake"). The others
+ * sleep in read(2), as before. */
 #define DD_FUSE_SPIN_US 20
 ssize_t dd_fuse_read_request(int fd, void *buf, size_t len);
 

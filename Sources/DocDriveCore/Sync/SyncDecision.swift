@@ -201,6 +201,9 @@ public enum SyncDecision {
         }
     }
 
+    /// What every conflict copy's name holds, before the device's name and the time.
+    public static let conflictMark = " (conflict from "
+
     /// The name of a conflict copy of `path`, written by `device` at `date` (UTC):
     /// `NAME (conflict from DEVICE YYYY-MM-DD HH.MM.SS).EXT`, in the same folder. A device name
     /// is cleaned of slashes and NULs; the name is shortened to fit 255 bytes.
@@ -216,7 +219,7 @@ public enum SyncDecision {
         f.timeZone = TimeZone(identifier: "UTC")
         f.dateFormat = "yyyy-MM-dd HH.mm.ss"
         let who = String(device.map { $0 == "/" || $0 == "\u{0}" ? "_" : $0 })
-        let tag = " (conflict from \(who) \(f.string(from: date)))"
+        let tag = conflictMark + "\(who) \(f.string(from: date)))"
         while (stem + tag + ext).utf8.count > Names.maxNameBytes, !stem.isEmpty { stem.removeLast() }
         let out = stem + tag + ext
         return folder.isEmpty ? out : folder + "/" + out
@@ -230,7 +233,7 @@ public enum SyncDecision {
     /// holds (the inverse of `conflictPath`; the " 2", " 3"... of a second copy in the same
     /// second is not part of the device's name), or nil when the name is not a conflict copy's.
     public static func conflictCopy(_ path: String) -> (original: String, device: String)? {
-        guard let open = path.range(of: " (conflict from ", options: .backwards) else { return nil }
+        guard let open = path.range(of: conflictMark, options: .backwards) else { return nil }
         let rest = path[open.upperBound...]
         // "DEVICE YYYY-MM-DD HH.MM.SS)": the first date and time followed by ")" ends it (a
         // device name may hold parentheses).

@@ -3,6 +3,7 @@ import DocDriveCore
 import Foundation
 import Logging
 import SystemPackage
+import Synchronization
 import XCTest
 
 /// glibc's malloc_usable_size (malloc.h is not in the Glibc module).
@@ -105,6 +106,70 @@ final class FileSystemTests: XCTestCase {
         let again = try lookup(appDocs, "both.txt")
         XCTAssertFalse(again.inode === own.inode, "a forgotten node is not handed out again")
         XCTAssertEqual(again.inode.nodeID, own.inode.nodeID, "a file the kernel forgot gets its node id back")
+    }
+
+    /// The node table is in parts, each under a lock of its own, and a node id names its part
+    /// (issue 19: no global lock on LOOKUP). From 8 threads at once, each looking up and
+    /// forgetting files of its own and files all share (so that a shared file's node is made
+    /// again and again while other threads look it up): every node is found again by its id,
+    /// and a file keeps one id throughout (two nodes made at once would have two).
+    func testLookupsAndForgetsFromManyThreadsKeepOneNodePerFileAndItsID() throws {
+        let work = try lookup(DriveFileSystem.rootID, "Work").inode.nodeID
+        let cache = home.cachePath("work")
+        let sharedCount = 8, ownCount = 16, threads = 8, rounds = 2000
+        for i in 0..<sharedCount { FileManager.default.createFile(atPath: cache + "/shared-\(i)", contents: nil) }
+        for t in 0..<threads {
+            for i in 0..<ownCount { FileManager.default.createFile(atPath: cache + "/own-\(t)-\(i)", contents: nil) }
+        }
+        struct Seen { var file: Int; var id: UInt64 }
+        let fs = self.fs!
+        let seenAll = Mutex<[Seen]>([])
+        let problemsAll = Mutex<[String]>([])
+        @Sendable func find(_ name: String) throws -> NodeEntry {
+            try name.withCString { (c) throws in try fs.lookup(parent: work, name: c) }
+        }
+        DispatchQueue.concurrentPerform(iterations: threads) { t in
+            var mine = [Seen]()
+            var bad = [String]()
+            var ownIDs = [Int: UInt64]()
+            for round in 0..<rounds {
+                let i = (round &+ t) % sharedCount
+                do {
+                    let e = try find("shared-\(i)")
+                    mine.append(Seen(file: i, id: e.inode.nodeID))
+                    if try fs.getattr(e.inode.nodeID).st_ino != e.attr.st_ino { bad.append("shared-\(i): its id finds another file") }
+                    let j = round % ownCount
+                    let own = try find("own-\(t)-\(j)")
+                    if let first = ownIDs[j], first != own.inode.nodeID {
+                        bad.append("own-\(t)-\(j): id \(own.inode.nodeID) after forgetting \(first)")
+                    }
+                    ownIDs[j] = own.inode.nodeID
+                    if try fs.getattr(own.inode.nodeID).st_ino != own.attr.st_ino { bad.append("own-\(t)-\(j): its id finds another file") }
+                    fs.forget(own.inode.nodeID, 1)
+                    fs.forget(e.inode.nodeID, 1)  // its node goes when no other thread holds a lookup
+                } catch {
+                    bad.append("round \(round) of thread \(t): \(error)")
+                }
+            }
+            seenAll.withLock { $0 += mine }
+            problemsAll.withLock { $0 += bad }
+        }
+        let seen = seenAll.withLock { $0 }
+        let problems = problemsAll.withLock { $0 }
+        XCTAssertEqual(problems.count, 0, "for example: \(problems.prefix(3))")
+        XCTAssertEqual(seen.count, threads * rounds)
+        for i in 0..<sharedCount {
+            let ids = Set(seen.filter { $0.file == i }.map(\.id))
+            XCTAssertEqual(ids.count, 1, "shared-\(i) had \(ids.count) ids (two nodes made at once?)")
+            // Held twice, it is one node; forgotten, it comes back as a new node under its id.
+            let held = try lookup(work, "shared-\(i)")
+            XCTAssertTrue(try lookup(work, "shared-\(i)").inode === held.inode)
+            XCTAssertEqual(ids.first, held.inode.nodeID)
+            fs.forget(held.inode.nodeID, 2)
+            let again = try lookup(work, "shared-\(i)")
+            XCTAssertFalse(again.inode === held.inode, "shared-\(i) kept a node the kernel forgot")
+            XCTAssertEqual(again.inode.nodeID, held.inode.nodeID, "shared-\(i) did not get its id back")
+        }
     }
 
     func testCreateWriteReadAndRenameWithinAStore() throws {

@@ -125,10 +125,10 @@ public struct FileSystemOptions: Sendable {
 ///    open folder) is held across readdir/seekdir of its own stream and, for READDIRPLUS,
 ///    across the lookups of the entries, so it comes before 3 and 4.
 /// 2. `ItemIndex.writeLock` before `ItemIndex.pending` (a batch is taken, then written).
-/// 3. `InodeTable.state` (nodes by backing identity, remembered nodes) before an
-///    `InodeTable` shard (live nodes by id, lookup counts); both are leaves to everything but 1
-///    and each other: no system call under them; descriptors close after they are dropped.
-///    Finding a node by id (every request) takes its shard only.
+/// 3. An `InodeTable` shard's `state` (its part of the nodes: by backing identity, by id with
+///    lookup counts, the remembered ones) is a leaf to everything but 1, one shard at a time:
+///    no system call under it; descriptors close after it is dropped. Finding a node by id
+///    (every request) and by backing file (LOOKUP, CREATE) take the same one shard.
 /// 4. `Inode.slot` is a leaf (it also guards the node's versions: `cachedVersion`,
 ///    `fsyncedVersion`, `listedVersion`); an `acquire` that must open a lazy node takes the
 ///    parent's slot first and its own afterwards, never both at once.
@@ -179,7 +179,7 @@ public struct FileSystemOptions: Sendable {
 ///
 /// 8. The change feed (ChangeFeed) runs its subscribers on the operation's thread after the
 ///    operation's system calls, with no lock of the core held; each subscriber takes leaves
-///    only (`InodeTable.state`, `ItemIndex.pending`, the uploader's `noted`).
+///    only (an `InodeTable` shard, `ItemIndex.pending`, the uploader's `noted`).
 ///
 /// Never on a FUSE request thread: a wait for an index transaction (the index answers from
 /// its unwritten events, see `ItemIndex`), for the network, or for an upload.

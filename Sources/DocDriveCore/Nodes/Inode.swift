@@ -626,16 +626,16 @@ struct FileVersion: Equatable, Sendable {
 
 /// All nodes the kernel may name, by node id and by backing identity.
 ///
-/// Locks: `state` protects the map by backing identity (`byKey`), the next node id and the
-/// remembered (forgotten) nodes; the live nodes by id, with their lookup counts, are in
-/// `shards` (the node id picks one), each under its own lock. Every request finds its node
-/// by id, and with one lock for everything every request of every thread met there (perf of
-/// 8 parallel writers: 76 % of the daemon's contended lock waits were on `state`); a node
-/// found by id now takes only its shard's lock, which few others want. Order: `state` before
-/// a shard, never the other way; a shard is a leaf. Neither is held for a system call (a
-/// forgotten node's place is read outside them). A change to a live node's entry that must
-/// agree with `byKey` (insert, forget, revive, removal) is made with `state` held; a lookup
-/// count added to a node already found (`addLookup`) needs its shard only.
+/// Locks: the table is in 64 parts (`shards`), each under one lock of its own, which holds
+/// the nodes of the backing files that fall in it (by the file's dev and inode number): by
+/// backing identity (`byKey`), by id with their lookup counts (`byID`), the forgotten ones
+/// remembered, and the part's next id. A node id carries its part in its low bits, so a
+/// request that finds its node by id (every request) and a LOOKUP or CREATE that finds or
+/// makes it by backing file take the same one lock, and no lock is global. (With one lock
+/// for everything, 76 % of the daemon's contended lock waits with 8 parallel writers were on
+/// it; with the map by identity under one lock and the ids in parts, that lock still had the
+/// most: 150 of 6,057 samples in `insertOrFind`.) A part's lock is a leaf, one part at a time,
+/// never held for a system call (a forgotten node's place is read outside it).
 final class InodeTable: Sendable {
     struct Key: Hashable {
         var view: View
@@ -905,27 +905,45 @@ final class InodeTable: Sendable {
         }
     }
 
-    private struct State: ~Copyable {
+    /// One part of the table: the nodes of the backing files whose identity falls in it, by
+    /// identity and by id, with their lookup counts, and the forgotten ones remembered. A node
+    /// id names its part (its low `shardBits` bits), so a request that finds its node by id and
+    /// one that finds it by backing file take the same single lock.
+    private struct ShardState: ~Copyable {
         var byKey = IdentityMap()
-        var nextID: UInt64 = 1 << 20
+        var byID = NodesByID()
         var remembered = RememberedNodes()
+        /// The next id of this part, without its part's bits.
+        var nextSerial: UInt64 = InodeTable.firstSerial
     }
-
-    private let state = Mutex(State())
-    /// The live nodes by id, with their lookup counts (see the locks above).
     private final class Shard: Sendable {
-        let byID = Mutex(NodesByID())
+        let state = Mutex(ShardState())
     }
     static let shardBits: UInt64 = 6
     private static let shardCount = 1 << shardBits
+    /// Node ids of backing files start at 2^20 (below are the permanent virtual nodes').
+    private static let firstSerial: UInt64 = 1 << (20 - shardBits)
     private let shards: [Shard] = (0..<InodeTable.shardCount).map { _ in Shard() }
+    /// The part of node `id` (the one it was made in).
     @inline(__always)
-    private func shard(_ id: UInt64) -> Shard { shards[Int(id % UInt64(Self.shardCount))] }
-    /// Every live node (a snapshot, shard by shard).
+    private func shard(_ id: UInt64) -> Shard { shards[Int(id & UInt64(Self.shardCount - 1))] }
+    /// The part of a backing file: every view of it, and every node it ever had, is there.
+    @inline(__always)
+    private func shardIndex(dev: UInt64, ino: UInt64) -> Int {
+        Int((IdentityMap.hash(dev: dev, ino: ino) &* 0x9E37_79B9_7F4A_7C15) >> (64 - Self.shardBits))
+    }
+    @inline(__always)
+    private func shard(dev: UInt64, ino: UInt64) -> Shard { shards[shardIndex(dev: dev, ino: ino)] }
+    /// Every live node (a snapshot, part by part).
     private func allLive() -> [Inode] {
         var all = [Inode]()
-        for sh in shards { sh.byID.withLock { all.append(contentsOf: $0.values.lazy.map(\.inode)) } }
+        for sh in shards { sh.state.withLock { all.append(contentsOf: $0.byID.values.lazy.map(\.inode)) } }
         return all
+    }
+    /// How many forgotten nodes each part remembers (the limit spread over the parts, which
+    /// backing files fall in evenly).
+    private var rememberLimitPerShard: Int {
+        rememberLimit == 0 ? 0 : (rememberLimit + Self.shardCount - 1) / Self.shardCount
     }
     /// Virtual nodes live for the whole mount and are never forgotten.
     private let permanent = Mutex<[UInt64: Inode]>([:])
@@ -958,7 +976,7 @@ final class InodeTable: Sendable {
 
     @inline(__always)
     func get(_ id: UInt64) -> Inode? {
-        if let e = shard(id).byID.withLock({ $0[id] }) { return e }
+        if let e = shard(id).state.withLock({ $0.byID[id] }) { return e }
         return permanent.withLock { $0[id] }
     }
 
@@ -969,8 +987,9 @@ final class InodeTable: Sendable {
     func insertOrFind(fd: Int32, st: stat, root: BackingRoot, view: View, isTopLevel: Bool,
                       reference: ReferenceLink? = nil, lazy: Inode.LazyName? = nil) -> Inode {
         let key = Key(view: view, dev: UInt64(st.st_dev), ino: UInt64(st.st_ino), isReference: reference != nil)
-        let (inode, duplicate): (Inode, Bool) = state.withLock { s in
-            if let known = s.byKey[key], let found = shard(known.nodeID).byID.withLock({ $0.addLookup(known.nodeID) }) {
+        let part = shardIndex(dev: key.dev, ino: key.ino)
+        let (inode, duplicate): (Inode, Bool) = shards[part].state.withLock { s in
+            if let known = s.byKey[key], let found = s.byID.addLookup(known.nodeID) {
                 return (found, true)
             }
             // A file the kernel forgot gets its node id back (a file handle names it by that id).
@@ -978,13 +997,13 @@ final class InodeTable: Sendable {
             if let old = s.remembered.take(key: key) {
                 id = old
             } else {
-                id = s.nextID
-                s.nextID += 1
+                id = s.nextSerial << Self.shardBits | UInt64(part)
+                s.nextSerial += 1
             }
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: key.dev, ino: key.ino,
                               fileType: st.st_mode & S_IFMT, root: root, view: view, isTopLevel: isTopLevel,
                               reference: reference, lazy: fd < 0 ? lazy : nil)
-            shard(id).byID.withLock { $0.insert(inode) }
+            s.byID.insert(inode)
             s.byKey.stand(inode)
             return (inode, false)
         }
@@ -1029,7 +1048,7 @@ final class InodeTable: Sendable {
     /// Its handles go stale too (a forgotten node of it is no longer remembered).
     func removed(view: View, dev: UInt64, ino: UInt64) {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
-        state.withLock { s -> Inode? in
+        shard(dev: dev, ino: ino).state.withLock { s -> Inode? in
             s.remembered.drop(key: key)
             return s.byKey.removeValue(forKey: key)
         }?.closeRemoved()
@@ -1037,10 +1056,10 @@ final class InodeTable: Sendable {
 
     /// The file (dev, ino) was moved or replaced behind the kernel's back: its plain nodes in
     /// every view stop standing for it and answer ESTALE (see `Inode.closeReplaced`). Scans
-    /// the table: only editors' saves through references come here.
+    /// the file's part of the table: only editors' saves through references come here.
     func replacedBehind(dev: UInt64, ino: UInt64) {
-        let nodes = state.withLock { s -> [Inode] in
-            let found = allLive().filter { n in n.dev == dev && n.ino == ino && n.reference == nil }
+        let nodes = shard(dev: dev, ino: ino).state.withLock { s -> [Inode] in
+            let found = s.byID.values.map(\.inode).filter { n in n.dev == dev && n.ino == ino && n.reference == nil }
             for n in found {
                 let key = Key(view: n.view, dev: dev, ino: ino, isReference: false)
                 s.byKey.remove(n)
@@ -1056,7 +1075,7 @@ final class InodeTable: Sendable {
         let key = Key(view: view, dev: dev, ino: ino, isReference: false)
         // (A forgotten node needs nothing: the kernel looks the source up before a rename,
         // which brings the node back under its id, and it is remembered again at its new name.)
-        guard let inode = state.withLock({ $0.byKey[key] }) else { return }
+        guard let inode = shard(dev: dev, ino: ino).state.withLock({ $0.byKey[key] }) else { return }
         inode.seen(at: Inode.LazyName(parent: parent, name))
     }
 
@@ -1064,7 +1083,7 @@ final class InodeTable: Sendable {
     /// False if the node is no longer in the table (forgotten meanwhile).
     @discardableResult
     func addLookup(_ inode: Inode) -> Bool {
-        shard(inode.nodeID).byID.withLock { $0.addLookup(inode.nodeID) != nil }
+        shard(inode.nodeID).state.withLock { $0.byID.addLookup(inode.nodeID) != nil }
     }
 
     /// The kernel forgets `n` lookups; the inode and its descriptor go when none remain.
@@ -1072,16 +1091,15 @@ final class InodeTable: Sendable {
         forget(CollectionOfOne((id, n)))
     }
 
-    /// Several forgets (a BATCH_FORGET) under one hold of the lock; descriptors close outside it.
-    /// A forgotten backing node is remembered (see Remembered): its place is read outside the
-    /// lock, before its descriptor closes.
+    /// Several forgets (a BATCH_FORGET), each under its part's lock; descriptors close outside
+    /// it. A forgotten backing node is remembered (see Remembered): its place is read outside
+    /// the lock, before its descriptor closes.
     func forget(_ batch: some Collection<(UInt64, UInt64)>) {
         var dead = [Inode]()
-        let limit = rememberLimit
-        state.withLock { s in
-            for (id, n) in batch {
-                let gone = shard(id).byID.withLock { $0.dropLookups(id, n) }
-                guard let inode = gone else { continue }
+        let limit = rememberLimitPerShard
+        for (id, n) in batch {
+            shard(id).state.withLock { s in
+                guard let inode = s.byID.dropLookups(id, n) else { return }
                 let key = IdentityMap.key(of: inode)
                 let owned = s.byKey.remove(inode)
                 dead.append(inode)
@@ -1100,15 +1118,13 @@ final class InodeTable: Sendable {
             for inode in dead { inode.retire() }
             return
         }
-        var places = [(UInt64, Remembered.Place?)]()
-        places.reserveCapacity(dead.count)
         for inode in dead {
-            if inode.kind == .backing, inode.reference == nil { places.append((inode.nodeID, inode.placeForRemembering())) }
+            let id = inode.nodeID
+            let place = inode.kind == .backing && inode.reference == nil ? inode.placeForRemembering() : nil
             inode.retire()
-        }
-        state.withLock { s in
-            for (id, place) in places {
-                guard case .dying? = s.remembered[id]?.place else { continue }  // revived or dropped meanwhile
+            guard inode.kind == .backing, inode.reference == nil else { continue }
+            shard(id).state.withLock { s in
+                guard case .dying? = s.remembered[id]?.place else { return }  // revived or dropped meanwhile
                 if let place { s.remembered.setPlace(id, place) } else { s.remembered.drop(id) }
             }
         }
@@ -1118,13 +1134,13 @@ final class InodeTable: Sendable {
     /// kernel's LOOKUP of "." for a file handle). ESTALE if the file is gone or unknown.
     func revive(_ id: UInt64) throws(Errno) -> (Inode, stat) {
         let (fd, st, r) = try openRemembered(id, depth: 0)
-        let (inode, spare): (Inode, Int32) = state.withLock { s in
-            if let e = shard(id).byID.withLock({ $0.addLookup(id) }) {  // revived by another request meanwhile
+        let (inode, spare): (Inode, Int32) = shard(id).state.withLock { s in
+            if let e = s.byID.addLookup(id) {  // revived by another request meanwhile
                 return (e, fd)
             }
             let inode = Inode(nodeID: id, kind: .backing, fd: fd, dev: r.key.dev, ino: r.key.ino, fileType: r.fileType,
                               root: r.root, view: r.key.view, isTopLevel: r.isTopLevel)
-            shard(id).byID.withLock { $0.insert(inode) }
+            s.byID.insert(inode)
             if s.byKey[r.key] == nil { s.byKey.stand(inode) }
             s.remembered.drop(id)
             return (inode, -1)
@@ -1136,7 +1152,7 @@ final class InodeTable: Sendable {
     /// An O_PATH descriptor of the file a node id stood for, checked to be that file and not
     /// removed. Its folder may be a forgotten node too (`depth` bounds the climb).
     private func openRemembered(_ id: UInt64, depth: Int) throws(Errno) -> (Int32, stat, Remembered) {
-        guard depth < 512, let r = state.withLock({ $0.remembered[id] }) else { throw .staleNFSFileHandle }
+        guard depth < 512, let r = shard(id).state.withLock({ $0.remembered[id] }) else { throw .staleNFSFileHandle }
         var place = r.place
         if case .dying(let inode) = place {
             guard let p = inode.placeForRemembering() else { throw .staleNFSFileHandle }
@@ -1171,14 +1187,14 @@ final class InodeTable: Sendable {
         return (fd, st, r)
     }
 
-    var count: Int { shards.reduce(0) { n, sh in n + sh.byID.withLock { $0.count } } }
+    var count: Int { shards.reduce(0) { n, sh in n + sh.state.withLock { $0.byID.count } } }
 
 
     /// The live node of a backing file in the unified view (the view whose entries and
     /// attributes the kernel may keep long), nil if the kernel holds none.
     func unifiedNode(dev: UInt64, ino: UInt64) -> Inode? {
         let key = Key(view: .unified, dev: dev, ino: ino, isReference: false)
-        return state.withLock { $0.byKey[key] }
+        return shard(dev: dev, ino: ino).state.withLock { $0.byKey[key] }
     }
 
     /// Every live node (for an overflow of the kernel cache's watch).
@@ -1188,18 +1204,22 @@ final class InodeTable: Sendable {
     /// one lookup by key per view (a scan of every live node cost each file a sync brought
     /// down a walk of 100,000 nodes when the kernel held a large tree).
     func nodeIDs(dev: UInt64, ino: UInt64) -> [UInt64] {
-        state.withLock { s in s.byKey.views.compactMap { s.byKey[Key(view: $0, dev: dev, ino: ino, isReference: false)]?.nodeID } }
+        shard(dev: dev, ino: ino).state.withLock { s in
+            s.byKey.views.compactMap { s.byKey[Key(view: $0, dev: dev, ino: ino, isReference: false)]?.nodeID }
+        }
     }
 
     /// Closes every descriptor (at unmount).
     func removeAll() {
         kernelWatch.stop()
-        let all = state.withLock { s -> [Inode] in
-            var v = [Inode]()
-            for sh in shards { sh.byID.withLock { m in v.append(contentsOf: m.values.map(\.inode)); m.removeAll() } }
-            s.byKey.removeAll()
-            s.remembered.removeAll()
-            return v
+        var all = [Inode]()
+        for sh in shards {
+            sh.state.withLock { s in
+                all.append(contentsOf: s.byID.values.map(\.inode))
+                s.byID.removeAll()
+                s.byKey.removeAll()
+                s.remembered.removeAll()
+            }
         }
         for i in all { i.closeForShutdown() }
         anchors.closeAll()
@@ -1212,8 +1232,9 @@ final class InodeTable: Sendable {
 /// scan of every node the kernel knows (with 100,000 nodes, two scans per upload made a fresh
 /// mount's first listing 3.6 times slower). One per process: the key is the backing file's.
 /// In parts by backing file, each with its own lock: every open and every close of every file
-/// came through one lock (with `InodeTable.state` and the passthrough table sharded, it had the
-/// most contended waits left with 8 parallel writers after `InodeTable.state`).
+/// came through one lock (with the node table's ids and the passthrough table sharded, it had
+/// the most contended waits left with 8 parallel writers after the node table's one global lock,
+/// since sharded too).
 /// Lock: leaf, one part at a time (an inode's `fsyncedVersion` is read after it is dropped).
 final class OpenFiles: Sendable {
     static let shared = OpenFiles()

@@ -680,9 +680,9 @@ final class InodeTable: Sendable {
         /// first lookup): a backing folder's nodes are found by key in each.
         private(set) var views: [View] = [.unified]
 
-        /// The views of one file share a hash (a drive meets few views). Not mixed here: the
-        /// table spreads hashes itself (ProbedTable.home).
-        static func hash(dev: UInt64, ino: UInt64) -> UInt64 { ino &+ dev &* 0xBF58_476D_1CE4_E5B9 }
+        /// See NodeSpread.hash.
+        @inline(__always)
+        static func hash(dev: UInt64, ino: UInt64) -> UInt64 { NodeSpread.hash(dev: dev, ino: ino) }
 
         static func key(of n: Inode) -> Key {
             Key(view: n.view, dev: n.dev, ino: n.ino, isReference: n.reference != nil)
@@ -930,7 +930,7 @@ final class InodeTable: Sendable {
     /// The part of a backing file: every view of it, and every node it ever had, is there.
     @inline(__always)
     private func shardIndex(dev: UInt64, ino: UInt64) -> Int {
-        Int((IdentityMap.hash(dev: dev, ino: ino) &* 0x9E37_79B9_7F4A_7C15) >> (64 - Self.shardBits))
+        NodeSpread.part(dev: dev, ino: ino, bits: Self.shardBits)
     }
     @inline(__always)
     private func shard(dev: UInt64, ino: UInt64) -> Shard { shards[shardIndex(dev: dev, ino: ino)] }

@@ -3,9 +3,10 @@
 // GRDB's DatabasePool lends its readers through two dispatch barriers and a semaphore per read.
 // Four upload workers that each read the index a few times per file had a third of their
 // samples in `_dispatch_sync_f_slow`, mostly these reads: asleep in the barriers, waking one
-// another (perf, 10,000 small files, README "Reads that do not queue"). Here a read takes a connection off a list under a mutex held for
-// a pop, runs on the calling thread (the connection's own queue is never contended: one thread
-// at a time has it), and puts it back. Each read is its own transaction, as with the pool.
+// another (perf, 10,000 small files, README "Reads that do not queue"). Here a read takes a
+// connection off a list under a mutex held for a pop, runs on the calling thread (the
+// connection's own queue is never contended: one thread at a time has it), and puts it back.
+// Each read is its own transaction, as with the pool.
 import Foundation
 import GRDB
 import Synchronization

@@ -673,23 +673,19 @@ final class InodeTable: Sendable {
     struct IdentityMap {
         private struct Keyed: ProbedElement {
             let node: Inode
-            var probeHash: UInt64 { IdentityMap.hash(dev: node.dev, ino: node.ino) }
+            var probeHash: UInt64 { NodeSpread.hash(dev: node.dev, ino: node.ino) }
         }
         private var nodes = ProbedTable<Keyed>()
         /// Every view a node was ever made in (they only grow; an app's view is made at its
         /// first lookup): a backing folder's nodes are found by key in each.
         private(set) var views: [View] = [.unified]
 
-        /// See NodeSpread.hash.
-        @inline(__always)
-        static func hash(dev: UInt64, ino: UInt64) -> UInt64 { NodeSpread.hash(dev: dev, ino: ino) }
-
         static func key(of n: Inode) -> Key {
             Key(view: n.view, dev: n.dev, ino: n.ino, isReference: n.reference != nil)
         }
 
         private func bucket(_ k: Key) -> Int? {
-            nodes.find(hash: Self.hash(dev: k.dev, ino: k.ino)) { e in
+            nodes.find(hash: NodeSpread.hash(dev: k.dev, ino: k.ino)) { e in
                 let n = e.node
                 return n.ino == k.ino && n.dev == k.dev && (n.reference != nil) == k.isReference && n.view == k.view
             }
@@ -820,7 +816,7 @@ final class InodeTable: Sendable {
         }
         private struct ByKey: ProbedElement {
             let record: Record
-            var probeHash: UInt64 { IdentityMap.hash(dev: record.dev, ino: record.ino) }
+            var probeHash: UInt64 { NodeSpread.hash(dev: record.dev, ino: record.ino) }
         }
         private var byID = ProbedTable<ByID>()
         private var byKey = ProbedTable<ByKey>()
@@ -834,7 +830,7 @@ final class InodeTable: Sendable {
 
         private func bucket(_ k: Key) -> Int? {
             guard !k.isReference, byKey.count > 0 else { return nil }  // a reference's node is never remembered
-            return byKey.find(hash: IdentityMap.hash(dev: k.dev, ino: k.ino)) { e in
+            return byKey.find(hash: NodeSpread.hash(dev: k.dev, ino: k.ino)) { e in
                 let r = e.record
                 return r.ino == k.ino && r.dev == k.dev && r.view == k.view
             }
@@ -865,7 +861,7 @@ final class InodeTable: Sendable {
         mutating func drop(_ id: UInt64) {
             guard let b = bucket(id) else { return }
             let r = byID.remove(bucket: b).record
-            if r.byKey, let k = byKey.find(hash: IdentityMap.hash(dev: r.dev, ino: r.ino), { $0.record === r }) {
+            if r.byKey, let k = byKey.find(hash: NodeSpread.hash(dev: r.dev, ino: r.ino), { $0.record === r }) {
                 byKey.remove(bucket: k)
             }
         }

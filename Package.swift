@@ -28,8 +28,9 @@ let package = Package(
             pkgConfig: "fuse3",
             providers: [.apt(["libfuse3-dev"])]
         ),
-        // Linux syscalls and constants that Glibc's Swift overlay does not expose.
-        .target(name: "CDocDriveSys"),
+        // Linux syscalls and constants that Glibc's Swift overlay does not expose, and the
+        // requests' transport beside libfuse's (FUSE over io_uring through liburing).
+        .target(name: "CDocDriveSys", linkerSettings: [.linkedLibrary("uring"), .linkedLibrary("fuse3")]),
         // What the front and the daemon must agree on for the query fast path (no Foundation).
         .target(name: "DocDriveWire"),
         .target(

@@ -32,10 +32,27 @@ apt_install() {
 # What building and mounting need (libc6-dev's static libc: the `docdrive` front is linked
 # statically, see Package.swift).
 install_runtime_deps() {
-    apt_install libfuse3-dev fuse3 pkg-config libsqlite3-dev psmisc libc6-dev
+    apt_install libfuse3-dev fuse3 liburing-dev pkg-config libsqlite3-dev psmisc libc6-dev
     if ! command -v swift >/dev/null 2>&1; then
         say "docdrive: the Swift toolchain (6.1 or later) is not on PATH; install it from swift.org first."
         return 1
+    fi
+}
+
+# enable_fuse_uring: turns on FUSE over io_uring (the fuse module's enable_uring, Linux 6.14+
+# built with CONFIG_FUSE_IO_URING), which the daemon then uses for its requests; prints what the
+# parameter was before ("" when this kernel has none). DOCDRIVE_FUSE_URING=0 keeps it as it is.
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+enable_fuse_uring() {
+    [ -e "$URING_PARAM" ] || { say "docdrive: this kernel has no FUSE over io_uring: requests come through /dev/fuse."; return 0; }
+    local before
+    before=$(cat "$URING_PARAM")
+    printf '%s\n' "$before"
+    [ "${DOCDRIVE_FUSE_URING:-1}" = 0 ] && return 0
+    if [ "$before" != Y ]; then
+        as_root sh -c "echo Y > $URING_PARAM" \
+            && say "docdrive: turned on FUSE over io_uring (echo N > $URING_PARAM turns it off again)." \
+            || say "docdrive: could not turn on FUSE over io_uring: requests come through /dev/fuse."
     fi
 }
 

@@ -8,6 +8,7 @@ install_runtime_deps
 bin=$(build_release)
 install_command "$bin"
 "$bin" init --default --if-missing
+enable_fuse_uring >/dev/null
 set +e
 "$bin" mount "$mountpoint"
 rc=$?

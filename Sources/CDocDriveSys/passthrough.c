@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "docdrive_passthrough.h"
 #include "docdrive_requests.h"
+#include "uring_internal.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -16,6 +17,7 @@
 #define OUT_HEADER_SIZE 16          /* struct fuse_out_header: len, error, unique */
 #define INIT_EXT (1u << 30)         /* FUSE_INIT_EXT: flags2 is valid */
 #define PASSTHROUGH_FLAG2 (1u << 5) /* FUSE_PASSTHROUGH is bit 37, that is bit 5 of flags2 */
+#define OVER_IO_URING_FLAG2 (1u << 9) /* FUSE_OVER_IO_URING is bit 41 */
 #define FOPEN_PASSTHROUGH (1u << 7)
 /* The open flags the kernel accepts with passthrough (FOPEN_PASSTHROUGH_MASK): direct_io,
    parallel_direct_writes, noflush. Any other, such as keep_cache, makes the open fail (EIO). */
@@ -43,6 +45,7 @@ struct dd_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define OPEN_KILL_SUIDGID (1u << 0)    /* fuse_open_in.open_flags at 4, fuse_create_in's at 12 */
 
 static atomic_int offered = 0;
+static atomic_ullong init_unique = 0;   /* the INIT request's, until it is answered */
 static atomic_int killpriv_offered = 0;
 static atomic_int killpriv_wanted = 0;
 static __thread int request_kills_suidgid = 0;
@@ -52,10 +55,8 @@ static __thread int32_t pending_id = 0;
 static uint32_t get32(const char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static void put32(char *p, uint32_t v) { memcpy(p, &v, 4); }
 
-ssize_t dd_fuse_io_read(int fd, void *buf, size_t len, void *userdata) {
-    (void)userdata;
-    ssize_t n = dd_fuse_read_request(fd, buf, len);
-    const char *p = buf, *in = p + IN_HEADER_SIZE;
+void dd_fuse_note_request(const char *p, size_t n) {
+    const char *in = p + IN_HEADER_SIZE;
     int kills = 0;
     if (n >= IN_HEADER_SIZE) {
         switch (get32(p + 4)) {
@@ -69,11 +70,21 @@ ssize_t dd_fuse_io_read(int fd, void *buf, size_t len, void *userdata) {
                 uint32_t flags = get32(in + 12), flags2 = get32(in + 16);
                 atomic_store(&offered, (flags & INIT_EXT) && (flags2 & PASSTHROUGH_FLAG2));
                 atomic_store(&killpriv_offered, (flags & HANDLE_KILLPRIV_V2) != 0);
+                dd_uring_offered((flags & INIT_EXT) && (flags2 & OVER_IO_URING_FLAG2));
+                uint64_t unique;
+                memcpy(&unique, p + 8, 8);
+                atomic_store(&init_unique, unique);
             }
             break;
         }
     }
     request_kills_suidgid = kills;
+}
+
+ssize_t dd_fuse_io_read(int fd, void *buf, size_t len, void *userdata) {
+    (void)userdata;
+    ssize_t n = dd_fuse_read_request(fd, buf, len);
+    dd_fuse_note_request(buf, n > 0 ? (size_t)n : 0);
     return n;
 }
 
@@ -107,12 +118,30 @@ ssize_t dd_fuse_io_writev(int fd, struct iovec *iov, int count, void *userdata) 
             }
         }
     }
+    /* The INIT answer accepts the rings when they were asked for (docdrive_uring.h). */
+    uint64_t unique = 0, init = atomic_load(&init_unique);
+    if (count >= 1 && iov[0].iov_len == OUT_HEADER_SIZE) memcpy(&unique, (char *)iov[0].iov_base + 8, 8);
+    if (init != 0 && unique == init) {
+        int32_t error;
+        memcpy(&error, (char *)iov[0].iov_base + 4, 4);
+        if (error == 0 && count >= 2) dd_uring_patch_init(iov[1].iov_base, iov[1].iov_len);
+        ssize_t n = writev(fd, iov, count);
+        int e = errno;
+        atomic_store(&init_unique, 0);
+        dd_uring_init_answered();
+        errno = e;
+        return n;
+    }
+    ssize_t written;
+    if (dd_uring_answer(iov, count, &written)) return written;
     return writev(fd, iov, count);
 }
 
 ssize_t dd_fuse_io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
                                unsigned int flags, void *userdata) {
     (void)userdata;
+    ssize_t written;
+    if (offin == NULL && dd_uring_answer_spliced(fdin, len, &written)) return written;
     return splice(fdin, offin, fdout, offout, len, flags);
 }
 

@@ -1,6 +1,7 @@
 // The release barrier's record of what each libfuse worker holds: see docdrive_requests.h.
 #define _GNU_SOURCE
 #include "docdrive_requests.h"
+#include "uring_internal.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -134,7 +135,7 @@ ssize_t dd_fuse_read_request(int fd, void *buf, size_t len) {
 }
 
 /* The scheduler state of thread `tid` of this process ('S' sleeping, 'R' running, ...), or 0. */
-static char thread_state(int tid) {
+char dd_thread_state(int tid) {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -168,17 +169,24 @@ static int may_hold_earlier_release(struct worker *w, uint64_t before) {
     /* Not yet in its read: whatever it reads was queued after `before`. */
     if (state == WAITING) return 0;
     if (state == HOLDING) return op == FUSE_RELEASE_OPCODE && unique < before;
-    char s = thread_state(tid);
+    char s = dd_thread_state(tid);
     if (s == 0) return atomic_load(&w->tid) == tid ? -1 : 0;  /* or the thread has just ended */
     if (s != 'S') return 1;
     return atomic_load(&w->gen) != g1 || atomic_load(&w->state) != READING;
 }
 
+/* The ring request the calling thread handles (uring.c): ring and pool threads have no slot. */
+static __thread uint64_t handling = 0;
+
+void dd_fuse_handling(uint64_t unique) { handling = unique; }
+
 int dd_fuse_await_earlier_releases(int timeout_ms) {
-    struct worker *self = me;
-    if (!self || atomic_load(&untracked)) return -2;
-    uint64_t before = atomic_load(&self->unique);
+    struct worker *self = handling ? NULL : me;
+    if ((!handling && !self) || atomic_load(&untracked)) return -2;
+    uint64_t before = handling ? handling : atomic_load(&self->unique);
     long deadline = now_ms() + timeout_ms;
+    /* A RELEASE the rings have delivered, or are about to, and not seen answered. */
+    if (dd_uring_await_releases_before(before, timeout_ms) < 0) return -1;
     for (int i = 0; i < MAX_WORKERS; i++) {
         struct worker *w = &workers[i];
         if (w == self) continue;

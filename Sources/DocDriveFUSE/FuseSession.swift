@@ -62,6 +62,7 @@ public final class FuseSession: Sendable {
                                 splice_receive: nil, splice_send: dd_fuse_io_splice_send)
         if fuse_session_custom_io(se, &io, fuse_session_fd(se)) == 0 {
             setPollingTime()
+            prepareRings(se)
             context.releases.available.store(true, ordering: .relaxed)
             context.fs.setReleaseBarrier(ReleaseBarrier { [releases = context.releases] in releases.wait() })
         } else {
@@ -78,6 +79,9 @@ public final class FuseSession: Sendable {
         if !kept { logger.warning("inotify is not available: the kernel keeps entries and attributes for a second only") }
         logger.info("mounted at \(mountpoint) with -o \(mountOptions)")
         let rc = cfuse_session_loop_mt(se, 4, maxThreads)
+        let ringRequests = dd_uring_requests()
+        dd_uring_stop()
+        if ringRequests > 0 { logger.info("the rings delivered \(ringRequests) requests") }
         context.releases.available.store(false, ordering: .relaxed)
         context.fs.setReleaseBarrier(nil)
         // Releases the kernel dropped with the connection (an abort ends the requests it still
@@ -109,6 +113,27 @@ public final class FuseSession: Sendable {
         logger.info("workers poll /dev/fuse for \(us) µs before they sleep (DOCDRIVE_FUSE_SPIN_US)")
     }
 
+    /// FUSE over io_uring (docdrive_uring.h): asked for unless `DOCDRIVE_FUSE_URING=0`; the
+    /// kernel offers it when the fuse module's `enable_uring` parameter is on. The rings are set
+    /// up after INIT, on their own threads, which log what became of them.
+    private func prepareRings(_ se: OpaquePointer) {
+        let v = ProcessInfo.processInfo.environment["DOCDRIVE_FUSE_URING"] ?? ""
+        guard v != "0" else {
+            logger.info("requests come through /dev/fuse (DOCDRIVE_FUSE_URING=0)")
+            return
+        }
+        if !v.isEmpty && v != "1" {
+            logger.warning("DOCDRIVE_FUSE_URING=\(v) is neither 0 nor 1: the rings are used when the kernel offers them")
+        }
+        ringLogger.withLock { $0 = logger }
+        dd_uring_set_report { error, sentence in
+            guard let sentence, let logger = ringLogger.withLock({ $0 }) else { return }
+            if error == 0 { logger.info("\(String(cString: sentence))") } else { logger.warning("\(String(cString: sentence))") }
+        }
+        let r = dd_uring_prepare(se, fuse_session_fd(se))
+        if r != 0 { logger.warning("io_uring: the rings cannot be prepared (\(String(cString: strerror(-r)))); requests come through /dev/fuse") }
+    }
+
     /// Asks the session to end (from a signal): unmounting makes the kernel close the connection,
     /// which ends the loop once the last request is answered.
     public func requestExit() {
@@ -120,6 +145,9 @@ public final class FuseSession: Sendable {
         }
     }
 }
+
+/// Where the rings' threads report (one session per process).
+private let ringLogger = Mutex<Logger?>(nil)
 
 /// libfuse's session pointer; read only under `FuseContext.session`'s lock.
 struct SessionPointer: @unchecked Sendable {

@@ -772,6 +772,17 @@ def stop_daemon(pid):
     assert wait_until(stopped, 10), f"daemon {pid} did not stop"
 
 
+def classic_up_drive(new_drive) -> Up:
+    """A drive whose requests come through /dev/fuse, not the rings (DOCDRIVE_FUSE_URING=0).
+    With the rings, the kernel hands a request to a ring entry at once, and the daemon's ring
+    thread copies it in when it runs again: a stopped daemon then gets the RELEASE when it goes
+    on (the kernel drops none), and an unmount waits for the stopped ring thread. What these
+    tests stop the daemon for, a RELEASE the kernel drops, happens only on /dev/fuse."""
+    u = up_drive(new_drive, writeback=0.2, mount=False)
+    u.d.extra_env["DOCDRIVE_FUSE_URING"] = "0"
+    return u.mount()
+
+
 def close_with_the_daemon_stopped(u, name, data, end_connection):
     """Creates `name` holding `data`, stops the daemon (every thread), closes the file, which
     sends nothing for a created file, and runs `end_connection`; then lets the daemon go on and
@@ -800,7 +811,7 @@ def test_a_file_closed_in_the_instant_before_an_unmount_is_uploaded(new_drive):
     queues after close has returned. Here the daemon is stopped while the file is closed and the
     mount unmounted, and the kernel drops that RELEASE with the connection: the daemon releases
     the file itself once its session ends, so the save is uploaded in the unmount's grace time."""
-    u = up_drive(new_drive, writeback=0.2)
+    u = classic_up_drive(new_drive)
     data = b"closed in the instant before the unmount\n"
 
     def unmount():
@@ -817,7 +828,7 @@ def test_a_created_file_whose_release_an_abort_dropped_is_still_uploaded(new_dri
     itself when its session ends, so the save is noted and uploaded in the grace time."""
     if not any(FUSECTL.iterdir()) and os.geteuid() == 0:
         run(["mount", "-t", "fusectl", "fusectl", str(FUSECTL)], check=False)
-    u = up_drive(new_drive, writeback=0.2)
+    u = classic_up_drive(new_drive)
     abort = FUSECTL / str(os.stat(u.d.mnt).st_dev) / "abort"
     assert abort.exists(), f"{abort} is missing: the fuse control filesystem is not mounted (and cannot be)"
     data = b"closed, then the connection was aborted\n"

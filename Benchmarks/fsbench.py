@@ -333,7 +333,7 @@ def cmd_report(raw_path, meta_path, md_path, json_path):
     lines.append(f"# fsbench — {meta['mode']} run, {meta['rounds']} rounds, {meta['date']}")
     lines.append("")
     lines.append(f"Host: {meta['host']}; kernel {meta['kernel']}; {meta['cpus']} CPUs; disk of {meta['dir']}: {meta['disk']}.")
-    lines.append(f"DocDrive: {meta['docdrive']}; mergerfs: {meta['mergerfs']}; fio: {meta['fio']}.")
+    lines.append(f"DocDrive: {meta['docdrive']}, its requests through {meta.get('transport', '/dev/fuse')}; mergerfs: {meta['mergerfs']}; fio: {meta['fio']}.")
     lines.append(f"Runtime of the benchmark (without the build): {meta.get('runtime', '?')} s."
                  + ("" if meta.get("drop_caches_ok", True) else " **WARNING: dropping caches failed; the cold numbers are not cold.**"))
     lines.append("")

@@ -22,6 +22,9 @@
 #                 default all)
 #   --targets L   run on these targets only (space- or comma-separated, of: native mergerfs
 #                 docdrive; default all three)
+#   --uring M     DocDrive's requests: "on" (default) turns on FUSE over io_uring (the fuse
+#                 module's enable_uring, put back at the end) as mount-scripts/mount.sh does;
+#                 "off" keeps them on /dev/fuse (DOCDRIVE_FUSE_URING=0)
 #   --nofile N    raise the open-files limit (soft and hard) to N before starting the
 #                 daemons, like a stock systemd system (default 1048576; 0 = leave it)
 #
@@ -43,6 +46,10 @@ BASE=/var/tmp
 NOFILE=1048576
 ONLY=seq,rand,meta,tree,small,parallel,list
 TARGETS_ARG=""
+URING=on
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+URING_BEFORE=""
+TRANSPORT="not mounted"
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
@@ -60,6 +67,8 @@ while [ $# -gt 0 ]; do
         --only=*) ONLY="${1#*=}" ;;
         --targets) TARGETS_ARG="${2:-}"; shift ;;
         --targets=*) TARGETS_ARG="${1#*=}" ;;
+        --uring) URING="${2:-}"; shift ;;
+        --uring=*) URING="${1#*=}" ;;
         --nofile) NOFILE="${2:-}"; shift ;;
         --nofile=*) NOFILE="${1#*=}" ;;
         -h|--help) usage; exit 0 ;;
@@ -67,6 +76,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+case "$URING" in on|off) ;; *) echo "fsbench: --uring is on or off, not $URING" >&2; exit 64 ;; esac
 if [ -z "$ROUNDS" ]; then
     # This VM's run-to-run spread is wide: seven rounds give steadier medians in a full run.
     if [ "$MODE" = quick ]; then ROUNDS=3; else ROUNDS=7; fi
@@ -167,6 +177,7 @@ cleanup() {
         sleep 1
         kill -KILL "$STEP_PID" 2>/dev/null
     fi
+    [ -n "$URING_BEFORE" ] && echo "$URING_BEFORE" > "$URING_PARAM"
     [ -n "$W" ] || return
     [ "$DD_STARTED" = 1 ] && unmount_docdrive
     [ -n "${MFS_MNT:-}" ] && unmount_mergerfs
@@ -351,7 +362,24 @@ start_docdrive() {
     DD_PID=$("$PY" "$HELPER" mountpid "$DD_HOME/run/mount.json") || die "no daemon pid in $DD_HOME/run/mount.json"
     mounted "$DD_MNT" || die "docdrive says it mounted, but $DD_MNT is not in /proc/mounts"
     timeout 10 test -d "$DD_MNT/Bench" || die "the store folder $DD_MNT/Bench is missing"
+    # The rings are set up just after INIT: their log line may come a moment later.
+    local i
+    for i in $(seq 50); do
+        if grep -q "requests come through io_uring" "$DD_HOME/run/daemon.log"; then TRANSPORT="io_uring"; break; fi
+        if [ "$URING" = off ] || grep -q "io_uring:" "$DD_HOME/run/daemon.log"; then TRANSPORT="/dev/fuse"; break; fi
+        sleep 0.1
+    done
+    [ "$TRANSPORT" = "not mounted" ] && TRANSPORT="/dev/fuse"
+    [ "$URING" = on ] && [ "$TRANSPORT" != io_uring ] && die "--uring on, but the daemon's requests come through /dev/fuse: $(grep -i uring "$DD_HOME/run/daemon.log" | tail -n 1)"
 }
+
+if [ "$URING" = on ]; then
+    [ -e "$URING_PARAM" ] || die "--uring on: this kernel has no FUSE over io_uring ($URING_PARAM); run with --uring off"
+    URING_BEFORE=$(cat "$URING_PARAM")
+    echo Y > "$URING_PARAM" || die "cannot turn on $URING_PARAM"
+else
+    export DOCDRIVE_FUSE_URING=0
+fi
 
 start_mergerfs
 export DOCDRIVE_HOME="$DD_HOME"
@@ -614,7 +642,7 @@ export FSB_MODE="$MODE" FSB_ROUNDS="$ROUNDS" FSB_DIR="$W" FSB_BIN="$BIN_ORIG" FS
     FSB_DISK="$(df --output=source,fstype "$W" | tail -n 1 | tr -s ' ')" \
     FSB_DDVER="$("$BIN" --version 2>/dev/null | head -n 1)" \
     FSB_MFSVER="$(mergerfs --version 2>&1 | head -n 1 | sed 's/.*version: *//')" \
-    FSB_FIOVER="$(fio --version)"
+    FSB_FIOVER="$(fio --version)" FSB_TRANSPORT="$TRANSPORT"
 printf '%s\n' "${NOTES[@]}" > "$W/notes.txt"
 "$PY" - "$W/meta.json" "$W/notes.txt" <<'EOF' || die "cannot write the run's description"
 import json, os, platform, sys, time
@@ -626,7 +654,7 @@ meta = {
     "mode": e["FSB_MODE"], "rounds": int(e["FSB_ROUNDS"]), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     "host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(), "dir": e["FSB_DIR"],
     "disk": e["FSB_DISK"], "docdrive": f"{e['FSB_BIN']} ({e['FSB_DDVER']})", "mergerfs": e["FSB_MFSVER"],
-    "fio": e["FSB_FIOVER"], "runtime": int(e["FSB_RUNTIME"]), "drop_caches_ok": e["FSB_DROP"] == "1",
+    "fio": e["FSB_FIOVER"], "transport": e["FSB_TRANSPORT"], "runtime": int(e["FSB_RUNTIME"]), "drop_caches_ok": e["FSB_DROP"] == "1",
     "sizes": {
         "seq": size(e["FSB_SEQ"]), "rand": size(e["FSB_RAND"]), "meta": f"{int(e['FSB_META']):,}",
         "small": f"{int(e['FSB_SMALL']):,}", "list": f"{int(e['FSB_LIST']):,}",

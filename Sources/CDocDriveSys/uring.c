@@ -314,6 +314,7 @@ static int holds_release_before(uint64_t before) {
         if (!q->ents) continue;
         for (int j = 0; j < DD_URING_DEPTH; j++) {
             struct ent *e = &q->ents[j];
+            if (!e->hdr) continue;
             /* The kernel writes a request's header into the entry before it completes it. */
             const char *h = e->hdr->in_out;
             uint32_t op = __atomic_load_n((const uint32_t *)(const void *)(h + 4), __ATOMIC_ACQUIRE);

@@ -394,6 +394,56 @@ for i in range(int(sys.argv[2])):
     assert p.returncode == 0
 
 
+@pytest.mark.timeout(90)
+def test_a_lock_on_a_created_file_goes_at_its_holders_close_while_a_child_still_has_it(t):
+    """A process creates a file, locks it and forks: the child inherits the descriptor. The
+    parent's close drops its lock (POSIX: any close of the file by the process), though the
+    child still holds the descriptor, so the kernel sends neither FLUSH (none for a created
+    file) nor RELEASE: the drive finds in /proc that the holder has no descriptor of the file
+    left. Until that close, the lock holds: a waiter in a third process gets it only after."""
+    script = r"""
+import fcntl, os, sys, time
+a = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+fcntl.lockf(a, fcntl.LOCK_EX)
+child = os.fork()
+if child == 0:
+    sys.stdin.readline()  # keeps the inherited descriptor open until told
+    os._exit(0)
+print("locked", flush=True)
+sys.stdin.readline()
+os.close(a)
+print("closed", flush=True)
+os.waitpid(child, 0)
+"""
+    f = t.mnt / "created-and-shared"
+    p = subprocess.Popen([sys.executable, "-c", script, str(f)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    waiter = None
+    try:
+        assert p.stdout.readline().strip() == "locked"
+        assert lockf_nb(f) in BUSY, "the creator's lock does not hold"
+        waiter = subprocess.Popen([sys.executable, "-c",
+                                   "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+                                   "fcntl.lockf(fd, fcntl.LOCK_EX); print('got', flush=True)", str(f)],
+                                  stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        assert waiter.poll() is None, "a waiter got the lock while its holder still had the file open"
+        p.stdin.write("\n")  # the parent closes; the child keeps the descriptor
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "closed"
+        assert waiter.wait(timeout=20) == 0 and waiter.stdout.read().strip() == "got", \
+            "the lock taken through the created file outlived its holder's close"
+        assert lockf_nb(f) is None
+    finally:
+        if waiter and waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+        p.stdin.write("\n")
+        p.stdin.close()
+        p.wait(timeout=20)
+    assert p.returncode == 0
+
+
 @pytest.mark.timeout(60)
 def test_sigkill_of_a_holder_releases_its_locks(t):
     files = {k: new_file(t.mnt / k) for k in ("lockf", "ofd", "flock")}

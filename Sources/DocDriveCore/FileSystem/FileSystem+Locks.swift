@@ -11,9 +11,54 @@ extension DriveFileSystem {
     /// lock of another program on the backing file from the backing file itself.
     public func getLock(_ id: UInt64, owner: UInt64, _ lock: RecordLock) throws(Errno) -> RecordLock {
         let held = try conflictingLock(id, owner: owner, lock)
-        // The holder may have closed its file a moment ago, its release still queued.
-        guard held.type != dd_F_UNLCK, releasesMayDropLocks, awaitQueuedReleases() else { return held }
+        // The holder may have closed its file a moment ago, its release still queued, or
+        // closed it while another process still has it (no release comes then).
+        guard held.type != dd_F_UNLCK, releasesMayDropLocks else { return held }
+        let waited = awaitQueuedReleases()
+        let dropped = dropLocksOfClosedHolders(try lockable(id), owner: owner, lock)
+        guard waited || dropped else { return held }
         return try conflictingLock(id, owner: owner, lock)
+    }
+
+    /// A conflict with locks taken through a file the drive created (opened without FLUSH):
+    /// when their holder closes it while another process still has it open (a child that
+    /// inherited the descriptor), the kernel tells the drive nothing, and no release comes.
+    /// So the drive looks in /proc at each process that took such a lock: one that has no
+    /// descriptor of the file any more (its `fdinfo` names no inode of that number) has closed
+    /// it, and its locks go, as its close would have taken them. A process that cannot be
+    /// looked at, or has such a descriptor (even of another file with that inode number),
+    /// keeps its locks. True if some were dropped.
+    func dropLocksOfClosedHolders(_ n: Inode, owner: UInt64, _ lock: RecordLock) -> Bool {
+        let key = LockTable.OwnerKey(file: fileKey(n), owner: owner)
+        var dropped = false
+        for (holder, pids) in locks.conflictsThroughNoFlushFiles(key, lock)
+        where pids.allSatisfy({ Self.hasClosed($0, fileIno: key.file.ino) }) {
+            locks.dropOwner(holder)
+            dropped = true
+        }
+        return dropped
+    }
+
+    /// Whether process `pid` has no open descriptor whose inode number is `fileIno` (false
+    /// when that cannot be told: no such process, or its descriptors cannot be read).
+    static func hasClosed(_ pid: Int32, fileIno: UInt64) -> Bool {
+        guard pid > 0, let dir = Glibc.opendir("/proc/\(pid)/fdinfo") else { return false }
+        defer { Glibc.closedir(dir) }
+        let dfd = dirfd(dir)
+        let wanted = Array("ino:\t\(fileIno)\n".utf8)
+        var buf = [UInt8](repeating: 0, count: 512)
+        while let e = Glibc.readdir(dir) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+            guard name.first?.isNumber == true else { continue }
+            let fd = Glibc.openat(dfd, name, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { continue }  // closed meanwhile
+            let got = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            Sys.close(fd)
+            guard got > 0 else { continue }
+            let text = buf[0..<got]
+            if text.starts(with: wanted) || text.firstRange(of: [10] + wanted) != nil { return false }
+        }
+        return true
     }
 
     private func conflictingLock(_ id: UInt64, owner: UInt64, _ lock: RecordLock) throws(Errno) -> RecordLock {
@@ -60,9 +105,11 @@ extension DriveFileSystem {
         let via = file.map(ObjectIdentifier.init)
         func attempt() throws(Errno) -> Bool {
             while true {
-                switch locks.tryLock(key, lock, via: via, spare: &spare) {
+                switch locks.tryLock(key, lock, via: via, viaNoFlush: file?.noFlush ?? false, spare: &spare) {
                 case .granted: return true
-                case .busy: return false
+                case .busy:
+                    // A holder that has closed its created file while a child still has it.
+                    guard releasesMayDropLocks, dropLocksOfClosedHolders(n, owner: owner, lock) else { return false }
                 case .failed(let e): throw e
                 case .needDescriptor: spare = try openBacking(n, readOnly: false)
                 }

@@ -62,6 +62,9 @@ public final class LockTable: Sendable {
         /// The open file the owner's last request came through: an OFD lock's owner is that
         /// open file, and the kernel sends no unlock when it closes (only its release).
         var via: ObjectIdentifier?
+        /// That open file was opened without FLUSH (`OpenFile.noFlush`): the kernel says
+        /// nothing when the owner closes it while another process still has it.
+        var viaNoFlush = false
     }
 
     /// A flock holder: one open file.
@@ -103,7 +106,8 @@ public final class LockTable: Sendable {
 
     /// Tries once to take (or change to) `lock` for `owner`, on its backing descriptor; `spare`
     /// is a fresh descriptor to use if the owner has none (taken: set to -1).
-    func tryLock(_ key: OwnerKey, _ lock: RecordLock, via: ObjectIdentifier?, spare: inout Int32) -> Attempt {
+    func tryLock(_ key: OwnerKey, _ lock: RecordLock, via: ObjectIdentifier?, viaNoFlush: Bool = false,
+                 spare: inout Int32) -> Attempt {
         let fresh = spare
         let (result, used): (Attempt, Bool) = shard(key.file).state.withLock { s in
             var used = false
@@ -123,6 +127,7 @@ public final class LockTable: Sendable {
             }
             h.ranges = Self.applying(lock, to: h.ranges)
             h.via = via
+            h.viaNoFlush = viaNoFlush
             s.records[key] = h
             return (.granted, used)
         }
@@ -183,6 +188,18 @@ public final class LockTable: Sendable {
                 }
             }
             return body(found, s.records[key]?.fd ?? -1)
+        }
+    }
+
+    /// The other owners whose locks conflict with `lock` and whose last lock request came
+    /// through a file opened without FLUSH, with the processes that took those locks.
+    func conflictsThroughNoFlushFiles(_ key: OwnerKey, _ lock: RecordLock) -> [(OwnerKey, Set<Int32>)] {
+        shard(key.file).state.withLock { s in
+            s.records.compactMap { k, h in
+                guard k.file == key.file, k.owner != key.owner, h.viaNoFlush,
+                      h.ranges.contains(where: { $0.conflicts(with: lock) }) else { return nil }
+                return (k, Set(h.ranges.map(\.pid)))
+            }
         }
     }
 

@@ -115,6 +115,7 @@ static struct {
     pthread_cond_t wake;
     struct ent *head, *tail;
     int threads, idle, stop;
+    int queued;                  /* requests in the list */
     pthread_t tids[POOL_MAX];
 } P = { .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
 
@@ -387,6 +388,7 @@ static void *pool_main(void *arg) {
         struct ent *e = P.head;
         P.head = e->next;
         if (!P.head) P.tail = NULL;
+        P.queued--;
         pthread_mutex_unlock(&P.lock);
         run(e);
         pthread_mutex_lock(&P.lock);
@@ -395,23 +397,29 @@ static void *pool_main(void *arg) {
     return NULL;
 }
 
-/* Hands a request to the pool; 0 if no pool thread can take it (the ring thread runs it). */
+/* Hands a request to the pool; 0 if the pool has no thread (the ring thread runs it). A
+   request never waits in the list for a thread while another could be started: the one it
+   would wait for may be waiting for it (a lock holder's unlock behind a waiter's SETLKW). */
 static int to_pool(struct ent *e) {
     pthread_mutex_lock(&P.lock);
-    if (P.stop || (P.idle == 0 && P.threads >= POOL_MAX)) {
+    if (P.stop) {
         pthread_mutex_unlock(&P.lock);
         return 0;
     }
     e->next = NULL;
     if (P.tail) P.tail->next = e; else P.head = e;
     P.tail = e;
-    if (P.idle == 0) {
-        if (pthread_create(&P.tids[P.threads], NULL, pool_main, NULL) == 0) P.threads++;
-        else if (P.threads == 0) {   /* no thread at all: take it back */
-            P.head = P.tail = NULL;
-            pthread_mutex_unlock(&P.lock);
-            return 0;
-        }
+    P.queued++;
+    /* An idle thread signalled counts as idle until it wakes: start one more whenever the
+       list holds more requests than there are idle threads to take them. */
+    if (P.queued > P.idle && P.threads < POOL_MAX
+        && pthread_create(&P.tids[P.threads], NULL, pool_main, NULL) == 0)
+        P.threads++;
+    if (P.threads == 0) {   /* no thread could be started: take it back */
+        P.head = P.tail = NULL;
+        P.queued = 0;
+        pthread_mutex_unlock(&P.lock);
+        return 0;
     }
     pthread_cond_signal(&P.wake);
     pthread_mutex_unlock(&P.lock);

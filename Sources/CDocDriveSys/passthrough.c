@@ -15,9 +15,7 @@
 #define FUSE_INIT_OPCODE 26
 #define IN_HEADER_SIZE 40           /* struct fuse_in_header */
 #define OUT_HEADER_SIZE 16          /* struct fuse_out_header: len, error, unique */
-#define INIT_EXT (1u << 30)         /* FUSE_INIT_EXT: flags2 is valid */
 #define PASSTHROUGH_FLAG2 (1u << 5) /* FUSE_PASSTHROUGH is bit 37, that is bit 5 of flags2 */
-#define OVER_IO_URING_FLAG2 (1u << 9) /* FUSE_OVER_IO_URING is bit 41 */
 #define FOPEN_PASSTHROUGH (1u << 7)
 /* The open flags the kernel accepts with passthrough (FOPEN_PASSTHROUGH_MASK): direct_io,
    parallel_direct_writes, noflush. Any other, such as keep_cache, makes the open fail (EIO). */

@@ -25,8 +25,6 @@
 #define IN_HEADER_SIZE 40
 #define OUT_HEADER_SIZE 16
 #define OP_HEADER_MAX 128
-#define OVER_IO_URING_FLAG2 (1u << 9)   /* FUSE_OVER_IO_URING is bit 41: bit 9 of flags2 */
-#define INIT_EXT (1u << 30)
 #define CMD_REGISTER 1
 #define CMD_COMMIT_AND_FETCH 2
 /* Room before an entry's payload for the request's header and operation header. */
@@ -99,7 +97,8 @@ static struct {
     int nq;
     struct queue *qs;
     size_t payload;
-    atomic_int state;            /* see dd_uring_state */
+    atomic_int state;            /* 0 not asked for or not offered, 1 being set up, 2 serving,
+                                    -errno when setting up failed */
     atomic_int asked;            /* prepared: the INIT answer accepts an offer */
     atomic_int offered;
     atomic_int accepted;
@@ -137,8 +136,6 @@ static void report(int error, const char *fmt, ...) {
 }
 
 void dd_uring_set_report(dd_uring_report_fn fn) { R.report = fn; }
-int dd_uring_state(void) { return atomic_load(&R.state); }
-int dd_uring_queues(void) { return R.nq; }
 uint64_t dd_uring_requests(void) { return atomic_load(&R.requests); }
 
 /* ---- the INIT exchange ---- */
@@ -441,7 +438,7 @@ static int may_wait(uint32_t opcode, uint64_t nodeid, const char *payload, size_
     }
 }
 
-static void handle(struct queue *q, struct ent *e) {
+static void handle(struct ent *e) {
     struct req_header *h = e->hdr;
     const char *in = h->in_out;
     uint32_t len = get32(in), opcode = get32(in + 4);
@@ -471,7 +468,6 @@ static void handle(struct queue *q, struct ent *e) {
     e->request = start;
     e->length = len;
     if (may_wait(opcode, nodeid, e->area + ROOM, payload) && to_pool(e)) return;
-    (void)q;
     run(e);
 }
 
@@ -586,7 +582,7 @@ static void *queue_main(void *arg) {
                 if (e->alive) { e->alive = 0; q->alive--; }
                 continue;
             }
-            handle(q, e);
+            handle(e);
         }
         io_uring_cq_advance(&q->ring, seen);
     }

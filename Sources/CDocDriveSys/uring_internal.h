@@ -6,6 +6,10 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+/* INIT flags (fuse_init_in/out): flags2 is valid; FUSE_OVER_IO_URING is bit 41, bit 9 of flags2. */
+#define INIT_EXT (1u << 30)
+#define OVER_IO_URING_FLAG2 (1u << 9)
+
 /* passthrough.c: what the custom I/O's read notes of every request (the INIT offers, whether
    it asks the daemon to drop setuid/setgid); the ring's requests are noted the same way. */
 void dd_fuse_note_request(const char *buf, size_t n);

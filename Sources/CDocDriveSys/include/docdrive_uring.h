@@ -44,13 +44,6 @@ int dd_uring_prepare(struct fuse_session *se, int devfd);
    pool (waiting for the requests they still handle) and frees the rings. */
 void dd_uring_stop(void);
 
-/* What became of the rings: 0 not asked for (or not offered by the kernel), 1 being set up,
-   2 serving requests, -errno when setting them up failed. */
-int dd_uring_state(void);
-
-/* Queues and entries in use (valid when the state is 2). */
-int dd_uring_queues(void);
-
 /* Requests the rings have delivered since the session began. */
 uint64_t dd_uring_requests(void);
 

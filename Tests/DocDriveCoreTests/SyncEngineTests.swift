@@ -16,6 +16,18 @@ final class PathActions: Sendable {
     let actions = Mutex<[String: @Sendable () -> Void]>([:])
 }
 
+/// An action run once, by whichever thread comes first.
+final class OneAction: Sendable {
+    let action = Mutex<(@Sendable () -> Void)?>(nil)
+
+    func runOnce() {
+        action.withLock { f -> (@Sendable () -> Void)? in
+            defer { f = nil }
+            return f
+        }?()
+    }
+}
+
 /// One device: a drive home with the store "shared" on `remote`, its index and its uploader
 /// (write-back 50 ms; it looks at the remote when asked, `settle`, not by itself).
 final class SyncDevice: @unchecked Sendable {
@@ -36,6 +48,9 @@ final class SyncDevice: @unchecked Sendable {
     /// it, the base does not say so. `stoppedAfterUpload`: those it stopped after.
     let stopAfterUpload = PathSet()
     let stoppedAfterUpload = PathSet()
+    /// What the uploader's committing thread runs (once) after it took noted paths and before
+    /// it writes them into the queue.
+    let beforeQueueing = OneAction()
 
     /// `restarting`: the drive home `name` is there already (a device started again).
     /// `content`: the store's content mode (on demand, what is new on the remote is placed as
@@ -81,6 +96,7 @@ final class SyncDevice: @unchecked Sendable {
             stoppedAfterUpload.paths.withLock { _ = $0.insert(path) }
             throw DriveError(.io, "the test stops the device after the upload of \(path)")
         }
+        hooks.willQueueNoted = { [beforeQueueing] in beforeQueueing.runOnce() }
         uploader.setSyncHooks(hooks)
         uploader.start()
     }
@@ -227,6 +243,36 @@ final class SyncEngineTests: XCTestCase {
                      RemoteMeta(deviceID: "0fced1d3e4ee", deviceName: "vm"), RemoteMeta(deviceID: "77", deviceName: "laptop"),
                      RemoteMeta(), RemoteMeta(deviceID: "77", deviceName: "laptop")]
         XCTAssertEqual(RemoteState.deviceNames(metas), ["laptop", "vm (0fced1d3)", "vm (a1b2c3d4)"])
+    }
+
+    func testAnUnmountWaitsForTheLastSaveTheCommitterHadTaken() throws {
+        let folder = base + "/remote"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try FolderRemote(root: folder).writeMarker(store: "shared")
+        let a = try SyncDevice(base, name: "alpha", remote: .folder(path: folder))
+        defer { a.index.stop() }
+        a.settle()
+        // Given the last save before an unmount, taken by the committing thread, which is
+        // held before it writes it into the queue
+        let taken = DispatchSemaphore(value: 0), go = DispatchSemaphore(value: 0)
+        a.beforeQueueing.action.withLock { $0 = { taken.signal(); _ = go.wait(timeout: .now() + 10) } }
+        a.write("last.txt", "the last save")
+        XCTAssertEqual(taken.wait(timeout: .now() + 10), .success, "the committing thread never took the save")
+        // When the unmount begins meanwhile, and the commit goes on a moment later
+        let left = Mutex<Int?>(nil)
+        let stopped = DispatchSemaphore(value: 0)
+        Thread { [uploader = a.uploader] in
+            let n = uploader.stop(drainFor: 10)
+            left.withLock { $0 = n }
+            stopped.signal()
+        }.start()
+        usleep(300_000)
+        go.signal()
+        XCTAssertEqual(stopped.wait(timeout: .now() + 30), .success, "the unmount's drain did not end")
+        // Then the unmount uploaded it before it ended
+        XCTAssertEqual(FileManager.default.contents(atPath: folder + "/last.txt").map { String(decoding: $0, as: UTF8.self) },
+                       "the last save", "the unmount ended without uploading the save the committer had taken")
+        XCTAssertEqual(left.withLock { $0 }, 0)
     }
 
     func testASaveAnotherDevicesSaveOfTheSameMomentReplacedUnseenIsKept() throws {

@@ -246,6 +246,23 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 2).map(\.path), ["b"], "a waits for its back-off")
     }
 
+    func testAnUnmountWaitsForWhatWasPutBackButNotForAFailure() throws {
+        try queue.enqueueAll([("r", "busy", 0), ("r", "failing", 0.5)], now: 0)
+        let jobs = try queue.claim(root: "r", limit: 16, now: 1)
+        XCTAssertEqual(jobs.map(\.path), ["busy", "failing"])
+        XCTAssertEqual(try queue.activeCount(now: 1), 2, "uploading")
+        // One path was busy with another sync (put back for 0.3 s), the other's remote is away.
+        try queue.finish([(jobs[0], .again(due: 1.3)), (jobs[1], .failed("The remote folder /nas is not reachable."))], now: 1)
+        XCTAssertEqual(try queue.activeCount(now: 1.1), 1, "the put-back entry is still to upload; the failed one waits for its back-off")
+        let again = try queue.claim(root: "r", limit: 16, now: 1.3)
+        XCTAssertEqual(again.map(\.path), ["busy"])
+        try queue.finish([(again[0], .synced)], now: 1.4)
+        XCTAssertEqual(try queue.activeCount(now: 1.5), 0)
+        // Made due again (an unmount's start), the failed entry gets one more try.
+        XCTAssertEqual(try queue.makeDue(.all, now: 1.5), 1)
+        XCTAssertEqual(try queue.activeCount(now: 1.5), 1)
+    }
+
     func testAnIdleWorkerSleepsUntilWorkIsQueuedOrDue() throws {
         let queue = self.queue
         // Nothing queued: an enqueue from elsewhere wakes the sleeper long before its cap.

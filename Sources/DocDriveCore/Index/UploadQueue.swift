@@ -182,13 +182,19 @@ public final class UploadQueue: Sendable {
         }
     }
 
-    /// Entries being uploaded or ready to be (due now): what an unmount still waits for.
+    /// What an unmount still waits for: entries being uploaded or ready to be (due now), and
+    /// entries put back for a moment without a failure (`Ending.again`: their path was busy
+    /// with another sync, their file still open, their remote changed meanwhile), whatever
+    /// their due time. An entry that failed (an error is kept) waits for its back-off, which an
+    /// unmount does not sit through. (A put-back entry was not counted before: an unmount
+    /// could end while its last file waited 0.3 s for a busy path.)
     public func activeCount(now: Double = Date().timeIntervalSince1970) throws(DriveError) -> Int {
         do {
             return try readers.read { db in
                 try Int.fetchOne(db, sql: """
                     SELECT COUNT(*) FROM upload WHERE path != '' AND
-                      (state = 'uploading' OR (state IN ('pending', 'failed') AND due <= ?))
+                      (state = 'uploading' OR (state IN ('pending', 'failed') AND due <= ?)
+                       OR (state = 'pending' AND error IS NULL))
                     """, arguments: [now]) ?? 0
             }
         } catch {

@@ -37,6 +37,9 @@ public struct SyncHooks: Sendable {
     /// A file of another device arrived in the store `root` at `path` as the item `id`: as a
     /// placeholder, or `downloaded` (its picture comes from the remote, RemotePictures).
     public var arrived: @Sendable (_ root: String, _ path: StorePath, _ id: String, _ downloaded: Bool) -> Void = { _, _, _, _ in }
+    /// The uploader took noted paths for a commit and is about to write them into the queue:
+    /// the drive does nothing here; a test holds the committing thread at this moment.
+    public var willQueueNoted: @Sendable () -> Void = {}
     public init() {}
 }
 

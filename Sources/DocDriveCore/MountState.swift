@@ -97,6 +97,14 @@ public struct MountEntry: Equatable, Sendable {
 }
 
 public enum MountTable {
+    /// Whether a call on a FUSE mount failed because its daemon is gone: ENOTCONN once the
+    /// kernel has closed the connection; in the instant before (about 50 ms after the daemon's
+    /// death, with FUSE over io_uring), ECANCELED (its rings went with the process) and then
+    /// ECONNABORTED.
+    public static func isDeadConnection(_ e: Int32) -> Bool {
+        e == ENOTCONN || e == ECONNABORTED || e == ECANCELED
+    }
+
     /// Parses mountinfo text (fields: id parent major:minor root mountpoint options ... - fstype source superopts).
     public static func parse(_ text: String) -> [MountEntry] {
         text.split(separator: "\n").compactMap { line in

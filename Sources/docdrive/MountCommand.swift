@@ -127,7 +127,7 @@ struct Mount: ParsableCommand {
         var st = stat()
         if dd_stat(abs, &st) != 0 {
             let e = errno
-            if e == ENOTCONN {
+            if MountTable.isDeadConnection(e) {
                 // A DocDrive whose daemon died (killed, crashed): clear the dead mount and go on.
                 guard MountTable.docdriveMount(at: abs) != nil, Unmount.fusermount(abs, lazy: true).0 else {
                     throw DriveError(.busy, "\(abs) is a dead mount (its daemon is gone); run `fusermount3 -uz \(abs)` first.")

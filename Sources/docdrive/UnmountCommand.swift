@@ -63,10 +63,10 @@ struct Unmount: ParsableCommand {
         }
     }
 
-    /// A mount whose daemon is gone answers ENOTCONN.
+    /// A mount whose daemon is gone answers ENOTCONN (ECANCELED or ECONNABORTED just after).
     static func isDeadMount(_ path: String) -> Bool {
         var st = stat()
-        return stat(path, &st) != 0 && errno == ENOTCONN
+        return stat(path, &st) != 0 && MountTable.isDeadConnection(errno)
     }
 
     /// Runs fusermount3 (works for root and for the user who mounted); returns its verdict.

@@ -29,4 +29,11 @@ final class MountTableTests: XCTestCase {
         try home.writeMountRecord(MountRecord(pid: Int32.max, mountpoint: "/", started: 0, options: ""))
         XCTAssertNil(home.deadMountRecord())
     }
+
+    func testTheErrorsOfAMountWhoseDaemonJustDiedAllMeanADeadMount() {
+        // ENOTCONN once the kernel closed the connection; with FUSE over io_uring, ECANCELED and
+        // ECONNABORTED in the 50 ms before (Tests/mount/test_lifecycle.py prints those it saw).
+        for e in [ENOTCONN, ECONNABORTED, ECANCELED] { XCTAssertTrue(MountTable.isDeadConnection(e), "\(e)") }
+        for e in [ENOENT, EACCES, EIO, ESTALE, EINTR] { XCTAssertFalse(MountTable.isDeadConnection(e), "\(e)") }
+    }
 }

@@ -151,7 +151,10 @@ def test_killed_daemon_leaves_a_dead_mount_that_mount_and_unmount_clear(new_driv
     d = new_drive().mount()
     os.kill(d.pid, signal.SIGKILL)
     assert wait_until(lambda: not pid_alive(d.pid), 10)
-    assert err(os.listdir, d.mnt) in ("ENOTCONN", "ECONNABORTED")
+    # With FUSE over io_uring the kernel answers ECANCELED for a moment (the rings went with
+    # the process), then ECONNABORTED, and ENOTCONN once it has closed the connection.
+    assert err(os.listdir, d.mnt) in DEAD
+    assert wait_until(lambda: err(os.listdir, d.mnt) == "ENOTCONN", 5), err(os.listdir, d.mnt)
     assert is_docdrive_mount(d.mnt)
     out = d.cli("status").stdout
     assert "dead" in out.lower(), out
@@ -159,13 +162,44 @@ def test_killed_daemon_leaves_a_dead_mount_that_mount_and_unmount_clear(new_driv
     d.mount()
     assert os.listdir(d.mnt / "Notes") == []
     assert d.unmount().returncode == 0
-    # and unmount of a dead mount
+    # and unmount of a dead mount, also in the instant after the daemon's death
     d.mount()
     os.kill(d.pid, signal.SIGKILL)
     assert wait_until(lambda: not pid_alive(d.pid), 10)
     p = d.unmount(timeout=30)
     assert p.returncode == 0, p.stderr
     assert not is_docdrive_mount(d.mnt)
+
+
+DEAD = ("ENOTCONN", "ECONNABORTED", "ECANCELED")
+
+
+@pytest.mark.timeout(120)
+def test_a_mount_whose_daemon_just_died_is_unmounted_and_mounted_again_at_once(new_drive):
+    """Right after a daemon's death (a crash, a kill; systemd restarts it at once), its mount
+    answers ECANCELED or ECONNABORTED for about 50 ms with FUSE over io_uring, ENOTCONN after:
+    `unmount` and `mount` take each as a dead mount (MountTable.isDeadConnection). Several
+    rounds, as the moment is short: a command started after the test saw the daemon gone often
+    comes after it (the build before the change passed this test too), so the errors each
+    means are tested in MountTableTests; this is the end-to-end check."""
+    d = new_drive().mount()
+    seen = set()
+    for _ in range(5):
+        os.kill(d.pid, signal.SIGKILL)
+        assert wait_until(lambda: not pid_alive(d.pid), 10)
+        seen.add(err(os.stat, d.mnt))
+        p = d.unmount(timeout=30)
+        assert p.returncode == 0, f"unmount right after the daemon's death (the mount said {sorted(map(str, seen))}): {p.stderr}"
+        assert not is_docdrive_mount(d.mnt)
+        d.mount()
+        os.kill(d.pid, signal.SIGKILL)
+        assert wait_until(lambda: not pid_alive(d.pid), 10)
+        seen.add(err(os.stat, d.mnt))
+        d.mount()
+        assert os.listdir(d.mnt / "Notes") == []
+    assert seen <= set(DEAD), seen
+    print(f"errors seen right after the daemon's death: {sorted(seen)}")
+    assert d.unmount().returncode == 0
 
 
 @pytest.mark.timeout(60)

@@ -12,6 +12,9 @@ import pytest
 
 from ddtest import err, is_docdrive_mount, pid_alive, run, wait_until
 
+# What a mount answers once its daemon is gone (MountTable.isDeadConnection).
+DEAD = ("ENOTCONN", "ECONNABORTED", "ECANCELED")
+
 
 def status(d):
     return json.loads(d.cli("status", "--json").stdout)
@@ -169,9 +172,6 @@ def test_killed_daemon_leaves_a_dead_mount_that_mount_and_unmount_clear(new_driv
     p = d.unmount(timeout=30)
     assert p.returncode == 0, p.stderr
     assert not is_docdrive_mount(d.mnt)
-
-
-DEAD = ("ENOTCONN", "ECONNABORTED", "ECANCELED")
 
 
 @pytest.mark.timeout(120)

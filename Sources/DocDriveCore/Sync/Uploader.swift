@@ -84,10 +84,9 @@ public final class Uploader: Sendable {
     /// them, so that `user.docdrive.status` never reads "synced" in between). Lock: leaf.
     private let noted = Mutex(NotedPaths())
     /// Held across a commit of the noted paths, the committer thread's or the unmount's, so
-    /// that the unmount's waits for one in flight: it found nothing noted, made what was queued
-    /// due and counted what was left before the committer's transaction had the last save, and
-    /// so ended without uploading it (1 in 13 runs of the tests that stop the daemon before an
-    /// unmount). Lock order: outer of `noted` and `madeFolders`; never taken on a request thread.
+    /// that the unmount's waits for one in flight (without it, the unmount could find nothing
+    /// noted and count an empty queue before the committer's transaction had the last save).
+    /// Lock order: outer of `noted` and `madeFolders`; never taken on a request thread.
     private let committing = Mutex<Void>(())
 
     struct NotedPaths {

@@ -39,8 +39,8 @@ extension FolderRemote: Remote {
     }
 
     static func writeMeta(fd: Int32, _ meta: RemoteMeta) {
-        guard let data = try? JSONEncoder().encode(meta) else { return }
-        _ = data.withUnsafeBytes { dd_setxattr_path(fd, metaAttribute, $0.baseAddress, $0.count, 0) }
+        let json = meta.jsonBytes
+        _ = json.withUnsafeBytes { dd_setxattr_path(fd, metaAttribute, $0.baseAddress, $0.count, 0) }
     }
 
     /// The metadata of `name` in `dfd` (none for a link: Linux keeps no user xattrs on links),
@@ -49,11 +49,11 @@ extension FolderRemote: Remote {
         var meta = RemoteMeta()
         if st.st_mode & S_IFMT != S_IFLNK {
             // One call per item, no descriptor: a poll reads this for every item of the store.
-            let data: Data? = withUnsafeTemporaryAllocation(byteCount: 1024, alignment: 1) { buf in
+            let read: RemoteMeta? = withUnsafeTemporaryAllocation(byteCount: 1024, alignment: 1) { buf in
                 let n = Beneath.withCName(name) { dd_getxattr_at(dfd, $0, metaAttribute, buf.baseAddress, buf.count) }
-                return n > 0 ? Data(bytes: buf.baseAddress!, count: n) : nil
+                return n > 0 ? RemoteMeta.decodingJSON(UnsafeRawBufferPointer(rebasing: buf[..<n])) : nil
             }
-            if let data, let m = try? JSONDecoder().decode(RemoteMeta.self, from: data) { meta = m }
+            if let read { meta = read }
         }
         meta.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
         meta.mode = UInt32(st.st_mode & 0o7777)

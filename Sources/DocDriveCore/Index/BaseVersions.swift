@@ -131,23 +131,28 @@ public final class BaseVersions: Sendable {
         }
     }
 
+    /// The columns a base is read from, in `row`'s order. Read by position: found by name (a
+    /// case-blind search of the row's column names, per column and row), reading every base
+    /// in a poll of a 30,000-item store took 1.8 times as long.
+    private static let columns = "path, id, kind, localToken, remoteToken, parent"
+
     private static func row(_ r: Row) -> BaseRow {
-        BaseRow(path: r["path"], id: r["id"], kind: SyncEntry.Kind(rawValue: r["kind"]) ?? .file,
-                localToken: r["localToken"], remoteToken: r["remoteToken"], parent: r["parent"])
+        BaseRow(path: r[0], id: r[1], kind: SyncEntry.Kind(rawValue: r[2]) ?? .file,
+                localToken: r[3], remoteToken: r[4], parent: r[5])
     }
 
     // The statements a sync runs for every path are compiled once per connection (cached).
 
     public func base(root: String, path: StorePath) throws(DriveError) -> BaseRow? {
         try read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM syncBase WHERE root = ? AND path = ?"), arguments: [root, path])
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.columns) FROM syncBase WHERE root = ? AND path = ?"), arguments: [root, path])
                 .map(Self.row)
         }
     }
 
     public func base(root: String, id: String) throws(DriveError) -> BaseRow? {
         try read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM syncBase WHERE root = ? AND id = ?"), arguments: [root, id])
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.columns) FROM syncBase WHERE root = ? AND id = ?"), arguments: [root, id])
                 .map(Self.row)
         }
     }
@@ -163,7 +168,7 @@ public final class BaseVersions: Sendable {
     /// inside the read and must not use the index.
     public func forEach(root: String, _ body: (BaseRow) throws -> Void) throws(DriveError) {
         try read { db in
-            let rows = try Row.fetchCursor(db, sql: "SELECT * FROM syncBase WHERE root = ?", arguments: [root])
+            let rows = try Row.fetchCursor(db, sql: "SELECT \(Self.columns) FROM syncBase WHERE root = ?", arguments: [root])
             while let r = try rows.next() { try body(Self.row(r)) }
         }
     }
@@ -181,7 +186,7 @@ public final class BaseVersions: Sendable {
         case (false, let a?): (range, arguments) = ("path > ?", [root, Data(a.bytes), limit])
         }
         return try read { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM syncBase WHERE root = ? AND \(range) ORDER BY path LIMIT ?"),
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Self.columns) FROM syncBase WHERE root = ? AND \(range) ORDER BY path LIMIT ?"),
                              arguments: arguments).map(Self.row)
         }
     }
@@ -194,7 +199,7 @@ public final class BaseVersions: Sendable {
         return try read { db in
             var out = [BaseRow]()
             for (l, h) in Self.ranges(below: folder) {
-                let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT * FROM syncBase WHERE root = ? AND path >= ? AND path < ?"),
+                let rows = try Row.fetchCursor(db.cachedStatement(sql: "SELECT \(Self.columns) FROM syncBase WHERE root = ? AND path >= ? AND path < ?"),
                                                arguments: [root, l, h])
                 while let r = try rows.next() { out.append(Self.row(r)) }
             }

@@ -1,6 +1,7 @@
 // SyncEngineTests: two devices (drive homes with their own index and uploader, no mount) on one
 // remote, a folder and, when `Tests/s3/weed.py run` started one, an S3 bucket: what each does
 // to its local copy, how they agree, and that one item keeps one id on every device.
+import CDocDriveSys
 import DocDriveCore
 import Foundation
 import Logging
@@ -361,6 +362,68 @@ final class SyncEngineTests: XCTestCase {
                 XCTAssertFalse(FileManager.default.fileExists(atPath: path + "/d"), "the old folder is still on the remote")
             }
         }
+    }
+
+    /// A poll of a folder remote that nothing changed since a poll that found nothing to do
+    /// ends at the remote's fingerprint (no item's metadata read); after another device's
+    /// change, a rewrite of the remote file by another program, or a change of an item's
+    /// metadata alone, the next poll is a whole one and finds it.
+    func testAPollOfAnUnchangedFolderRemoteEndsAtItsFingerprintAndAChangeIsStillFound() throws {
+        guard let (kind, remote) = try remotes().first(where: { $0.0 == "folder" }),
+              case .folder(let folder) = remote else { return XCTFail("no folder remote") }
+        let (a, b) = try two(remote, kind, files: ["f.txt": "v1", "sub/g.txt": "g1"])
+        settleAll(a, b)
+        func quiet() -> Int { a.uploader.quietPolls(root: a.rootKey) }
+        // A remote changed within the last 2 s has no fingerprint (the file system's clock is
+        // coarse): polls read the listing.
+        func settled() {
+            usleep(UInt32(FolderRemote.settledSeconds * 1_000_000) + 1_100_000)
+            a.settle()
+        }
+        var before = quiet()
+        a.settle()
+        XCTAssertEqual(quiet(), before, "a poll right after changes")
+        // Nothing changed: the polls end at the fingerprint, at most 9 in a row (so 12 polls
+        // hold one or two whole ones).
+        settled()
+        before = quiet()
+        for _ in 0..<12 { a.settle() }
+        XCTAssertEqual(Uploader.quietPollsInARow, 9)
+        XCTAssertTrue((10...11).contains(quiet() - before), "\(quiet() - before) of 12 polls of an unchanged remote were quiet")
+        // Another device's save: found by the next poll.
+        b.write("sub/g.txt", "g2 from beta")
+        b.settle()
+        before = quiet()
+        a.settle()
+        XCTAssertEqual(a.read("sub/g.txt"), "g2 from beta")
+        XCTAssertEqual(quiet(), before, "a poll after a change reads the listing")
+        a.settle()
+        // Another program rewrites the remote file in place (same size).
+        before = quiet()
+        try "v9".write(toFile: folder + "/f.txt", atomically: false, encoding: .utf8)
+        a.settle()
+        XCTAssertEqual(a.read("f.txt"), "v9")
+        XCTAssertEqual(quiet(), before)
+        // Only the metadata of an item changes on the remote (its id, as a heal of another
+        // device writes it): the ctime changes, and the next poll reads it.
+        settled()
+        let id = try XCTUnwrap(try a.id("sub/g.txt"))
+        var meta = RemoteMeta(itemID: "0d0d0d0d-0000-4000-8000-000000000001")
+        meta.deviceID = "other"
+        let json = meta.jsonBytes
+        let fd = open(folder + "/sub/g.txt", O_RDONLY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(json.withUnsafeBytes { dd_setxattr_path(fd, "user.docdrive.meta", $0.baseAddress, $0.count, 0) }, 0)
+        close(fd)
+        before = quiet()
+        a.settle()
+        XCTAssertEqual(quiet(), before, "the poll after the metadata's change reads the listing")
+        XCTAssertNotEqual(try a.id("sub/g.txt"), id, "the id written on the remote was taken")
+        // (The next poll reads it again: taking the id wrote the bases.) Then quiet again.
+        a.settle()
+        settled()
+        a.settle()
+        XCTAssertGreaterThan(quiet(), before)
     }
 
     func testAFileRenamedHereAndChangedThereIsRenamedAndChanged() throws {

@@ -4,6 +4,7 @@
 // device kept as copies, until the copy is gone.
 import Foundation
 import GRDB
+import Synchronization
 
 /// One row: `SyncBase` with the item's id.
 public struct BaseRow: Equatable, Sendable {
@@ -119,7 +120,13 @@ public final class BaseVersions: Sendable {
         }
     }
 
+    /// Counts the writes of the table (for every store of the drive), each once it ended: a
+    /// poll that reads the bases after reading this sees every write counted by then.
+    private let writes = Atomic<UInt64>(0)
+    public var generation: UInt64 { writes.load(ordering: .acquiring) }
+
     private func write<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
+        defer { writes.add(1, ordering: .releasing) }
         do { return try pool.write(body) } catch {
             throw DriveError(.index, "The sync table cannot be written: \(error).", underlying: error)
         }

@@ -8,6 +8,7 @@
 // honoured by NFS (as a POSIX lock) and SMB mounts; a file system without locks is refused at
 // the first write with a sentence.
 import CDocDriveSys
+import Crypto
 import Foundation
 import SystemPackage
 #if canImport(Glibc)
@@ -127,6 +128,57 @@ extension FolderRemote: Remote {
         try walk(rootfd, .store)
         return out
     }
+
+    /// The walk of `list` with a `stat` per entry and no metadata: a poll of a store where
+    /// nothing changed since the last one that found nothing to do ends after it
+    /// (`StoreSync.startPoll`). Writing an item's metadata changes its ctime; a change of a
+    /// file's content, its replacement, a rename and a removal change the entry or its folder's.
+    ///
+    /// Nil when an entry changed less than `settledSeconds` before the walk began: file systems
+    /// stamp changes with a coarse clock (ext4: a few milliseconds; some: whole seconds), so a
+    /// second change within the same tick (an upload's metadata written right after its rename)
+    /// can leave every time as it was. The local clock reads the times, so a remote whose
+    /// server's clock runs behind is covered only by the whole poll that follows a few quiet
+    /// ones (`StoreSync.quietPollsInARow`).
+    public func fingerprint() throws(DriveError) -> [UInt8]? {
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME_COARSE, &now)
+        let settledBefore = Int64(now.tv_sec) - Self.settledSeconds
+        var settled = true
+        var hasher = SHA256()
+        func walk(_ dfd: Int32, _ path: StorePath) throws(DriveError) {
+            guard let entries = Beneath.names(dfd) else { throw remoteError("cannot list", path, errno) }
+            for e in entries where !Self.isOwnName(e.name) {
+                let name = e.name[...]
+                guard let st = Beneath.stat(dfd, name) else { continue }
+                let rel = path.appending(name)
+                if Int64(st.st_ctim.tv_sec) >= settledBefore || Int64(st.st_mtim.tv_sec) >= settledBefore { settled = false }
+                withUnsafeTemporaryAllocation(of: Int64.self, capacity: 8) { f in
+                    f[0] = Int64(rel.bytes.count)
+                    f[1] = Int64(st.st_mode)
+                    f[2] = Int64(bitPattern: UInt64(st.st_ino))
+                    f[3] = Int64(st.st_size)
+                    f[4] = Int64(st.st_mtim.tv_sec)
+                    f[5] = Int64(st.st_mtim.tv_nsec)
+                    f[6] = Int64(st.st_ctim.tv_sec)
+                    f[7] = Int64(st.st_ctim.tv_nsec)
+                    hasher.update(bufferPointer: UnsafeRawBufferPointer(f))
+                }
+                rel.bytes.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+                if st.st_mode & S_IFMT == S_IFDIR, case .success(let sub) = Beneath.openFolder(dfd, [name]) {
+                    defer { close(sub) }
+                    try walk(sub, rel)
+                }
+            }
+        }
+        try walk(rootfd, .store)
+        return settled ? Array(hasher.finalize()) : nil
+    }
+
+    /// How long ago (by the local clock) every entry must have last changed for a fingerprint.
+    package static let settledSeconds: Int64 = 2
 
     public func item(at path: StorePath) throws(DriveError) -> RemoteItem? {
         try Self.checkRelative(path)

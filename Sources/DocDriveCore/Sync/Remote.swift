@@ -157,6 +157,13 @@ public protocol Remote: Sendable {
     /// they are, not in a copy (a store of 100,000 items: 14 MB).
     func complete(_ listing: consuming RemoteListing) throws(DriveError) -> [RemoteItem]
 
+    /// A digest of everything a listing would show, read more cheaply than the listing (a
+    /// folder remote: every entry's name, type, inode, size, mtime and ctime, without the
+    /// items' metadata, which changes the ctime); nil for a remote that has none (S3), and when
+    /// a change is too recent to be sure of (FolderRemote.fingerprint). Equal digests mean an
+    /// equal listing.
+    func fingerprint() throws(DriveError) -> [UInt8]?
+
     /// The item at `path`, or nil when there is none.
     func item(at path: StorePath) throws(DriveError) -> RemoteItem?
 
@@ -221,4 +228,6 @@ extension Remote {
     }
 
     public func complete(_ listing: consuming RemoteListing) throws(DriveError) -> [RemoteItem] { listing.items }
+
+    public func fingerprint() throws(DriveError) -> [UInt8]? { nil }
 }

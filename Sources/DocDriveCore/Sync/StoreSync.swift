@@ -150,6 +150,17 @@ final class StoreSync: Sendable {
     /// Polls started and done (a `docdrive sync` waits for one that started after it asked).
     let pollsStarted = Atomic<Int>(0)
     let polls = Atomic<Int>(0)
+    /// Polls that ended at the remote's fingerprint (`startPoll`), of `polls`.
+    let quietPolls = Atomic<Int>(0)
+    /// The last poll that found nothing to do: the remote's fingerprint, taken before its
+    /// listing, and the bases' generation, read before it compared them. A poll that finds both
+    /// the same would compare the same listing with the same bases and find nothing again: it
+    /// ends there, without reading every item's metadata; `row` counts such polls since the
+    /// last whole one. Lock: leaf.
+    private let quiet = Mutex<(fingerprint: [UInt8], bases: UInt64, row: Int)?>(nil)
+    /// At most this many polls in a row end at the fingerprint; the next is a whole one (the
+    /// limit of what a fingerprint can miss: FolderRemote.fingerprint).
+    static let quietPollsInARow = 9
     let pollWanted = Atomic<Bool>(false)
     /// Uploads in progress are shown by the uploader.
     let progress: @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void
@@ -1321,11 +1332,26 @@ final class StoreSync: Sendable {
         let placedEarly: Bool
         /// How many items the rest of the poll looks up (S3: a HEAD each) before it compares.
         let lookups: Int
+        /// The remote's fingerprint taken before the listing (nil: the remote has none).
+        let fingerprint: [UInt8]?
+        /// The fingerprint and the bases were those of the last poll that found nothing: there
+        /// is no listing, and nothing to compare.
+        let unchanged: Bool
 
-        fileprivate init(listing: Result<RemoteListing, DriveError>, early: Set<StorePath>) {
+        fileprivate init(listing: Result<RemoteListing, DriveError>, early: Set<StorePath>, fingerprint: [UInt8]? = nil) {
             lookups = (try? listing.get().pending.count) ?? 0
             held = Mutex((listing, early))
             placedEarly = !early.isEmpty
+            self.fingerprint = fingerprint
+            unchanged = false
+        }
+
+        fileprivate init(unchangedAt fingerprint: [UInt8]) {
+            lookups = 0
+            held = Mutex(nil)
+            placedEarly = false
+            self.fingerprint = fingerprint
+            unchanged = true
         }
 
         fileprivate func take() -> (listing: Result<RemoteListing, DriveError>, early: Set<StorePath>)? {
@@ -1345,7 +1371,19 @@ final class StoreSync: Sendable {
     func startPoll(placingEarly: Bool) -> PollStart {
         pollsStarted.add(1, ordering: .relaxed)
         do {
-            guard placingEarly, content == .onDemand else { return PollStart(listing: .success(try remote.listQuickly()), early: []) }
+            guard placingEarly, content == .onDemand else {
+                let fingerprint = try remote.fingerprint()
+                let generation = bases.generation
+                let same = fingerprint.map { fp in
+                    quiet.withLock { q in
+                        guard let r = q, r.fingerprint == fp, r.bases == generation, r.row < Self.quietPollsInARow else { return false }
+                        q?.row += 1
+                        return true
+                    }
+                } ?? false
+                if same, let fingerprint { return PollStart(unchangedAt: fingerprint) }
+                return PollStart(listing: .success(try remote.listQuickly()), early: [], fingerprint: fingerprint)
+            }
             if (try? bases.count(root: key)) == 0 {
                 // Nothing known here yet (a store just joined): every item is new, and each
                 // part of the listing becomes placeholders while the next one comes.
@@ -1380,6 +1418,16 @@ final class StoreSync: Sendable {
     @discardableResult
     func finishPoll(_ start: PollStart) -> Int {
         defer { polls.add(1, ordering: .relaxed) }
+        if start.unchanged {
+            quietPolls.add(1, ordering: .relaxed)
+            state.withLock { s in
+                s.lastPoll = Date().timeIntervalSince1970
+                s.polls = (s.polls ?? 0) + 1
+            }
+            return 0
+        }
+        // Kept again below only if this poll finds nothing to do.
+        quiet.withLock { $0 = nil }
         let items: [RemoteItem]
         let early: Set<StorePath>
         do {
@@ -1430,6 +1478,7 @@ final class StoreSync: Sendable {
         // Per item: whether a base has its path; the ids of the items that a base has too.
         var known = [Bool](repeating: false, count: items.count)
         var knownIDs = Set<String>()
+        let basesRead = bases.generation
         let compared: Void? = try? bases.forEach(root: key) { b in
             if let id = b.id, let p = byID[id], let k = at[p], let rid = items[k].meta.itemID { knownIDs.insert(rid) }
             if let k = at[b.path] {
@@ -1451,6 +1500,7 @@ final class StoreSync: Sendable {
         changed.formUnion(healed)
         // On demand, the files that are new here (a store just joined: all of them) become
         // placeholders at once, without a decision each.
+        var placedNew = false
         if content == .onDemand {
             let new = items.indices.compactMap { k -> RemoteItem? in
                 let i = items[k]
@@ -1460,12 +1510,18 @@ final class StoreSync: Sendable {
                         && Self.ownUnrecorded(i, base: nil, device: device.id) == nil else { return nil }
                 return i
             }
-            if !new.isEmpty { changed.subtract(placeNewPlaceholders(new)) }
+            if !new.isEmpty {
+                changed.subtract(placeNewPlaceholders(new))
+                placedNew = true
+            }
         }
         let now = Date().timeIntervalSince1970
         // Folders first: a new folder is made before what goes in it.
         let batch = changed.sorted { $0.bytes.count < $1.bytes.count }.map { (key, $0, now) }
         try? queue.enqueueAll(batch)
+        if let fingerprint = start.fingerprint, batch.isEmpty, !placedNew, several.isEmpty, early.isEmpty, !wasOffline {
+            quiet.withLock { $0 = (fingerprint, basesRead, 0) }
+        }
         return batch.count
     }
 

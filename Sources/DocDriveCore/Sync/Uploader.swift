@@ -727,6 +727,15 @@ public final class Uploader: Sendable {
         return out
     }
 
+    /// How many polls of the store `root` ended at the remote's fingerprint, nothing having
+    /// changed since a poll that found nothing to do (`StoreSync.startPoll`).
+    package func quietPolls(root: String) -> Int {
+        store(root)?.sync.quietPolls.load(ordering: .relaxed) ?? 0
+    }
+
+    /// At most this many polls in a row end at the fingerprint.
+    package static var quietPollsInARow: Int { StoreSync.quietPollsInARow }
+
     /// Whether every store finished a poll that started after `marks` were taken (polls run
     /// one at a time per store, so the polls done then exceed the polls started at the mark).
     public func polledSince(_ marks: [String: Int]) -> Bool {

@@ -106,27 +106,36 @@ extension FolderRemote: Remote {
     // MARK: Remote
 
     public func list() throws(DriveError) -> [RemoteItem] {
-        let rootfd = try openRoot()
-        defer { close(rootfd) }
         var out = [RemoteItem]()
         var strings = SharedStrings()
+        try walkEntries { dfd, name, rel, st throws(DriveError) in
+            guard var item = Self.item(rel, dfd, name, st) else { return false }
+            item.meta.shareDeviceStrings(in: &strings)
+            out.append(item)
+            return item.kind == .folder
+        }
+        return out
+    }
+
+    /// Walks the remote from its root, a folder at a time and never through a link: `visit`
+    /// sees every entry but the remote's own (its open folder, name, path and `stat`) and says
+    /// whether to go into it.
+    private func walkEntries(_ visit: (_ dfd: Int32, _ name: ArraySlice<UInt8>, _ path: StorePath, _ st: stat) throws(DriveError) -> Bool) throws(DriveError) {
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
         func walk(_ dfd: Int32, _ path: StorePath) throws(DriveError) {
             guard let entries = Beneath.names(dfd) else { throw remoteError("cannot list", path, errno) }
             for e in entries where !Self.isOwnName(e.name) {
                 let name = e.name[...]
                 guard let st = Beneath.stat(dfd, name) else { continue }
                 let rel = path.appending(name)
-                guard var item = Self.item(rel, dfd, name, st) else { continue }
-                item.meta.shareDeviceStrings(in: &strings)
-                out.append(item)
-                if item.kind == .folder, case .success(let sub) = Beneath.openFolder(dfd, [name]) {
+                if try visit(dfd, name, rel, st), case .success(let sub) = Beneath.openFolder(dfd, [name]) {
                     defer { close(sub) }
                     try walk(sub, rel)
                 }
             }
         }
         try walk(rootfd, .store)
-        return out
     }
 
     /// The walk of `list` with a `stat` per entry and no metadata: a poll of a store where
@@ -141,39 +150,27 @@ extension FolderRemote: Remote {
     /// server's clock runs behind is covered only by the whole poll that follows a few quiet
     /// ones (`StoreSync.quietPollsInARow`).
     public func fingerprint() throws(DriveError) -> [UInt8]? {
-        let rootfd = try openRoot()
-        defer { close(rootfd) }
         var now = timespec()
         clock_gettime(CLOCK_REALTIME_COARSE, &now)
         let settledBefore = Int64(now.tv_sec) - Self.settledSeconds
         var settled = true
         var hasher = SHA256()
-        func walk(_ dfd: Int32, _ path: StorePath) throws(DriveError) {
-            guard let entries = Beneath.names(dfd) else { throw remoteError("cannot list", path, errno) }
-            for e in entries where !Self.isOwnName(e.name) {
-                let name = e.name[...]
-                guard let st = Beneath.stat(dfd, name) else { continue }
-                let rel = path.appending(name)
-                if Int64(st.st_ctim.tv_sec) >= settledBefore || Int64(st.st_mtim.tv_sec) >= settledBefore { settled = false }
-                withUnsafeTemporaryAllocation(of: Int64.self, capacity: 8) { f in
-                    f[0] = Int64(rel.bytes.count)
-                    f[1] = Int64(st.st_mode)
-                    f[2] = Int64(bitPattern: UInt64(st.st_ino))
-                    f[3] = Int64(st.st_size)
-                    f[4] = Int64(st.st_mtim.tv_sec)
-                    f[5] = Int64(st.st_mtim.tv_nsec)
-                    f[6] = Int64(st.st_ctim.tv_sec)
-                    f[7] = Int64(st.st_ctim.tv_nsec)
-                    hasher.update(bufferPointer: UnsafeRawBufferPointer(f))
-                }
-                rel.bytes.withUnsafeBytes { hasher.update(bufferPointer: $0) }
-                if st.st_mode & S_IFMT == S_IFDIR, case .success(let sub) = Beneath.openFolder(dfd, [name]) {
-                    defer { close(sub) }
-                    try walk(sub, rel)
-                }
+        try walkEntries { _, _, rel, st throws(DriveError) in
+            if Int64(st.st_ctim.tv_sec) >= settledBefore || Int64(st.st_mtim.tv_sec) >= settledBefore { settled = false }
+            withUnsafeTemporaryAllocation(of: Int64.self, capacity: 8) { f in
+                f[0] = Int64(rel.bytes.count)
+                f[1] = Int64(st.st_mode)
+                f[2] = Int64(bitPattern: UInt64(st.st_ino))
+                f[3] = Int64(st.st_size)
+                f[4] = Int64(st.st_mtim.tv_sec)
+                f[5] = Int64(st.st_mtim.tv_nsec)
+                f[6] = Int64(st.st_ctim.tv_sec)
+                f[7] = Int64(st.st_ctim.tv_nsec)
+                hasher.update(bufferPointer: UnsafeRawBufferPointer(f))
             }
+            rel.bytes.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+            return st.st_mode & S_IFMT == S_IFDIR
         }
-        try walk(rootfd, .store)
         return settled ? Array(hasher.finalize()) : nil
     }
 

@@ -390,23 +390,25 @@ final class SyncEngineTests: XCTestCase {
         for _ in 0..<12 { a.settle() }
         XCTAssertEqual(Uploader.quietPollsInARow, 9)
         XCTAssertTrue((10...11).contains(quiet() - before), "\(quiet() - before) of 12 polls of an unchanged remote were quiet")
+        // Each change below is older than 2 s when A looks (so A's poll has a fingerprint,
+        // and only the fingerprint can tell the change), and A's last poll found nothing.
         // Another device's save: found by the next poll.
         b.write("sub/g.txt", "g2 from beta")
         b.settle()
         before = quiet()
-        a.settle()
+        settled()
         XCTAssertEqual(a.read("sub/g.txt"), "g2 from beta")
         XCTAssertEqual(quiet(), before, "a poll after a change reads the listing")
-        a.settle()
+        settled()  // the download wrote the bases: a whole poll, which finds nothing
         // Another program rewrites the remote file in place (same size).
-        before = quiet()
         try "v9".write(toFile: folder + "/f.txt", atomically: false, encoding: .utf8)
-        a.settle()
+        before = quiet()
+        settled()
         XCTAssertEqual(a.read("f.txt"), "v9")
         XCTAssertEqual(quiet(), before)
+        settled()
         // Only the metadata of an item changes on the remote (its id, as a heal of another
         // device writes it): the ctime changes, and the next poll reads it.
-        settled()
         let id = try XCTUnwrap(try a.id("sub/g.txt"))
         var meta = RemoteMeta(itemID: "0d0d0d0d-0000-4000-8000-000000000001")
         meta.deviceID = "other"
@@ -416,13 +418,12 @@ final class SyncEngineTests: XCTestCase {
         XCTAssertEqual(json.withUnsafeBytes { dd_setxattr_path(fd, "user.docdrive.meta", $0.baseAddress, $0.count, 0) }, 0)
         close(fd)
         before = quiet()
-        a.settle()
+        settled()
         XCTAssertEqual(quiet(), before, "the poll after the metadata's change reads the listing")
         XCTAssertNotEqual(try a.id("sub/g.txt"), id, "the id written on the remote was taken")
         // (The next poll reads it again: taking the id wrote the bases.) Then quiet again.
         a.settle()
         settled()
-        a.settle()
         XCTAssertGreaterThan(quiet(), before)
     }
 

@@ -123,7 +123,7 @@ public final class BaseVersions: Sendable {
     /// Counts the writes of the table (for every store of the drive), each once it ended: a
     /// poll that reads the bases after reading this sees every write counted by then.
     private let writes = Atomic<UInt64>(0)
-    public var generation: UInt64 { writes.load(ordering: .acquiring) }
+    var generation: UInt64 { writes.load(ordering: .acquiring) }
 
     private func write<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
         defer { writes.add(1, ordering: .releasing) }

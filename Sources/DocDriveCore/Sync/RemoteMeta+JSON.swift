@@ -27,35 +27,37 @@ extension RemoteMeta {
         var out = [UInt8]()
         out.reserveCapacity(256)
         out.append(UInt8(ascii: "{"))
-        func key(_ k: StaticString) {
+        func key(_ k: MetaJSONField) {
             if out.count > 1 { out.append(UInt8(ascii: ",")) }
             out.append(UInt8(ascii: "\""))
-            k.withUTF8Buffer { out.append(contentsOf: $0) }
+            out.append(contentsOf: k.name)
             out.append(contentsOf: "\":".utf8)
         }
-        func string(_ k: StaticString, _ v: String?) {
+        func string(_ k: MetaJSONField, _ v: String?) {
             guard let v else { return }
             key(k)
             Self.appendQuoted(v, to: &out)
         }
-        func number<T: BinaryInteger>(_ k: StaticString, _ v: T?) {
+        func number<T: BinaryInteger>(_ k: MetaJSONField, _ v: T?) {
             guard let v else { return }
             key(k)
             out.append(contentsOf: String(v).utf8)
         }
-        string("itemID", itemID)
-        string("deviceID", deviceID)
-        string("deviceName", deviceName)
-        number("mtimeNanoseconds", mtimeNanoseconds)
-        number("mode", mode)
-        string("origin", origin)
-        string("parent", parent)
+        string(.itemID, itemID)
+        string(.deviceID, deviceID)
+        string(.deviceName, deviceName)
+        number(.mtimeNanoseconds, mtimeNanoseconds)
+        number(.mode, mode)
+        string(.origin, origin)
+        string(.parent, parent)
         out.append(UInt8(ascii: "}"))
         return out
     }
 
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
     private static func appendQuoted(_ s: String, to out: inout [UInt8]) {
-        let hex = Array("0123456789abcdef".utf8)
+        let hex = hexDigits
         out.append(UInt8(ascii: "\""))
         for b in s.utf8 {
             switch b {
@@ -65,13 +67,36 @@ extension RemoteMeta {
             case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
             case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
             case 0..<0x20:
-                out.append(contentsOf: Array("\\u00".utf8))
+                out.append(contentsOf: "\\u00".utf8)
                 out.append(hex[Int(b >> 4)])
                 out.append(hex[Int(b & 0xF)])
             default: out.append(b)  // UTF-8 as it is (a String's bytes are valid UTF-8)
             }
         }
         out.append(UInt8(ascii: "\""))
+    }
+}
+
+/// RemoteMeta's keys, as the writer writes them and the reader knows them.
+private enum MetaJSONField: Int, CaseIterable {
+    case itemID, deviceID, deviceName, mtimeNanoseconds, mode, origin, parent
+
+    init?(_ key: UnsafeRawBufferPointer) {
+        // Compared as bytes: no String is made for a key.
+        guard let f = MetaJSONField.allCases.first(where: { $0.name.elementsEqual(key) }) else { return nil }
+        self = f
+    }
+
+    var name: String.UTF8View {
+        switch self {
+        case .itemID: return "itemID".utf8
+        case .deviceID: return "deviceID".utf8
+        case .deviceName: return "deviceName".utf8
+        case .mtimeNanoseconds: return "mtimeNanoseconds".utf8
+        case .mode: return "mode".utf8
+        case .origin: return "origin".utf8
+        case .parent: return "parent".utf8
+        }
     }
 }
 
@@ -85,28 +110,6 @@ private struct MetaJSONReader {
     static func read(_ json: UnsafeRawBufferPointer) -> RemoteMeta? {
         var r = MetaJSONReader(json)
         return r.object()
-    }
-
-    private enum Field: Int, CaseIterable {
-        case itemID, deviceID, deviceName, mtimeNanoseconds, mode, origin, parent
-
-        init?(_ key: UnsafeRawBufferPointer) {
-            // Compared as bytes: no String is made for a key.
-            guard let f = Field.allCases.first(where: { $0.name.elementsEqual(key) }) else { return nil }
-            self = f
-        }
-
-        var name: String.UTF8View {
-            switch self {
-            case .itemID: return "itemID".utf8
-            case .deviceID: return "deviceID".utf8
-            case .deviceName: return "deviceName".utf8
-            case .mtimeNanoseconds: return "mtimeNanoseconds".utf8
-            case .mode: return "mode".utf8
-            case .origin: return "origin".utf8
-            case .parent: return "parent".utf8
-            }
-        }
     }
 
     private mutating func object() -> RemoteMeta? {
@@ -135,7 +138,7 @@ private struct MetaJSONReader {
         return i == b.count ? meta : nil
     }
 
-    private mutating func value(_ field: Field, into meta: inout RemoteMeta) -> Bool {
+    private mutating func value(_ field: MetaJSONField, into meta: inout RemoteMeta) -> Bool {
         if literalNull() { return true }  // decodeIfPresent reads a null as absent
         switch field {
         case .mtimeNanoseconds:
@@ -199,10 +202,10 @@ private struct MetaJSONReader {
     }
 
     /// A key: its bytes as they stand when it has no escape (the usual case), else undone.
-    private mutating func key() -> Field? {
-        if let plain = plainString() { return Field(plain) }
+    private mutating func key() -> MetaJSONField? {
+        if let plain = plainString() { return MetaJSONField(plain) }
         guard let bytes = quoted() else { return nil }
-        return bytes.withUnsafeBytes { Field($0) }
+        return bytes.withUnsafeBytes { MetaJSONField($0) }
     }
 
     /// A string value.

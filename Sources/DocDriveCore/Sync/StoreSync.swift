@@ -1374,14 +1374,13 @@ final class StoreSync: Sendable {
             guard placingEarly, content == .onDemand else {
                 let fingerprint = try remote.fingerprint()
                 let generation = bases.generation
-                let same = fingerprint.map { fp in
-                    quiet.withLock { q in
-                        guard let r = q, r.fingerprint == fp, r.bases == generation, r.row < Self.quietPollsInARow else { return false }
-                        q?.row += 1
-                        return true
-                    }
-                } ?? false
-                if same, let fingerprint { return PollStart(unchangedAt: fingerprint) }
+                if let fingerprint, quiet.withLock({ q in
+                    guard let r = q, r.fingerprint == fingerprint, r.bases == generation, r.row < Self.quietPollsInARow else { return false }
+                    q?.row += 1
+                    return true
+                }) {
+                    return PollStart(unchangedAt: fingerprint)
+                }
                 return PollStart(listing: .success(try remote.listQuickly()), early: [], fingerprint: fingerprint)
             }
             if (try? bases.count(root: key)) == 0 {

@@ -308,7 +308,7 @@ public final class ItemIndex: Sendable {
         var candidates = [Int64]()
         for e in events.reversed() where e.root == root { candidates += e.inodes }
         do {
-            if let row = try readers.read({ db in try ItemRecord.fetchOne(db, key: id) }), row.root == root { candidates.append(row.ino) }
+            if let row = try readers.readStatement({ db in try ItemRecord.fetchOne(db, key: id) }), row.root == root { candidates.append(row.ino) }
         } catch {
             throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
         }
@@ -357,7 +357,7 @@ public final class ItemIndex: Sendable {
 
     private func row(root: String, ino: Int64) throws(DriveError) -> ItemRecord? {
         do {
-            return try readers.read { db in
+            return try readers.readStatement { db in
                 try ItemRecord.fetchOne(db.cachedStatement(sql: "SELECT * FROM item WHERE root = ? AND ino = ?"), arguments: [root, ino])
             }
         } catch {

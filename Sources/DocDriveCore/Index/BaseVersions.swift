@@ -143,6 +143,13 @@ public final class BaseVersions: Sendable {
     /// in a poll of a 30,000-item store took 1.8 times as long.
     private static let columns = "path, id, kind, localToken, remoteToken, parent"
 
+    /// One statement (`IndexReaders.readStatement`).
+    private func readStatement<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
+        do { return try readers.readStatement(body) } catch {
+            throw DriveError(.index, "The sync table cannot be read: \(error).", underlying: error)
+        }
+    }
+
     private static func row(_ r: Row) -> BaseRow {
         BaseRow(path: r[0], id: r[1], kind: SyncEntry.Kind(rawValue: r[2]) ?? .file,
                 localToken: r[3], remoteToken: r[4], parent: r[5])
@@ -151,14 +158,14 @@ public final class BaseVersions: Sendable {
     // The statements a sync runs for every path are compiled once per connection (cached).
 
     public func base(root: String, path: StorePath) throws(DriveError) -> BaseRow? {
-        try read { db in
+        try readStatement { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.columns) FROM syncBase WHERE root = ? AND path = ?"), arguments: [root, path])
                 .map(Self.row)
         }
     }
 
     public func base(root: String, id: String) throws(DriveError) -> BaseRow? {
-        try read { db in
+        try readStatement { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.columns) FROM syncBase WHERE root = ? AND id = ?"), arguments: [root, id])
                 .map(Self.row)
         }

@@ -6,7 +6,8 @@
 // another (perf, 10,000 small files, README "Reads that do not queue"). Here a read takes a
 // connection off a list under a mutex held for a pop, runs on the calling thread (the
 // connection's own queue is never contended: one thread at a time has it), and puts it back.
-// Each read is its own transaction, as with the pool.
+// Each read is its own transaction, as with the pool; a read of one statement
+// (`readStatement`) is the statement's own, without a BEGIN and a COMMIT around it.
 import Foundation
 import GRDB
 import Synchronization
@@ -38,6 +39,16 @@ final class IndexReaders: Sendable {
         guard let reader = try take() else { return try fallback.read(body) }
         defer { idle.withLock { $0.append(reader) } }
         return try reader.read(body)
+    }
+
+    /// Runs `body`, which must run one statement, as that statement's own transaction
+    /// (SQLite's autocommit; a single statement reads one snapshot either way). GRDB's `read`
+    /// puts a BEGIN and a COMMIT around it, each compiled anew: per uploaded file (a few
+    /// such reads) that was as much work as the reads themselves.
+    func readStatement<T>(_ body: (Database) throws -> T) throws -> T {
+        guard let reader = try take() else { return try fallback.read(body) }
+        defer { idle.withLock { $0.append(reader) } }
+        return try reader.unsafeRead(body)
     }
 
     private func take() throws -> DatabaseQueue? {

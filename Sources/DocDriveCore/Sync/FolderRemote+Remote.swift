@@ -243,7 +243,32 @@ extension FolderRemote: Remote {
 
     public func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                        limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
-        let receipt = try upload(from: source, to: path, limit: limit, syncFolder: true, expecting: expecting, meta: meta, progress: progress)
+        try upload(from: source, to: path, expecting: expecting, meta: meta, limit: limit, syncFolder: true, progress: progress)
+    }
+
+    /// The file's bytes are flushed before it takes its name (a crash never leaves a torn file
+    /// under it); the rename waits for `makeDurable` of its folder.
+    public func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
+                                   limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> (item: RemoteItem, folder: StorePath?) {
+        (try upload(from: source, to: path, expecting: expecting, meta: meta, limit: limit, syncFolder: false, progress: progress), path.folder)
+    }
+
+    public func makeDurable(_ folders: Set<StorePath>) throws(DriveError) {
+        guard !folders.isEmpty else { return }
+        let rootfd = try openRoot()
+        defer { close(rootfd) }
+        for folder in folders {
+            guard let dfd = try openFolder(rootfd, folder, create: false, for: folder) else {
+                throw DriveError(.remoteChanged, "\(folder) is no longer a folder on the remote (\(root)), so what was just uploaded into it may not be there; it is looked at again.")
+            }
+            defer { close(dfd) }
+            guard fsync(dfd) == 0 else { throw remoteError("cannot flush", folder, errno) }
+        }
+    }
+
+    private func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
+                        limit: BandwidthLimit?, syncFolder: Bool, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+        let receipt = try upload(from: source, to: path, limit: limit, syncFolder: syncFolder, expecting: expecting, meta: meta, progress: progress)
         var st = stat()
         _ = fstat(source, &st)
         var m = meta

@@ -178,6 +178,18 @@ public protocol Remote: Sendable {
     func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                 limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem
 
+    /// `upload`, leaving the write's durability to `makeDurable`: the item is on the remote when
+    /// this returns, but a crash of the machine may still lose it until `makeDurable` was given
+    /// the folder that comes back (nil: durable already). A batch of small files then costs one
+    /// flush of each remote folder they went into, not one per file. Remotes whose every write
+    /// is durable once it returns (S3) upload as `upload` does.
+    func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
+                            limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> (item: RemoteItem, folder: StorePath?)
+
+    /// Makes what `uploadDurableLater` wrote into `folders` durable. Fails when a folder can no
+    /// longer be made so (gone from the remote, the remote unreachable).
+    func makeDurable(_ folders: Set<StorePath>) throws(DriveError)
+
     /// Makes `path` a folder. One already there keeps its metadata, except that a folder with no
     /// item id (made on the way to an item moved or uploaded into it) takes `meta`'s where the
     /// remote can hold it.
@@ -230,4 +242,11 @@ extension Remote {
     public func complete(_ listing: consuming RemoteListing) throws(DriveError) -> [RemoteItem] { listing.items }
 
     public func fingerprint() throws(DriveError) -> [UInt8]? { nil }
+
+    public func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
+                                   limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> (item: RemoteItem, folder: StorePath?) {
+        (try upload(from: source, to: path, expecting: expecting, meta: meta, limit: limit, progress: progress), nil)
+    }
+
+    public func makeDurable(_ folders: Set<StorePath>) throws(DriveError) {}
 }

@@ -29,6 +29,11 @@ final class OneAction: Sendable {
     }
 }
 
+/// What a worker runs before it makes the paths it uploaded durable and records them.
+final class CommitWatch: Sendable {
+    let action = Mutex<(@Sendable ([String]) -> Void)?>(nil)
+}
+
 /// One device: a drive home with the store "shared" on `remote`, its index and its uploader
 /// (write-back 50 ms; it looks at the remote when asked, `settle`, not by itself).
 final class SyncDevice: @unchecked Sendable {
@@ -52,6 +57,8 @@ final class SyncDevice: @unchecked Sendable {
     /// What the uploader's committing thread runs (once) after it took noted paths and before
     /// it writes them into the queue.
     let beforeQueueing = OneAction()
+    /// Runs each time a worker is about to make the paths it uploaded durable, then record them.
+    let beforeCommit = CommitWatch()
 
     /// `restarting`: the drive home `name` is there already (a device started again).
     /// `content`: the store's content mode (on demand, what is new on the remote is placed as
@@ -98,6 +105,7 @@ final class SyncDevice: @unchecked Sendable {
             throw DriveError(.io, "the test stops the device after the upload of \(path)")
         }
         hooks.willQueueNoted = { [beforeQueueing] in beforeQueueing.runOnce() }
+        hooks.willCommitUploads = { [beforeCommit] paths in beforeCommit.action.withLock { $0 }?(paths) }
         uploader.setSyncHooks(hooks)
         uploader.start()
     }
@@ -624,6 +632,74 @@ final class SyncEngineTests: XCTestCase {
                 XCTAssertEqual(try d.id("moved.txt"), id, kind)
             }
         }
+    }
+
+    func testUploadsAreRecordedOnlyOnceTheirRemoteFolderIsDurable() throws {
+        let folder = base + "/remote"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try FolderRemote(root: folder).writeMarker(store: "shared")
+        let a = try SyncDevice(base, name: "alpha", remote: .folder(path: folder))
+        devices.append(a)
+        a.mkdir("sub")
+        a.settle()
+        // Given a worker about to make what it uploaded durable (a flush of the remote folder)
+        // and record it: the first time, the remote folder is taken away (a link in its place)
+        let seen = Mutex<[(path: String, recorded: Bool, onRemote: Bool)]>([])
+        let firstBatch = Mutex<[String]?>(nil)
+        let (bases, root) = (a.index.bases, a.rootKey)
+        a.beforeCommit.action.withLock {
+            $0 = { paths in
+                for p in paths {
+                    let recorded = (try? bases.base(root: root, path: StorePath(p))) != nil
+                    seen.withLock { $0.append((p, recorded, access(folder + "/" + p, F_OK) == 0)) }
+                }
+                firstBatch.withLock { first in
+                    guard first == nil else { return }
+                    first = paths
+                    XCTAssertEqual(rename(folder + "/sub", folder + "/sub-away"), 0)
+                    XCTAssertEqual(symlink("sub-away", folder + "/sub"), 0)
+                }
+            }
+        }
+        let names = (0..<12).map { "sub/f\($0).txt" }
+        for p in names { a.write(p, "text of \(p)") }
+        // When the first batch's entries have ended (looked at before their first retry: a
+        // second later, it fails for another reason)
+        let deadline = Date().addingTimeInterval(20)
+        var failed = [String: String]()
+        repeat {
+            usleep(5_000)
+            for p in firstBatch.withLock({ $0 }) ?? [] where failed[p] == nil {
+                failed[p] = try a.index.uploads.state(root: root, path: StorePath(p))?.1
+            }
+        } while (firstBatch.withLock { $0 }.map { !$0.allSatisfy { failed[$0] != nil } } ?? true) && Date() < deadline
+        // Then the batch whose folder could not be made durable is not recorded: its entries
+        // failed, saying why
+        let first = try XCTUnwrap(firstBatch.withLock { $0 })
+        XCTAssertFalse(first.isEmpty)
+        for p in first {
+            XCTAssertNil(try bases.base(root: root, path: StorePath(p)), p)
+            XCTAssertTrue(failed[p]?.contains("is no longer a folder on the remote") == true, "\(p): \(failed[p] ?? "no failure")")
+        }
+        // and no path was recorded before its commit; each of the first batch was on the remote by then
+        for s in seen.withLock({ $0 }) {
+            XCTAssertFalse(s.recorded, "\(s.path) was recorded before its folder was made durable")
+        }
+        for s in seen.withLock({ $0 }) where first.contains(s.path) { XCTAssertTrue(s.onRemote, s.path) }
+        // Once the folder is back, the next tries record every upload (found on the remote as
+        // this device's own), each file once on the remote
+        a.beforeCommit.action.withLock { $0 = nil }
+        XCTAssertEqual(unlink(folder + "/sub"), 0)
+        XCTAssertEqual(rename(folder + "/sub-away", folder + "/sub"), 0)
+        a.uploader.retryFailedNow()
+        a.settle()
+        for p in names {
+            XCTAssertNotNil(try bases.base(root: root, path: StorePath(p)), p)
+            XCTAssertEqual(a.uploader.status(root: root, path: StorePath(p), isFile: true), "synced", p)
+            XCTAssertEqual(try String(contentsOfFile: folder + "/" + p, encoding: .utf8), "text of \(p)")
+        }
+        let onRemote = try FileManager.default.contentsOfDirectory(atPath: folder + "/sub").sorted()
+        XCTAssertEqual(onRemote, names.map { String($0.dropFirst(4)) }.sorted())
     }
 
     func testAFileRenamedAwayKeepsItsIDOnceTheRenameReachedTheRemote() throws {

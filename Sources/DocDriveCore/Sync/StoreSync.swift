@@ -34,6 +34,10 @@ public struct SyncHooks: Sendable {
     /// An upload of the store path (as text) is on the remote and its base not written yet: the
     /// drive does nothing here; a test stops the device at this moment (by throwing).
     public var uploaded: @Sendable (String) throws(DriveError) -> Void = { _ in }
+    /// A worker is about to make the store paths (as text) it uploaded durable on the remote,
+    /// then record them (`StoreSync.commit`): the drive does nothing here; a test looks at the
+    /// bases and the remote at this moment, or takes a folder away.
+    public var willCommitUploads: @Sendable ([String]) -> Void = { _ in }
     /// A file of another device arrived in the store `root` at `path` as the item `id`: as a
     /// placeholder, or `downloaded` (its picture comes from the remote, RemotePictures).
     public var arrived: @Sendable (_ root: String, _ path: StorePath, _ id: String, _ downloaded: Bool) -> Void = { _, _, _, _ in }
@@ -55,6 +59,22 @@ struct LocalItem {
     /// Same form as the folder remote's version: size, mtime, inode ("" for a folder).
     var token: String { tokenOverride ?? FolderRemote.version(st) }
     var entry: SyncEntry { SyncEntry(path: path.description, kind: kind, token: token) }
+}
+
+/// Files uploaded by one worker whose durability on the remote and bases wait for
+/// `StoreSync.commit` (`Remote.uploadDurableLater`); their paths stay locked until then. Used by
+/// one thread.
+final class UploadBatch {
+    /// Files up to this size are uploaded durable later; a bigger one's upload takes long, and
+    /// the batch is committed before it.
+    static let smallFile: off_t = 1 << 20
+    var bases = [BaseRow]()
+    var folders = Set<StorePath>()
+    var locked = [StorePath]()
+    /// The path being synced was uploaded durable later: its lock goes to `locked`.
+    var holdsNext = false
+    /// Paths whose upload could not be committed, and why.
+    var failures = [StorePath: String]()
 }
 
 /// What one sync of a path did.
@@ -395,15 +415,24 @@ final class StoreSync: Sendable {
     // MARK: one path
 
     /// Syncs `path`: reads the three sides, decides, acts. A remote that changed under a
-    /// conditional write is read again and decided again (a few times at most).
-    func sync(_ path: StorePath) throws(DriveError) -> SyncOutcome {
+    /// conditional write is read again and decided again (a few times at most). With `batch`,
+    /// a file's upload may leave its durability and its record to `commit(batch)` (the path
+    /// stays locked until then).
+    func sync(_ path: StorePath, batch: UploadBatch? = nil) throws(DriveError) -> SyncOutcome {
         guard tryLock([path]) else { return .busy }
-        defer { unlock([path]) }
+        defer {
+            if let batch, batch.holdsNext {
+                batch.holdsNext = false
+                batch.locked.append(path)
+            } else {
+                unlock([path])
+            }
+        }
         hooks().willDecide(path.description)
         var attempt = 0
         while true {
             do {
-                return try syncOnce(path, firstTry: attempt == 0)
+                return try syncOnce(path, firstTry: attempt == 0, batch: batch)
             } catch let e where e.code == .remoteChanged && attempt < 3 {
                 attempt += 1
                 logger.debug("store \(name): \(e.message) Deciding again.")
@@ -546,8 +575,8 @@ final class StoreSync: Sendable {
     }
 
     /// One decision for `path` (its lock held); a path decided is no longer waiting for a listing.
-    private func syncOnce(_ path: StorePath, firstTry: Bool = false) throws(DriveError) -> SyncOutcome {
-        let outcome = try syncLocked(path, firstTry: firstTry)
+    private func syncOnce(_ path: StorePath, firstTry: Bool = false, batch: UploadBatch? = nil) throws(DriveError) -> SyncOutcome {
+        let outcome = try syncLocked(path, firstTry: firstTry, batch: batch)
         if outcome != .busy { noticed.withLock { _ = $0.removeValue(forKey: path) } }
         return outcome
     }
@@ -611,7 +640,7 @@ final class StoreSync: Sendable {
         try bases.base(root: key, id: id).flatMap { $0.path != path ? $0 : nil }
     }
 
-    private func syncLocked(_ path: StorePath, firstTry: Bool = false) throws(DriveError) -> SyncOutcome {
+    private func syncLocked(_ path: StorePath, firstTry: Bool = false, batch: UploadBatch? = nil) throws(DriveError) -> SyncOutcome {
         var local = try localItem(path)
         var base = try bases.base(root: key, path: path)
         let newID = try newHereID(path, local, base, firstTry: firstTry)
@@ -716,7 +745,7 @@ final class StoreSync: Sendable {
                                              parent: r.meta.parent))
             return .synced
         case .upload:
-            try upload(local!, base: base, remoteThere: remoteItem, id: newID)
+            try upload(local!, base: base, remoteThere: remoteItem, id: newID, batch: batch)
             return .synced
         case .download:
             try download(remoteItem!, over: local, base: base)
@@ -812,8 +841,9 @@ final class StoreSync: Sendable {
         return other
     }
 
-    /// `knownID`: the id of a file new here (`newHereID`), which no other path has.
-    private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?, id knownID: String? = nil) throws(DriveError) {
+    /// `knownID`: the id of a file new here (`newHereID`), which no other path has. `batch`: a
+    /// small file's upload is made durable and recorded by `commit(batch)`.
+    private func upload(_ l: LocalItem, base: BaseRow?, remoteThere: RemoteItem?, id knownID: String? = nil, batch: UploadBatch? = nil) throws(DriveError) {
         if l.placeholder {
             throw DriveError(.busy, "\(l.path) is a placeholder here (its content was never downloaded); it is not uploaded.")
         }
@@ -860,10 +890,19 @@ final class StoreSync: Sendable {
             m.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
             m.mode = UInt32(st.st_mode & 0o7777)
             m.origin = Self.origin(FolderRemote.version(st), at: l.path)
+            // A big file's upload takes long: what the batch holds is recorded before it, not after.
+            let later = batch.map { st.st_size <= UploadBatch.smallFile ? $0 : nil } ?? nil
+            if let batch, later == nil { commit(batch) }
             let r: RemoteItem
+            var unflushed: StorePath?
             do {
-                r = try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
-                    try remote.upload(from: fd, to: l.path, expecting: expecting, meta: m, limit: limit) { [progress] d, t in
+                (r, unflushed) = try coordinator.coordinate([.init(fd: fd, .reading)], options: .forUploading, timeout: 2.0) {
+                    if later == nil {
+                        return (try remote.upload(from: fd, to: l.path, expecting: expecting, meta: m, limit: limit) { [progress] d, t in
+                            progress(l.path, d, t, .up)
+                        }, nil)
+                    }
+                    return try remote.uploadDurableLater(from: fd, to: l.path, expecting: expecting, meta: m, limit: limit) { [progress] d, t in
                         progress(l.path, d, t, .up)
                     }
                 }
@@ -883,12 +922,41 @@ final class StoreSync: Sendable {
             // holds what was read; this device has seen that version and sends the file again.
             var after = stat()
             if fstat(fd, &after) == 0, FolderRemote.version(after) != FolderRemote.version(st) || after.st_ctim.tv_nsec != st.st_ctim.tv_nsec {
+                if let folder = unflushed { try remote.makeDurable([folder]) }
                 try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: "", remoteToken: r.version, parent: r.meta.parent))
                 throw DriveError(.changedDuringUpload, "\(l.path) changed while it was uploaded; it will be uploaded again.")
             }
-            try bases.put(root: key, BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version,
-                                             parent: r.meta.parent))
+            let row = BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version, parent: r.meta.parent)
+            if let later, let folder = unflushed {
+                later.bases.append(row)
+                later.folders.insert(folder)
+                later.holdsNext = true
+            } else {
+                try bases.put(root: key, row)
+            }
         }
+    }
+
+    /// Makes the uploads `batch` holds durable on the remote (one flush of each folder they
+    /// went into), then records their bases (one transaction), and unlocks their paths. Until
+    /// then a crash of the machine could lose an upload whose base says the remote has it (and
+    /// the next sync would take the file for deleted on the remote). When the flush or the
+    /// record fails, no base is written: each path's entry fails with the reason
+    /// (`batch.failures`), and its next sync finds its upload on the remote (`ownUnrecordedUpload`).
+    func commit(_ batch: UploadBatch) {
+        guard !batch.locked.isEmpty else { return }
+        hooks().willCommitUploads(batch.locked.map(\.description))
+        do throws(DriveError) {
+            try remote.makeDurable(batch.folders)
+            try bases.putAll(root: key, batch.bases)
+        } catch {
+            logger.warning("store \(name): \(batch.locked.count) uploads are not recorded: \(error.message)")
+            for p in batch.locked { batch.failures[p] = error.message }
+        }
+        unlock(batch.locked)
+        batch.bases.removeAll()
+        batch.folders.removeAll()
+        batch.locked.removeAll()
     }
 
     /// The local version this device uploaded as the remote item `r` at `path`, when a stop

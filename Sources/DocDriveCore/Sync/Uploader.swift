@@ -507,9 +507,10 @@ public final class Uploader: Sendable {
         return (c[.pending] ?? 0) + (c[.failed] ?? 0)
     }
 
-    /// Entries a worker claims at once: their queue updates and the fsyncs of the remote folders
-    /// they go into are shared (a burst of small files costs a transaction and a folder fsync per
-    /// batch, not per file), while the other workers take the next ones.
+    /// Entries a worker claims at once: their queue updates, their bases and the flushes of the
+    /// remote folders they go into are shared (`UploadBatch`: a burst of small files costs two
+    /// transactions and a folder fsync per batch, not per file), while the other workers take
+    /// the next ones.
     static let batchSize = 16
 
     private func work(_ key: String, _ store: Store) {
@@ -548,12 +549,21 @@ public final class Uploader: Sendable {
             }
             var endings = [(UploadJob, UploadQueue.Ending)]()
             endings.reserveCapacity(jobs.count)
+            let batch = UploadBatch()
             for job in jobs {
                 if stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) {
                     endings.append((job, .unstarted))
                     continue
                 }
-                endings.append((job, upload(job, store, key)))
+                endings.append((job, upload(job, store, key, batch)))
+            }
+            // The batch's small files: durable on the remote, then recorded, before their
+            // entries end (nothing is shown as uploaded that a crash could take back).
+            store.sync.commit(batch)
+            if !batch.failures.isEmpty {
+                for i in endings.indices {
+                    if let why = batch.failures[endings[i].0.path] { endings[i].1 = .failed(why) }
+                }
             }
             do {
                 try queue.finish(endings)
@@ -628,9 +638,9 @@ public final class Uploader: Sendable {
 
     /// Makes the remote and the local copy agree on one job's path (SyncDecision decides which
     /// way); says how it ended.
-    private func upload(_ job: UploadJob, _ store: Store, _ key: String) -> UploadQueue.Ending {
+    private func upload(_ job: UploadJob, _ store: Store, _ key: String, _ batch: UploadBatch) -> UploadQueue.Ending {
         do throws(DriveError) {
-            switch try store.sync.sync(job.path) {
+            switch try store.sync.sync(job.path, batch: batch) {
             case .removed: return .removed
             case .synced: return .synced
             case .busy: return .again(due: Date().timeIntervalSince1970 + 0.3)

@@ -71,8 +71,6 @@ final class UploadBatch {
     var bases = [BaseRow]()
     var folders = Set<StorePath>()
     var locked = [StorePath]()
-    /// The path being synced was uploaded durable later: its lock goes to `locked`.
-    var holdsNext = false
     /// Paths whose upload could not be committed, and why.
     var failures = [StorePath: String]()
 }
@@ -420,14 +418,9 @@ final class StoreSync: Sendable {
     /// stays locked until then).
     func sync(_ path: StorePath, batch: UploadBatch? = nil) throws(DriveError) -> SyncOutcome {
         guard tryLock([path]) else { return .busy }
-        defer {
-            if let batch, batch.holdsNext {
-                batch.holdsNext = false
-                batch.locked.append(path)
-            } else {
-                unlock([path])
-            }
-        }
+        // (An upload left to the batch put the path last in its `locked`; no other path of a
+        // batch can be this one, which tryLock would have refused.)
+        defer { if batch?.locked.last != path { unlock([path]) } }
         hooks().willDecide(path.description)
         var attempt = 0
         while true {
@@ -891,7 +884,7 @@ final class StoreSync: Sendable {
             m.mode = UInt32(st.st_mode & 0o7777)
             m.origin = Self.origin(FolderRemote.version(st), at: l.path)
             // A big file's upload takes long: what the batch holds is recorded before it, not after.
-            let later = batch.map { st.st_size <= UploadBatch.smallFile ? $0 : nil } ?? nil
+            let later = st.st_size <= UploadBatch.smallFile ? batch : nil
             if let batch, later == nil { commit(batch) }
             let r: RemoteItem
             var unflushed: StorePath?
@@ -930,7 +923,7 @@ final class StoreSync: Sendable {
             if let later, let folder = unflushed {
                 later.bases.append(row)
                 later.folders.insert(folder)
-                later.holdsNext = true
+                later.locked.append(l.path)
             } else {
                 try bases.put(root: key, row)
             }

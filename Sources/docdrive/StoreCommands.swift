@@ -19,7 +19,7 @@ struct Store: ParsableCommand {
         @Option(help: "The S3 bucket (with --s3).") var bucket: String?
         @Option(help: "The folder of the bucket the store lives in (with --s3; default: the whole bucket).") var prefix: String = ""
         @Option(help: "The S3 region (with --s3).") var region: String = S3Settings.defaultRegion
-        @Flag(help: "Put the bucket in the URL's path instead of its host name (with --s3; SeaweedFS, MinIO).") var pathStyle = false
+        @Flag(help: "Put the bucket in the URL's path instead of its host name (with --s3; SeaweedFS, MinIO). An endpoint at an IP address or localhost always does.") var pathStyle = false
         @Option(help: ArgumentHelp("An AWS-style credentials file, mode 0600 (with --s3; default: the AWS_* variables or ~/.aws/credentials).", valueName: "path"))
         var credentialsFile: String?
         @Option(help: ArgumentHelp("Files larger than this go up in parts of this size (with --s3; 5M-5G).", valueName: "size"))

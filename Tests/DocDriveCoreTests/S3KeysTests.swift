@@ -127,6 +127,16 @@ final class S3KeysTests: XCTestCase {
 
     // MARK: Config
 
+    func testAnEndpointAtAnIPAddressOrLocalhostPutsTheBucketInThePath() {
+        for e in ["http://127.0.0.1:8333", "http://10.0.0.12", "https://[::1]:9000", "http://localhost:9000", "http://LOCALHOST.", "http://minio.localhost"] {
+            XCTAssertTrue(S3Settings(endpoint: e, bucket: "docs").usesPathStyle, e)
+        }
+        for e in ["https://s3.eu-west-1.amazonaws.com", "http://nas.local:9000", "http://1.2.3.4.example.com", "http://999a.1.2.3"] {
+            XCTAssertFalse(S3Settings(endpoint: e, bucket: "docs").usesPathStyle, e)
+            XCTAssertTrue(S3Settings(endpoint: e, bucket: "docs", pathStyle: true).usesPathStyle, e)
+        }
+    }
+
     func testAnS3RemoteInConfigYAML() throws {
         let text = """
         stores:

@@ -83,6 +83,22 @@ def test_store_add_probes_writes_the_marker_and_keeps_no_secret(home, weed):
              "--bucket", weed.bucket, "--prefix", "stores/team", "--path-style")
 
 
+def test_an_endpoint_at_an_ip_address_or_localhost_puts_the_bucket_in_the_path_unasked(home, weed):
+    # docs.127.0.0.1 cannot be resolved: without --path-style the bucket must go in the path by
+    # itself (as the AWS CLI and rclone do), and the config keeps no path-style it was not given.
+    p = docdrive(home, weed.env(), "store", "add", "ip", "--name", "IP", "--s3", weed.endpoint,
+                 "--bucket", weed.bucket, "--prefix", "stores/ip", check=False)
+    assert p.returncode == 0, p.stderr
+    assert s3_get(weed, "stores/ip/.docdrive-store")[0] == b"DocDrive store ip\n"
+    local = weed.endpoint.replace("127.0.0.1", "localhost")
+    p = docdrive(home, weed.env(), "store", "add", "lh", "--name", "LH", "--s3", local,
+                 "--bucket", weed.bucket, "--prefix", "stores/lh", check=False)
+    assert p.returncode == 0, p.stderr
+    assert s3_get(weed, "stores/lh/.docdrive-store")[0] == b"DocDrive store lh\n"
+    lines = [l for l in (home / "config.yaml").read_text().splitlines() if not l.lstrip().startswith("#")]
+    assert "type: s3" in "\n".join(lines) and not [l for l in lines if "path-style" in l], lines
+
+
 def list_keys(weed, prefix):
     p = subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{ACCESS_KEY}:{SECRET_KEY}",
                         f"{weed.endpoint}/{weed.bucket}?list-type=2&prefix={urllib.parse.quote(prefix, safe='')}"], capture_output=True, text=True, timeout=30)

@@ -74,6 +74,8 @@ public struct S3Client: Sendable {
 
     private let scheme: String
     private let hostHeader: String
+    /// `settings.usesPathStyle`, worked out once.
+    private let pathStyle: Bool
     private let base: String  // scheme://host[:port]
 
     /// `reload`: where the credentials are read again when the server refuses them (see S3Signer).
@@ -90,7 +92,8 @@ public struct S3Client: Sendable {
         let defaultPort = scheme == "https" ? 443 : 80
         var host = url.host!
         if host.contains(":") && !host.hasPrefix("[") { host = "[" + host + "]" }  // IPv6
-        if !settings.pathStyle { host = settings.bucket + "." + host }
+        pathStyle = settings.usesPathStyle
+        if !pathStyle { host = settings.bucket + "." + host }
         hostHeader = url.port.map { $0 == defaultPort ? host : "\(host):\($0)" } ?? host
         base = scheme + "://" + hostHeader
     }
@@ -101,7 +104,7 @@ public struct S3Client: Sendable {
     /// The encoded URI path of a key (or of the bucket for nil).
     func uriPath(_ key: String?) -> String {
         let k = key.map { SigV4.encode($0, slash: false) } ?? ""
-        return settings.pathStyle ? "/" + settings.bucket + (key == nil ? "" : "/" + k) : "/" + k
+        return pathStyle ? "/" + settings.bucket + (key == nil ? "" : "/" + k) : "/" + k
     }
 
     // MARK: Sending

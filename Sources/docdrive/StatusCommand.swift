@@ -204,7 +204,8 @@ struct Status: ParsableCommand {
             }
             if let rs = st.remote {
                 if let since = rs.offlineSince {
-                    line("    offline since \(clock(since)): \(rs.offlineReason ?? "the remote does not answer"); changes wait here")
+                    let why = rs.offlineReason ?? "The remote does not answer."
+                    line("    offline since \(clock(since)): \(why)\(why.hasSuffix(".") ? "" : ".") Changes wait here until it answers.")
                 } else if let last = rs.lastPoll {
                     line("    remote looked at \(clock(last))\(rs.devices.isEmpty ? "" : "; devices writing to it: " + rs.devices.joined(separator: ", "))")
                 }

@@ -595,6 +595,10 @@ def test_an_unreachable_remote_is_offline_not_empty(new_drive, shared_folder):
         assert p.returncode != 0 and "offline" in (p.stderr + p.stdout).lower(), p.stderr
         st = b.status()
         assert "offline" in json.dumps(st).lower(), st
+        # The plain status says it in one sentence and what happens meanwhile.
+        text = b.d.cli("status").stdout
+        line = [l for l in text.splitlines() if "offline since" in l]
+        assert line and line[0].endswith(". Changes wait here until it answers.") and ".;" not in line[0], text
     finally:
         os.rename(away, shared)
     sync_all([b, a])

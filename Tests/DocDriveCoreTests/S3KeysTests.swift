@@ -58,6 +58,22 @@ final class S3KeysTests: XCTestCase {
         XCTAssertEqual(keys.path(ofKey: "team/docs/a/b/")?.path, "a/b")
     }
 
+    func testAnotherToolsNameWithAControlCharacterIsUnshownNotMisread() throws {
+        // Read as it is, "tab\tname" would be saved and deleted at ~dd~tab%09name, another key.
+        for k in ["team/docs/tab\tname", "team/docs/a\nb/c.txt", "team/docs/d/\u{7F}", "team/docs/x\ry/"] {
+            XCTAssertNil(keys.path(ofKey: k), k)
+            XCTAssertTrue(keys.isUnshown(k), k)
+        }
+        // Its escaped form is shown, and names without control characters are as they were.
+        let tab = StorePath(bytes: Array("tab\tname".utf8))
+        XCTAssertEqual(keys.path(ofKey: try keys.key(tab))?.path, tab)
+        XCTAssertFalse(keys.isUnshown(try keys.key(tab)))
+        for k in ["team/docs/ok.txt", "team/docs/~dd~x", "team/docs/.docdrive-store", "team/other/tab\tname", "team/docs/a//b"] {
+            XCTAssertFalse(keys.isUnshown(k), k)
+        }
+        XCTAssertEqual(keys.path(ofKey: "team/docs/sub/.docdrive-store")?.path, "sub/.docdrive-store")
+    }
+
     func testPathsNoKeyCanHoldAreOneSentence() {
         let long = StorePath(String(repeating: "abcdefghij/", count: 100) + "x")
         XCTAssertThrowsError(try keys.key(long)) { e in

@@ -303,6 +303,36 @@ def test_boto3_reads_what_the_mount_saved_and_the_mount_sees_what_boto3_wrote(we
 
 
 @pytest.mark.timeout(120)
+def test_an_object_another_tool_named_with_a_tab_is_left_unshown_and_untouched(weed, new_drive, boto):
+    # DocDrive writes a name with a control character escaped (~dd~tab%09name.txt). Shown as it
+    # is, another tool's "tab\tname.txt" would open, save and delete that other key: it is not
+    # shown, never touched, and the log says so.
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/tab\tname.txt", Body=b"the other tool's\n")
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/sub\nfolder/inside.txt", Body=b"inside\n")
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/ok.txt", Body=b"ok\n")
+    dev = S3Device(new_drive(), weed, weed.endpoint, prefix).mount()
+    dev.sync()
+    assert read(dev.path(b"ok.txt")) == b"ok\n"
+    assert sorted(os.listdir(dev.dir)) == ["ok.txt"], os.listdir(dev.dir)
+    log = dev.d.log_tail(200)
+    assert "2 objects" in log and "not shown here and left on the remote untouched" in log, log
+    # A file of that name made here goes to the escaped key, and its delete takes only that one.
+    save(dev.path(b"tab\tname.txt"), b"mine\n")
+    dev.sync()
+    objects = bucket_objects(c, weed.bucket, prefix)
+    assert c.get_object(Bucket=weed.bucket, Key=f"{prefix}/~dd~tab%09name.txt")["Body"].read() == b"mine\n", sorted(objects)
+    os.unlink(dev.path(b"tab\tname.txt"))
+    dev.sync()
+    objects = bucket_objects(c, weed.bucket, prefix)
+    assert f"{prefix}/~dd~tab%09name.txt" not in objects, sorted(objects)
+    assert c.get_object(Bucket=weed.bucket, Key=f"{prefix}/tab\tname.txt")["Body"].read() == b"the other tool's\n"
+    assert c.get_object(Bucket=weed.bucket, Key=f"{prefix}/sub\nfolder/inside.txt")["Body"].read() == b"inside\n"
+    assert sorted(os.listdir(dev.dir)) == ["ok.txt"], os.listdir(dev.dir)
+
+
+@pytest.mark.timeout(120)
 def test_files_saved_through_the_mount_carry_their_mtime_and_mode(weed, new_drive, boto):
     c = boto(weed.endpoint)
     prefix = new_prefix()

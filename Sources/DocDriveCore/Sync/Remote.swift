@@ -105,6 +105,11 @@ public struct RemoteListing: Sendable {
     public var pending: Set<StorePath>
     /// What the remote needs to look each pending item up.
     let lookups: [StorePath: Lookup]
+    /// Keys of objects the store leaves unshown (`S3Keys.isUnshown`: another tool's names that
+    /// DocDrive writes escaped), at most `unshownKept` of them, and how many there were.
+    public var unshown: [String] = []
+    public var unshownCount = 0
+    public static let unshownKept = 5
 
     struct Lookup: Sendable {
         var key: String

@@ -56,30 +56,49 @@ public struct S3Keys: Sendable {
     public func ownKey(_ rest: String) -> String { keyPrefix + rest }
 
     /// The store path of a key of the store, and whether it names a folder (ends with "/");
-    /// nil for a key outside the prefix, the store's own objects, and keys that are no path
-    /// (empty names, "." or "..").
+    /// nil for a key outside the prefix, the store's own objects, keys that are no path
+    /// (empty names, "." or ".."), and keys that are `unshown`.
     public func path(ofKey key: String) -> (path: StorePath, folder: Bool)? {
+        if case .path(let p, let folder) = parse(key) { return (p, folder) }
+        return nil
+    }
+
+    /// Whether `key` is of the store but shown nowhere: another tool's object with a name as it
+    /// is that this encoding writes escaped (a tab or a line feed in it, say). Shown, it would
+    /// open, save and delete another key (`~dd~tab%09name`), so it is left as it is, unshown.
+    public func isUnshown(_ key: String) -> Bool {
+        if case .unshown = parse(key) { return true }
+        return false
+    }
+
+    private enum Parsed { case path(StorePath, Bool), none, unshown }
+
+    private func parse(_ key: String) -> Parsed {
         // Bytes, not Characters: a name may start with a combining mark, which a String would
         // join to the "/" or "~" before it.
         let k = Array(key.utf8)
         let p = Array(keyPrefix.utf8)
-        guard k.starts(with: p) else { return nil }
+        guard k.starts(with: p) else { return .none }
         var rest = k[p.count...]
         var folder = false
         if rest.last == UInt8(ascii: "/") {
             folder = true
             rest = rest.dropLast()
         }
-        if rest.isEmpty { return nil }
+        if rest.isEmpty { return .none }
         var bytes = [UInt8]()
+        var unshown = false
         for (i, name) in rest.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).enumerated() {
-            if i == 0 && name.starts(with: Self.ownFolder.utf8) { return nil }  // .docdrive-store, .docdrive/
-            guard let decoded = Self.decodeName(name) else { return nil }
+            if i == 0 && name.starts(with: Self.ownFolder.utf8) { return .none }  // .docdrive-store, .docdrive/
+            guard let decoded = Self.decodeName(name) else { return .none }
+            // A name taken as it is must be one this encoding writes as it is.
+            if !name.starts(with: Self.escapeMark.utf8), Self.needsEscape(name, top: i == 0) { unshown = true }
             if i > 0 { bytes.append(UInt8(ascii: "/")) }
             bytes += decoded
         }
         let path = StorePath(bytes: bytes)
-        return path.problem == nil ? (path, folder) : nil
+        guard path.problem == nil else { return .none }
+        return unshown ? .unshown : .path(path, folder)
     }
 
     static func needsEscape(_ name: ArraySlice<UInt8>, top: Bool) -> Bool {

@@ -291,8 +291,15 @@ public final class S3Remote: Remote, Sendable {
         }
         func kind(_ path: StorePath) -> SyncEntry.Kind? { at[path].map { items[$0].kind } }
         var lookups = [StorePath: RemoteListing.Lookup]()
+        var unshown = [String](), unshownCount = 0
         func add(_ o: Listed, _ added: inout [StorePath]) {
-            guard let (path, isFolder) = keys.path(ofKey: o.key) else { return }
+            guard let (path, isFolder) = keys.path(ofKey: o.key) else {
+                if keys.isUnshown(o.key) {
+                    unshownCount += 1
+                    if unshown.count < RemoteListing.unshownKept { unshown.append(o.key) }
+                }
+                return
+            }
             let cached = cachedHead(o.key, etag: o.etag, modified: o.modified)
             var pendingMeta = RemoteMeta()
             pendingMeta.mtimeNanoseconds = o.modified.flatMap(Self.nanoseconds(ofSecond:))
@@ -337,7 +344,10 @@ public final class S3Remote: Remote, Sendable {
         at = [:]
         lastListed.store(items.count, ordering: .relaxed)
         items.sort { $0.path < $1.path }
-        return RemoteListing(items: items, lookups: lookups)
+        var listing = RemoteListing(items: items, lookups: lookups)
+        listing.unshown = unshown
+        listing.unshownCount = unshownCount
+        return listing
     }
 
     /// HEADs the pending items of `listing`, 16 at once, a part (`completePart` items) at a

@@ -179,6 +179,9 @@ final class StoreSync: Sendable {
     /// At most this many polls in a row end at the fingerprint; the next is a whole one (the
     /// limit of what a fingerprint can miss: FolderRemote.fingerprint).
     static let quietPollsInARow = 9
+    /// How many objects the last listing left unshown (`RemoteListing.unshown`): logged when
+    /// it changes, not at every poll.
+    private let unshownLogged = Atomic<Int>(0)
     let pollWanted = Atomic<Bool>(false)
     /// Uploads in progress are shown by the uploader.
     let progress: @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void
@@ -1442,7 +1445,7 @@ final class StoreSync: Sendable {
                 }) {
                     return PollStart(unchangedAt: fingerprint)
                 }
-                return PollStart(listing: .success(try remote.listQuickly()), early: [], fingerprint: fingerprint)
+                return PollStart(listing: .success(noteUnshown(try remote.listQuickly())), early: [], fingerprint: fingerprint)
             }
             if (try? bases.count(root: key)) == 0 {
                 // Nothing known here yet (a store just joined): every item is new, and each
@@ -1456,16 +1459,27 @@ final class StoreSync: Sendable {
                     shown += placed.count
                     early.formUnion(placed.intersection(pending))
                 }
+                noteUnshown(listing)
                 if shown > 0 { logger.info("store \(name): \(shown) new items of the remote shown here (files as placeholders)") }
                 if !early.isEmpty { logger.info("store \(name): \(early.count) items placed before their metadata was read") }
                 return PollStart(listing: .success(listing), early: early)
             }
-            let listing = try remote.listQuickly()
+            let listing = noteUnshown(try remote.listQuickly())
             let early = listing.pending.isEmpty ? [] : placeBeforeMetadata(listing)
             return PollStart(listing: .success(listing), early: early)
         } catch {
             return PollStart(listing: .failure(error), early: [])
         }
+    }
+
+    /// Logs the objects a listing leaves unshown, once each time their number changes.
+    @discardableResult
+    private func noteUnshown(_ listing: RemoteListing) -> RemoteListing {
+        let n = listing.unshownCount
+        guard unshownLogged.exchange(n, ordering: .relaxed) != n, n > 0 else { return listing }
+        let some = listing.unshown.map { "\"" + $0.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined() + "\"" }
+        logger.warning("store \(name): \(n) object\(n == 1 ? "" : "s") on \(remote.displayName) \(n == 1 ? "has a name" : "have names") with a control character that another tool wrote as it is (\(some.joined(separator: ", "))\(n > some.count ? ", ..." : "")); DocDrive writes such names escaped, so \(n == 1 ? "it is" : "they are") not shown here and left on the remote untouched (rename \(n == 1 ? "it" : "them") there to show \(n == 1 ? "it" : "them"))")
+        return listing
     }
 
     /// The rest of a poll begun by `startPoll` (polls run one at a time: one poll's two steps

@@ -81,7 +81,6 @@ public struct S3Settings: Equatable, Sendable {
     /// "s3://bucket/prefix", for sentences.
     public var displayName: String { "s3://" + bucket + (prefix.isEmpty ? "" : "/" + prefix) }
 
-    /// What is wrong with the settings, as one clause, or nil.
     /// Whether requests put the bucket in the path: asked for (`path-style`), or the endpoint's
     /// host is an IP address or `localhost`, where the bucket's host name (docs.127.0.0.1) cannot
     /// be resolved (the AWS CLI and rclone do the same for such an endpoint).
@@ -98,6 +97,7 @@ public struct S3Settings: Equatable, Sendable {
         return parts.count == 4 && parts.allSatisfy { p in !p.isEmpty && p.count <= 3 && p.allSatisfy(\.isASCII) && p.allSatisfy(\.isNumber) }
     }
 
+    /// What is wrong with the settings, as one clause, or nil.
     public func problem(store: String) -> String? {
         guard let url = URL(string: endpoint), let scheme = url.scheme, scheme == "http" || scheme == "https", url.host != nil else {
             return "the S3 endpoint of store \(store) must be a URL like https://s3.amazonaws.com or http://127.0.0.1:8333, not \"\(endpoint)\""

@@ -148,6 +148,12 @@ final class StoreSync: Sendable {
     /// recorded once: it is not an upload a stop kept from its record (`ownUnrecordedUpload`).
     /// In memory (emptied at 10,000 entries). Lock: leaf.
     private let droppedBases = Mutex<[StorePath: String]>([:])
+    /// Files this device created on the remote (written where nothing was, on a remote that
+    /// names a write's parent: S3) that no listing has shown yet: the version, and how many polls
+    /// had started when the write returned. Another create found in its place before a listing
+    /// showed it was made by a writer that never saw it (`SyncDecision.createdOver`). In memory
+    /// (emptied at 10,000 entries; a restart forgets them). Lock: leaf.
+    private let unlistedCreates = Mutex<[StorePath: (version: String, polls: Int)]>([:])
     /// Item ids the listing found at several paths (files and links), with the paths and the
     /// time they were first listed so (`healDuplicateIDs`).
     private let duplicateIDs = Mutex<[String: (paths: [StorePath], since: Double)]>([:])
@@ -704,11 +710,15 @@ final class StoreSync: Sendable {
             // on the remote, and then this path is decided as gone here.
             return .busy
         }
-        let item = SyncItem(local: local?.entry, base: base?.base,
+        var syncBase = base?.base
+        if let b = base, b.kind == .file, unlistedCreates.withLock({ $0[path]?.version }) == b.remoteToken { syncBase?.unlistedCreate = true }
+        let item = SyncItem(local: local?.entry, base: syncBase,
                             // (The version a remote version was written over: for a version of the
-                            // base's item only; another item moved here tells nothing about the base's.)
+                            // base's item only; another item moved here tells nothing about the
+                            // base's, but for whether it was a create.)
                             remote: remoteItem.map { SyncEntry(path: $0.path.description, kind: $0.kind, token: $0.version,
-                                                               parent: $0.meta.itemID != nil && $0.meta.itemID == base?.id ? $0.meta.parent : nil) },
+                                                               parent: $0.meta.itemID != nil && $0.meta.itemID == base?.id ? $0.meta.parent
+                                                                   : $0.meta.parent == RemoteMeta.created ? RemoteMeta.created : nil) },
                             localBusy: isBusyLocally(local), localIsPlaceholder: local?.placeholder ?? false)
         let plan = SyncDecision.decide(item)
         logger.debug("store \(name): \(path): local \(local?.token ?? "-") base \(base?.localToken ?? "-")/\(base?.remoteToken ?? "-") remote \(remoteItem?.version ?? "-"): \(plan) (ids \(local.flatMap { try? index.knownItemID(root: key, ino: Int64($0.st.st_ino)) } ?? "-") \(base?.id ?? "-") \(remoteItem?.meta.itemID ?? "-"))")
@@ -771,7 +781,10 @@ final class StoreSync: Sendable {
         case .conflict:
             if let b = item.base, let r = item.remote, !item.localBusy, SyncDecision.replacedUnseen(b, r) {
                 logger.warning("store \(name): \(path): the version this device last saw on \(remote.displayName) was replaced by \(remoteItem!.meta.deviceName ?? "another device")'s, written at the same moment over the version before it (the server let both writes succeed); both are kept")
+            } else if let b = item.base, let r = item.remote, !item.localBusy, SyncDecision.createdOver(b, r) {
+                logger.warning("store \(name): \(path): this device's new file was replaced on \(remote.displayName) by \(remoteItem!.meta.deviceName ?? "another device")'s, made at the same moment under the same name (the server let both creates succeed); both are kept")
             }
+            if item.base?.unlistedCreate == true { unlistedCreates.withLock { _ = $0.removeValue(forKey: path) } }
             try conflict(local!, remoteItem!, base: base)
             return .synced
         }
@@ -923,12 +936,38 @@ final class StoreSync: Sendable {
                 throw DriveError(.changedDuringUpload, "\(l.path) changed while it was uploaded; it will be uploaded again.")
             }
             let row = BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version, parent: r.meta.parent)
+            notePossiblyUnlisted(l.path, r, created: remoteThere == nil)
             if let later, let folder = unflushed {
                 later.bases.append(row)
                 later.folders.insert(folder)
                 later.locked.append(l.path)
             } else {
                 try bases.put(root: key, row)
+            }
+        }
+    }
+
+    /// Keeps (or forgets) the upload `r` at `path` among the creates no listing has shown yet.
+    private func notePossiblyUnlisted(_ path: StorePath, _ r: RemoteItem, created: Bool) {
+        let polls = pollsStarted.load(ordering: .relaxed)
+        unlistedCreates.withLock { m in
+            guard created, r.meta.parent == RemoteMeta.created else { m.removeValue(forKey: path); return }
+            if m.count >= 10_000 { m.removeAll() }
+            m[path] = (r.version, polls)
+        }
+    }
+
+    /// What the listing of a poll (`items`, `at`) tells of the creates no listing had shown: one
+    /// it shows is seen; one a listing made after it (`done` polls had ended before this one)
+    /// shows replaced by another create is kept for its path's decision, and otherwise forgotten.
+    private func listedCreates(_ items: [RemoteItem], at: [StorePath: Int], done: Int) {
+        unlistedCreates.withLock { m in
+            guard !m.isEmpty else { return }
+            m = m.filter { path, c in
+                guard let k = at[path] else { return done < c.polls }
+                let r = items[k]
+                if r.version == c.version { return false }
+                return done < c.polls || (r.kind == .file && r.meta.parent == RemoteMeta.created)
             }
         }
     }
@@ -1546,6 +1585,7 @@ final class StoreSync: Sendable {
             _ = try? queue.makeDue(.all, root: key)
         }
         remoteIDs.withLock { $0 = ListedIDs(byID: byID) }  // kept: the ids in 16 bytes each, not the listing's strings
+        listedCreates(items, at: at, done: polls.load(ordering: .relaxed))
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
         listed.withLock { $0 = Set(items.map(\.path.hashValue)) }
         var changed = Set<StorePath>()

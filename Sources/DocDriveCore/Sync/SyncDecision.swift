@@ -14,7 +14,8 @@ public struct SyncEntry: Equatable, Sendable {
     /// SHA-256 of the content when known: two sides with the same hash hold the same version.
     public var hash: String?
     /// The remote side only: the version this one was written over, where the remote says
-    /// (`RemoteMeta.parent`), given for a version of the base's item (the same item id).
+    /// (`RemoteMeta.parent`), given for a version of the base's item (the same item id), and
+    /// `RemoteMeta.created` for a create of any item.
     public var parent: String?
 
     public init(path: String, kind: Kind = .file, token: String, hash: String? = nil, parent: String? = nil) {
@@ -36,13 +37,18 @@ public struct SyncBase: Equatable, Sendable {
     public var remoteToken: String
     /// The version `remoteToken` was written over, where the remote says (`RemoteMeta.parent`).
     public var parent: String?
+    /// `remoteToken` is this device's own create (written where nothing was), and no listing
+    /// of the remote has shown it yet.
+    public var unlistedCreate: Bool
 
-    public init(path: String, kind: SyncEntry.Kind = .file, localToken: String, remoteToken: String, parent: String? = nil) {
+    public init(path: String, kind: SyncEntry.Kind = .file, localToken: String, remoteToken: String, parent: String? = nil,
+                unlistedCreate: Bool = false) {
         self.path = path
         self.kind = kind
         self.localToken = localToken
         self.remoteToken = remoteToken
         self.parent = parent
+        self.unlistedCreate = unlistedCreate
     }
 }
 
@@ -160,7 +166,9 @@ public enum SyncDecision {
             // The base's version replaced unseen (a race the server let both writes win): this
             // device's copy of it stays and goes up again, theirs is kept as a conflict copy. A
             // placeholder has no content to keep: the remote's version comes.
-            if s.localBusy || (!s.localIsPlaceholder && replacedUnseen(base, s.remote!)) { return SyncPlan(.conflict, move: move) }
+            if s.localBusy || (!s.localIsPlaceholder && (replacedUnseen(base, s.remote!) || createdOver(base, s.remote!))) {
+                return SyncPlan(.conflict, move: move)
+            }
             return SyncPlan(.download, move: move)
         case (true, true):
             switch (localGone, remoteGone) {
@@ -186,6 +194,17 @@ public enum SyncDecision {
         guard base.kind == .file, r.kind == .file, let p = r.parent, p != RemoteMeta.created,
               p == base.parent, p != base.remoteToken, r.token != base.remoteToken else { return false }
         return true
+    }
+
+    /// Whether the remote version `r` is another create at the path of this device's own create
+    /// (the base's version), which no listing showed before `r` took its place: two creates of
+    /// one name, each conditional on nothing being there, both succeeded (a server whose
+    /// conditional writes do not exclude each other), and this device's file, which it still
+    /// holds, was replaced by a writer that never saw it. Once a listing has shown this
+    /// device's file, a create in its place comes after a delete of it (whoever deleted it saw
+    /// it), and is downloaded as any change.
+    static func createdOver(_ base: SyncBase, _ r: SyncEntry) -> Bool {
+        base.unlistedCreate && base.kind == .file && r.kind == .file && r.parent == RemoteMeta.created && r.token != base.remoteToken
     }
 
     /// No base: the item is new on one side, or on both (created on two devices under one name).

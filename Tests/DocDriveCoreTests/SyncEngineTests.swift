@@ -722,8 +722,12 @@ final class SyncEngineTests: XCTestCase {
                 firstBatch.withLock { first in
                     guard first == nil else { return }
                     first = paths
-                    XCTAssertEqual(rename(folder + "/sub", folder + "/sub-away"), 0)
-                    XCTAssertEqual(symlink("sub-away", folder + "/sub"), 0)
+                    // (In one step, a link taking the folder's place: with a moment of no "sub"
+                    // between a rename and a symlink, another worker's upload made the folder
+                    // again, and this batch was made durable there.)
+                    XCTAssertEqual(symlink("sub-away", folder + "/sub.link"), 0)
+                    XCTAssertEqual(dd_renameat2(AT_FDCWD, folder + "/sub.link", AT_FDCWD, folder + "/sub", UInt32(dd_RENAME_EXCHANGE)), 0)
+                    XCTAssertEqual(rename(folder + "/sub.link", folder + "/sub-away"), 0)
                 }
             }
         }

@@ -313,15 +313,22 @@ final class SyncEngineTests: XCTestCase {
             a.settle()
             // Then neither version is lost: this device's stays the file and goes up again, the
             // other is kept as a conflict copy, on the remote too
-            let tree = a.tree()
-            XCTAssertEqual(tree["f.txt"], "v2 from alpha", "\(kind): \(tree)")
-            let copies = tree.filter { $0.key.hasPrefix("f (conflict from gamma ") }
-            XCTAssertEqual(Array(copies.values), ["v2 from gamma"], "\(kind): \(tree)")
-            a.settle()
-            let now = try XCTUnwrap(try s3.item(at: "f.txt"))
-            XCTAssertEqual(now.size, Int64("v2 from alpha".utf8.count), "\(kind): this device's version went up again")
-            XCTAssertNotNil(try s3.item(at: StorePath(try XCTUnwrap(copies.keys.first))), "\(kind): the conflict copy is on the remote")
+            try assertBothKept(a, s3, kind, "f.txt", mine: "v2 from alpha", gammas: "v2 from gamma")
         }
+    }
+
+    /// `a` holds `mine` at `path` and gamma's version `gammas` as a conflict copy beside it; both
+    /// reach the remote (mine over gamma's).
+    func assertBothKept(_ a: SyncDevice, _ s3: S3Remote, _ kind: String, _ path: String, mine: String, gammas: String) throws {
+        let tree = a.tree()
+        XCTAssertEqual(tree[path], mine, "\(kind): \(tree)")
+        let stem = (path as NSString).deletingPathExtension
+        let copies = tree.filter { $0.key.hasPrefix(stem + " (conflict from gamma ") }
+        XCTAssertEqual(Array(copies.values), [gammas], "\(kind): \(tree)")
+        a.settle()
+        let now = try XCTUnwrap(try s3.item(at: StorePath(path)))
+        XCTAssertEqual(now.size, Int64(mine.utf8.count), "\(kind): this device's version went up again")
+        XCTAssertNotNil(try s3.item(at: StorePath(try XCTUnwrap(copies.keys.first))), "\(kind): the conflict copy is on the remote")
     }
 
     /// Writes `text` at `path` of the S3 store `settings` as another device's DocDrive would
@@ -358,14 +365,7 @@ final class SyncEngineTests: XCTestCase {
             XCTAssertEqual(raced.paths.withLock { $0 }, [RemoteMeta.created], "\(kind): this device's upload was a create")
             // Then neither file is lost: this device's stays the file and goes up again, the
             // other is kept as a conflict copy, on the remote too
-            let tree = a.tree()
-            XCTAssertEqual(tree["n.txt"], "new from alpha", "\(kind): \(tree)")
-            let copies = tree.filter { $0.key.hasPrefix("n (conflict from gamma ") }
-            XCTAssertEqual(Array(copies.values), ["new from gamma"], "\(kind): \(tree)")
-            a.settle()
-            let now = try XCTUnwrap(try s3.item(at: "n.txt"))
-            XCTAssertEqual(now.size, Int64("new from alpha".utf8.count), "\(kind): this device's version went up again")
-            XCTAssertNotNil(try s3.item(at: StorePath(try XCTUnwrap(copies.keys.first))), "\(kind): the conflict copy is on the remote")
+            try assertBothKept(a, s3, kind, "n.txt", mine: "new from alpha", gammas: "new from gamma")
         }
     }
 

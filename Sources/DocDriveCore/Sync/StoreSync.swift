@@ -936,7 +936,7 @@ final class StoreSync: Sendable {
                 throw DriveError(.changedDuringUpload, "\(l.path) changed while it was uploaded; it will be uploaded again.")
             }
             let row = BaseRow(path: l.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version, parent: r.meta.parent)
-            notePossiblyUnlisted(l.path, r, created: remoteThere == nil)
+            notePossiblyUnlisted(l.path, r)
             if let later, let folder = unflushed {
                 later.bases.append(row)
                 later.folders.insert(folder)
@@ -947,11 +947,12 @@ final class StoreSync: Sendable {
         }
     }
 
-    /// Keeps (or forgets) the upload `r` at `path` among the creates no listing has shown yet.
-    private func notePossiblyUnlisted(_ path: StorePath, _ r: RemoteItem, created: Bool) {
+    /// Keeps (or forgets) the upload `r` at `path` among the creates no listing has shown yet (a
+    /// create names `RemoteMeta.created` as its parent; a remote that names no parent never has one).
+    private func notePossiblyUnlisted(_ path: StorePath, _ r: RemoteItem) {
         let polls = pollsStarted.load(ordering: .relaxed)
         unlistedCreates.withLock { m in
-            guard created, r.meta.parent == RemoteMeta.created else { m.removeValue(forKey: path); return }
+            guard r.meta.parent == RemoteMeta.created else { m.removeValue(forKey: path); return }
             if m.count >= 10_000 { m.removeAll() }
             m[path] = (r.version, polls)
         }

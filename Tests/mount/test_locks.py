@@ -405,14 +405,22 @@ def test_a_lock_on_a_created_file_goes_at_its_holders_close_while_a_child_still_
 import fcntl, os, sys, time
 a = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
 fcntl.lockf(a, fcntl.LOCK_EX)
+# The child waits on a pipe of its own: were it to read stdin too, it might take the line
+# meant for the parent (whichever process waited first gets it), and exit with the parent
+# still holding its lock.
+r, w = os.pipe()
 child = os.fork()
 if child == 0:
-    sys.stdin.readline()  # keeps the inherited descriptor open until told
+    os.close(w)
+    os.read(r, 1)  # keeps the inherited descriptor open until the parent lets it go
     os._exit(0)
+os.close(r)
 print("locked", flush=True)
 sys.stdin.readline()
 os.close(a)
 print("closed", flush=True)
+sys.stdin.readline()
+os.close(w)  # the child goes
 os.waitpid(child, 0)
 """
     f = t.mnt / "created-and-shared"

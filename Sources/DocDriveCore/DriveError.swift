@@ -62,6 +62,14 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
     public static func io(_ what: String, _ errno: Errno) -> DriveError {
         DriveError(.io, "\(what): \(errno.readableDescription).", underlying: errno)
     }
+
+    /// ENOSPC or EDQUOT when this device's disk (or the user's quota on it) had no room for
+    /// what the error is about; nil for anything else. A file operation that failed for it
+    /// answers it as it is, where any other failure of the sync is EIO.
+    public var noRoomErrno: Errno? {
+        guard let e = underlying as? Errno, e == .noSpace || e == .diskQuotaExceeded else { return nil }
+        return e
+    }
 }
 
 extension Errno {

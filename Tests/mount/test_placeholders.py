@@ -415,6 +415,54 @@ def test_a_placeholder_gone_or_unreachable_fails_its_open(new_drive, shared_fold
 
 
 @pytest.mark.timeout(240)
+def test_a_placeholder_with_no_room_here_fails_its_open_with_enospc_and_takes_no_room(new_drive, shared, base_dir):
+    """B's drive home is a tmpfs of 24 MiB, A's file 30 MiB: B's open of its placeholder fails
+    with ENOSPC (not EIO), the room the download had taken is free again (it was kept full, and
+    with it the index and B's own saves), and the file is still a placeholder of its size and
+    time, with no block; a file that fits comes down, and B's saves go up."""
+    from ddtest import Drive, run
+    a = Device(new_drive(), shared, "alpha").mount()
+    big, small = os.urandom(30 << 20), b"fits here\n" * 1000
+    write(a.dir / "big.bin", big)
+    write(a.dir / "small.txt", small)
+    a.sync()
+    d = Drive(base_dir / f"small-home-{shared.kind}-{os.getpid()}")
+    d.home.mkdir(parents=True)
+    run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(d.home)])
+    try:
+        d.create()
+        b = Device(d, shared, "beta").mount()
+        b.sync()
+
+        def room():
+            v = os.statvfs(d.home)
+            return v.f_bavail * v.f_frsize
+        before = room()
+        assert before < len(big), before
+        with pytest.raises(OSError) as e:
+            (b.dir / "big.bin").read_bytes()
+        assert e.value.errno == errno.ENOSPC, e.value
+        assert room() >= before - (1 << 20), f"{before - room()} bytes stay taken after the failed download"
+        local = os.stat(b.cache / "big.bin")
+        assert (local.st_size, local.st_blocks, local.st_mtime_ns) == (len(big), 0, os.stat(a.dir / "big.bin").st_mtime_ns), local
+        assert os.getxattr(b.dir / "big.bin", "user.docdrive.status") == b"placeholder"
+
+        def problem():
+            store = next(s for s in b.status()["stores"] if s["name"] == "shared")
+            return store["sync"].get("downloadProblem", "")
+        assert wait_until(lambda: "No space left on device" in problem(), 5, 0.1), problem()
+        assert (b.dir / "small.txt").read_bytes() == small
+        write(b.dir / "mine.txt", b"from beta")
+        b.sync()
+        a.sync()
+        assert (a.dir / "mine.txt").read_bytes() == b"from beta"
+    finally:
+        problems = d.teardown()
+        run(["umount", "-l", str(d.home)], check=False)
+        assert not problems, problems
+
+
+@pytest.mark.timeout(240)
 def test_the_cache_limit_holds_while_reading_more_than_it(new_drive, shared_folder):
     a = Device(new_drive(), shared_folder, "alpha").mount()
     files = {f"f{i:02}.bin": os.urandom(200 << 10) for i in range(24)}  # 4.7 MiB, the limit 1 MiB

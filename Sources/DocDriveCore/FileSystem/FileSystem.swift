@@ -971,7 +971,8 @@ public final class DriveFileSystem: Sendable {
         guard let uploader else { return done(.ioError) }
         uploader.fill(root: root, path: path, opened: true) { e in
             guard let e else { return done(nil) }
-            done(e.code == .notFound ? .noSuchFileOrDirectory : .ioError)
+            // Gone from the remote: ENOENT; no room for it here: ENOSPC (or EDQUOT); else EIO.
+            done(e.code == .notFound ? .noSuchFileOrDirectory : e.noRoomErrno ?? .ioError)
         }
     }
 

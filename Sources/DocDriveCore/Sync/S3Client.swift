@@ -5,6 +5,7 @@ import AsyncHTTPClient
 import Crypto
 import Foundation
 import Synchronization
+import SystemPackage
 import NIOCore
 import NIOHTTP1
 
@@ -221,7 +222,7 @@ public struct S3Client: Sendable {
         case .read(let e):
             return DriveError(.io, "Cannot read the file to upload: \(String(cString: strerror(e))).")
         case .write(let e):
-            return DriveError(.io, "Cannot write the downloaded file: \(String(cString: strerror(e))).")
+            return DriveError.io("Cannot write the downloaded file", Errno(rawValue: e))
         }
     }
 

@@ -414,6 +414,9 @@ extension StoreSync {
             var final = stat()
             times?.filled(ino: UInt64(before.st_ino), after: whole && fstat(fd, &final) == 0 ? final.st_ctim : nil)
         }
+        // A download that does not finish leaves a placeholder (its mark goes last), and what
+        // it wrote is given back: a disk it filled stays full otherwise.
+        defer { if !whole { Self.undoPartialFill(fd, before: before) } }
         // Filled in an earlier boot, and a crash came before its content was known to be on the
         // disk: when that content is whole after all (its MD5 is the version, as an S3 object
         // written in one piece says), it is kept: no download, and it opens offline too.
@@ -495,6 +498,28 @@ extension StoreSync {
         logger.info("store \(name): downloaded \(path) (\(got.size) bytes) on demand\(ahead ? ", read ahead" : "")")
         countCached(blocks: after.st_blocks)
         whole = true
+    }
+
+    /// What a download that did not finish wrote into the open file `fd`, still a placeholder
+    /// (`before`: as it was before the download): its blocks are given back, its size and
+    /// modification time are the placeholder's again. A placeholder's content is never the
+    /// user's (an open for writing fills it first, O_TRUNC makes it the user's empty file), so
+    /// nothing of theirs goes; a file whose mark is gone or says "filled" is left alone.
+    static func undoPartialFill(_ fd: Int32, before: stat) {
+        guard case .placeholder = Placeholder.mark(openFD: fd) else { return }
+        var now = stat()
+        guard fstat(fd, &now) == 0 else { return }
+        if now.st_size != before.st_size { _ = ftruncate(fd, before.st_size) }
+        if now.st_blocks > 0 {
+            // Whole blocks, as `evict` punches them.
+            let block = off_t(max(512, Int(now.st_blksize)))
+            let span = (max(now.st_size, before.st_size) + block - 1) / block * block
+            _ = dd_fallocate(fd, 0x02 | 0x01 /* FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE */, 0, span)
+        }
+        if now.st_mtim.tv_sec != before.st_mtim.tv_sec || now.st_mtim.tv_nsec != before.st_mtim.tv_nsec {
+            var times = [before.st_atim, before.st_mtim]
+            _ = futimens(fd, &times)
+        }
     }
 
     /// A file's content is here now: its blocks count in the cache's use (when counted).

@@ -8,8 +8,8 @@ open of a file downloads that file only, in place (same inode and item id in the
 two readers of one placeholder cause one download; an open with O_TRUNC downloads nothing;
 `docdrive pin` downloads a folder and what is added to it later; `docdrive evict` frees a
 file's space and refuses a pinned or open one; a placeholder deleted on the remote fails to
-open with ENOENT, and one whose remote cannot be reached fails with EIO and a sentence in
-`docdrive status`; hundreds of placeholders opened at once come whole, a few downloads at a
+open with ENOENT, one whose remote cannot be reached fails with EIO and a sentence in
+`docdrive status`, and one with no room for it on the device fails with ENOSPC and takes none; hundreds of placeholders opened at once come whole, a few downloads at a
 time; real programs (grep -r, tar, cp -a, rsync, git clone, sqlite3, vim, sed -i, LibreOffice)
 read whole files and their saves upload.
 """

@@ -430,6 +430,50 @@ def test_an_edit_wins_over_a_delete(new_drive, shared):
 
 
 @pytest.mark.timeout(150)
+def test_a_file_deleted_elsewhere_is_kept_a_while_in_the_stores_deleted_folder(new_drive, shared):
+    """What a delete from another device, or one made on the remote itself, takes from a
+    device's copy is kept under the store's deleted/DAY/PATH (the same path deleted again that
+    day gets " 2"); an empty file goes for good, and so does what a user deletes through the
+    mount; none of it shows in the mount. On a folder remote emptied by `rm -rf *` (which
+    leaves the hidden marker), every device keeps what it had."""
+    a, b = devices(new_drive, shared, 2)
+    write(a.dir / "Reports" / "q1.txt", b"first quarter")
+    write(a.dir / "empty.txt", b"")
+    a.sync(); b.sync()
+    assert (b.dir / "Reports" / "q1.txt").read_bytes() == b"first quarter"
+    os.unlink(a.dir / "Reports" / "q1.txt")
+    os.unlink(a.dir / "empty.txt")
+    a.sync(); b.sync()
+    assert not (b.dir / "Reports" / "q1.txt").exists() and not (b.dir / "empty.txt").exists(), tree(b.dir)
+    write(a.dir / "Reports" / "q1.txt", b"second version")
+    a.sync(); b.sync()
+    os.unlink(a.dir / "Reports" / "q1.txt")
+    a.sync(); b.sync()
+
+    def kept(dev):
+        """(path under its day folder, content) of every file the device keeps, sorted."""
+        top = dev.d.home / "stores" / "shared" / "deleted"
+        return sorted(("/".join(p.relative_to(top).parts[1:]), p.read_bytes()) for p in top.rglob("*") if p.is_file())
+    got = kept(b)
+    # (Across midnight the two are in two day folders, each under its own name.)
+    assert got in ([("Reports/q1.txt", b"first quarter"), ("Reports/q1.txt 2", b"second version")],
+                   [("Reports/q1.txt", b"first quarter"), ("Reports/q1.txt", b"second version")]), got
+    assert "q1.txt" not in os.listdir(b.dir / "Reports")
+    assert kept(a) == [], kept(a)
+    if shared.kind == "folder":
+        write(a.dir / "Photos" / "p.bin", b"a photo")
+        a.sync(); b.sync()
+        for name in os.listdir(shared.folder):
+            if not name.startswith("."):
+                p = shared.folder / name
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        a.sync(); b.sync()
+        for dev in (a, b):
+            assert not (dev.dir / "Photos" / "p.bin").exists(), (dev.name, tree(dev.dir))
+            assert ("Photos/p.bin", b"a photo") in kept(dev), (dev.name, kept(dev))
+
+
+@pytest.mark.timeout(150)
 def test_a_folder_deleted_here_with_a_new_file_in_it_there_comes_back(new_drive, shared):
     a, b = devices(new_drive, shared, 2)
     write(a.dir / "Trip" / "old.txt", b"old")

@@ -196,6 +196,9 @@ final class StoreSync: Sendable {
     let statusMarks: StatusMarks
     /// Filled placeholders whose content is not known to be on the disk yet.
     let fills: FillCommits
+    /// Files a delete from the remote took from the local copy, kept a while (`deleted` beside
+    /// the cache).
+    let recentlyDeleted: RecentlyDeleted
 
     init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
          index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
@@ -221,6 +224,7 @@ final class StoreSync: Sendable {
         self.progressDone = progressDone
         self.statusMarks = statusMarks
         self.fills = FillCommits(name: name, logger: logger, marker: (downloads as NSString).deletingLastPathComponent + "/fills-waiting")
+        self.recentlyDeleted = RecentlyDeleted(folder: (downloads as NSString).deletingLastPathComponent + "/deleted")
     }
 
     var bases: BaseVersions { index.bases }
@@ -1351,7 +1355,7 @@ final class StoreSync: Sendable {
             if Beneath.withCName(name, { unlinkat(dir, $0, dd_AT_REMOVEDIR) }) != 0 {
                 if errno == ENOTEMPTY || errno == EEXIST {
                     // A file made here inside it: the folder stays, and goes back to the remote.
-                    logger.info("store \(name): \(l.path) was deleted on the remote, but something new is in it here; it stays, and goes back to the remote")
+                    logger.info("store \(self.name): \(l.path) was deleted on the remote, but something new is in it here; it stays, and goes back to the remote")
                     var m = meta(id: base.id)
                     m.mode = UInt32(l.st.st_mode & 0o7777)
                     let r = try remote.makeFolder(l.path, meta: m)
@@ -1369,7 +1373,17 @@ final class StoreSync: Sendable {
                 }
                 var removed: Int32 = -1
                 var failure: Int32 = 0
+                var keptAt: String?
+                // A file with content is kept a while (RecentlyDeleted); a placeholder, a link or
+                // an empty file holds nothing the remote did not, and goes.
+                let keeps = now.st_mode & S_IFMT == S_IFREG && now.st_size > 0 && !l.placeholder
                 guard unlessOpenForWriting(now, {
+                    if keeps, let at = recentlyDeleted.keep(dir, name, as: l.path) {
+                        keptAt = at
+                        removed = 0
+                        return
+                    }
+                    if keeps { logger.warning("store \(self.name): \(l.path) cannot be kept in \(recentlyDeleted.folder) (\(String(cString: strerror(errno)))); it is removed") }
                     removed = Beneath.withCName(name) { unlinkat(dir, $0, 0) }
                     failure = removed == 0 ? 0 : errno
                 }) else {
@@ -1377,6 +1391,10 @@ final class StoreSync: Sendable {
                 }
                 guard removed == 0 || failure == ENOENT else {
                     throw DriveError.io("cannot remove \(l.path) from the local copy", .init(rawValue: failure))
+                }
+                if let keptAt {
+                    logger.info("store \(self.name): \(l.path) was deleted on \(remote.displayName); kept for \(RecentlyDeleted.keepDays) days in \(recentlyDeleted.folder)/\(keptAt)")
+                    recentlyDeleted.sweep()
                 }
             }
             do {

@@ -464,6 +464,7 @@ public final class Uploader: Sendable {
     /// Clears the temporary files a crash left (no worker of ours is writing yet).
     private func prepare(_ key: String, _ store: Store) {
         store.sync.removeStaleDownloads()
+        store.sync.recentlyDeleted.sweep(force: true)
         let stale = store.remote.removeStaleUploads()
         if stale > 0 { logger.info("store \(store.config.name): removed \(stale) unfinished uploads left by a crash") }
     }

@@ -27,6 +27,9 @@ struct Status: ParsableCommand {
         var held = false
         var remote: RemoteState?
         var conflicts: [ConflictRecord] = []
+        /// Files that deletes from the remote took from the local copy, kept a while
+        /// (`stores/NAME/deleted`), and the room they take.
+        var keptDeleted: (folder: String, files: Int, bytes: Int64) = ("", 0, 0)
     }
 
     /// Everything the report shows, read once per drawing.
@@ -109,6 +112,9 @@ struct Status: ParsableCommand {
                 inFlight: activity?.uploads.filter { $0.store == c.name } ?? [],
                 held: running?.held ?? false, remote: running?.remote,
                 conflicts: conflicts.filter { $0.root == c.rootKey }.map(\.1)))
+            let kept = home.storePath(c.name) + "/deleted"
+            let use = RecentlyDeleted.usage(of: kept)
+            s.stores[s.stores.count - 1].keptDeleted = (kept, use.files, use.bytes)
         }
         return s
     }
@@ -157,6 +163,9 @@ struct Status: ParsableCommand {
                     if let why = rs.downloadProblem { o["downloadProblem"] = why }
                     if let b = rs.cacheBytes { o["cacheBytes"] = b }
                     r["sync"] = o
+                }
+                if st.keptDeleted.files > 0 {
+                    r["keptDeleted"] = ["folder": st.keptDeleted.folder, "files": st.keptDeleted.files, "bytes": st.keptDeleted.bytes] as [String: Any]
                 }
                 r["conflicts"] = st.conflicts.map { ["path": $0.path, "copy": $0.copy, "device": $0.device, "time": $0.time] as [String: Any] }
                 return r
@@ -213,6 +222,10 @@ struct Status: ParsableCommand {
                 if let b = rs.cacheBytes, let l = c.cacheLimit { line("    on this device: \(bytes(b)) of its cache limit of \(bytes(l))") }
             }
             for c in st.conflicts { line("    conflict: \(c.path): the version from \(c.device) is kept as \(c.copy)") }
+            if st.keptDeleted.files > 0 {
+                let n = st.keptDeleted.files
+                line("    deleted elsewhere, kept here: \(n) file\(n == 1 ? "" : "s") (\(bytes(st.keptDeleted.bytes))) in \(st.keptDeleted.folder), each for \(RecentlyDeleted.keepDays) days")
+            }
             for f in st.failed { line("    failed: \(f.path): \(f.error)") }
             for u in st.inFlight {
                 let verb = u.isDownload ? "downloading" : "uploading"

@@ -460,6 +460,12 @@ def test_a_file_deleted_elsewhere_is_kept_a_while_in_the_stores_deleted_folder(n
                    [("Reports/q1.txt", b"first quarter"), ("Reports/q1.txt", b"second version")]), got
     assert "q1.txt" not in os.listdir(b.dir / "Reports")
     assert kept(a) == [], kept(a)
+    # `docdrive status` says how many and where (they take room on the device).
+    store = next(s for s in b.status()["stores"] if s["name"] == "shared")
+    assert store["keptDeleted"]["files"] == 2 and store["keptDeleted"]["bytes"] > 0, store.get("keptDeleted")
+    text = b.d.cli("status").stdout
+    assert f"deleted elsewhere, kept here: 2 files" in text and "stores/shared/deleted" in text, text
+    assert "keptDeleted" not in next(s for s in a.status()["stores"] if s["name"] == "shared")
     if shared.kind == "folder":
         write(a.dir / "Photos" / "p.bin", b"a photo")
         a.sync(); b.sync()

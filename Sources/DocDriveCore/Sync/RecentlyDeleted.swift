@@ -62,6 +62,36 @@ package final class RecentlyDeleted: Sendable {
         return nil
     }
 
+    /// The files kept in the folder `folder` and the room they take (their blocks); (0, 0) when
+    /// there is none. For `docdrive status`.
+    package static func usage(of folder: String) -> (files: Int, bytes: Int64) {
+        let top = open(folder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard top >= 0 else { return (0, 0) }
+        defer { close(top) }
+        var files = 0
+        var bytes: Int64 = 0
+        func walk(_ dfd: Int32, depth: Int) {
+            guard depth < 256 else { return }
+            for entry in Beneath.names(dfd) ?? [] {
+                guard let st = Beneath.stat(dfd, entry.name[...]) else { continue }
+                switch st.st_mode & S_IFMT {
+                case S_IFDIR:
+                    if case .success(let sub) = Beneath.openFolder(dfd, [entry.name[...]]) {
+                        walk(sub, depth: depth + 1)
+                        close(sub)
+                    }
+                case S_IFREG:
+                    files += 1
+                    bytes += Int64(st.st_blocks) * 512
+                default:
+                    break
+                }
+            }
+        }
+        walk(top, depth: 0)
+        return (files, bytes)
+    }
+
     /// Removes the day folders older than `keepDays` (at most once an hour, unless `force`);
     /// how many it removed.
     @discardableResult

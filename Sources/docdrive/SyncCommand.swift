@@ -5,7 +5,7 @@ import Foundation
 
 struct Sync: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Wait until every file saved in a store is on its remote; fail naming the files that could not be uploaded.")
+        abstract: "Wait until every file saved in a store is on its remote; fail naming the files that could not be synced.")
 
     @OptionGroup var drive: DriveOptions
 
@@ -128,7 +128,7 @@ struct Sync: ParsableCommand {
             // race the user must not see as two different answers.
             let failed = try queue.failures()
             for f in failed { warn("  \(f.root.replacingOccurrences(of: "store:", with: ""))/\(f.path): \(f.error)") }
-            let files = "\(failed.count) file\(failed.count == 1 ? "" : "s") could not be uploaded (listed above); the drive retries \(failed.count == 1 ? "it" : "them") by itself."
+            let files = "\(failed.count) file\(failed.count == 1 ? "" : "s") could not be synced (listed above); the drive retries \(failed.count == 1 ? "it" : "them") by itself."
             if !offline.isEmpty {
                 for o in offline { warn("  \(o)") }
                 throw DriveError(.unreachable, "\(offline.count) store\(offline.count == 1 ? " is" : "s are") offline (listed above): changes wait here until the remote answers." + (failed.isEmpty ? "" : " " + files))

@@ -480,6 +480,43 @@ def test_a_file_deleted_elsewhere_is_kept_a_while_in_the_stores_deleted_folder(n
 
 
 @pytest.mark.timeout(150)
+def test_a_download_with_no_room_here_fails_with_its_reason_and_is_not_made_at_every_poll(new_drive, shared, base_dir):
+    """B (all local, its drive home a tmpfs of 24 MiB) cannot download A's 30 MiB file: the entry
+    ends failed with the reason ("No space left on device"), `docdrive sync` names it and exits 1,
+    the room is free again, and the download is tried again at its doubling delay, not at every
+    poll (each try reads the whole file from the remote). Before, every poll queued it afresh:
+    it stayed pending with no reason, tried once a poll."""
+    from ddtest import Drive, run
+    a = Device(new_drive(), shared, "alpha").mount()
+    d = Drive(base_dir / f"small-all-local-{shared.kind}-{os.getpid()}")
+    d.home.mkdir(parents=True)
+    run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(d.home)])
+    try:
+        d.create()
+        b = Device(d, shared, "beta")  # the store is empty: all local
+        assert "content: on-demand" not in (d.home / "config.yaml").read_text()
+        b.mount()
+        write(a.dir / "big.bin", os.urandom(30 << 20))
+        write(a.dir / "small.txt", b"fits here")
+        a.sync()
+        p = b.sync(timeout=60, check=1)
+        assert "big.bin" in p.stderr and "No space left on device" in p.stderr, p.stderr
+        assert (b.dir / "small.txt").read_bytes() == b"fits here"
+        store = next(s for s in b.status()["stores"] if s["name"] == "shared")
+        assert [f["path"] for f in store["failed"]] == ["big.bin"] and "No space left" in store["failed"][0]["error"], store
+        v = os.statvfs(d.home)
+        assert v.f_bavail * v.f_frsize > 20 << 20, "the failed download's room stays taken"
+        tries = lambda: b.d.log_path.read_text().count("sync of big.bin with shared failed")
+        before = tries()
+        time.sleep(6)  # 12 polls
+        assert tries() - before <= 2, f"{tries() - before} downloads tried in 6 s"
+    finally:
+        problems = d.teardown()
+        run(["umount", "-l", str(d.home)], check=False)
+        assert not problems, problems
+
+
+@pytest.mark.timeout(150)
 def test_a_folder_deleted_here_with_a_new_file_in_it_there_comes_back(new_drive, shared):
     a, b = devices(new_drive, shared, 2)
     write(a.dir / "Trip" / "old.txt", b"old")

@@ -127,23 +127,28 @@ public final class UploadQueue: Sendable {
         try enqueueAll([(root, path, due)], now: now)
     }
 
-    /// Queues many paths in one transaction (the uploader's group commit).
-    public func enqueueAll(_ entries: [(String, StorePath, Double)], now: Double = Date().timeIntervalSince1970) throws(DriveError) {
+    /// Queues many paths in one transaction (the uploader's group commit). `keepingRetries`: a
+    /// path whose entry has failed already keeps its attempts, its error and its back-off (a
+    /// poll that finds the same difference again: a download that cannot be made here, for
+    /// want of room, is not made again at every poll, and its entry reaches `failed` and says
+    /// why); any other queueing starts the path afresh.
+    public func enqueueAll(_ entries: [(String, StorePath, Double)], now: Double = Date().timeIntervalSince1970,
+                           keepingRetries: Bool = false) throws(DriveError) {
         guard !entries.isEmpty else { return }
         try write { db in
-            for (root, path, due) in entries { try Self.enqueue(db, root: root, path: path, due: due, now: now) }
+            for (root, path, due) in entries { try Self.enqueue(db, root: root, path: path, due: due, now: now, keepingRetries: keepingRetries) }
         }
         work.signal()
     }
 
-    private static func enqueue(_ db: Database, root: String, path: StorePath, due: Double, now: Double) throws {
+    private static func enqueue(_ db: Database, root: String, path: StorePath, due: Double, now: Double, keepingRetries: Bool = false) throws {
         try db.cachedStatement(sql: """
             INSERT INTO upload (root, path, state, generation, attempts, error, due, updated)
             VALUES (?, ?, 'pending', 1, 0, NULL, ?, ?)
             ON CONFLICT(root, path) DO UPDATE SET
               state = CASE WHEN state = 'uploading' THEN 'uploading' ELSE 'pending' END,
               generation = generation + 1, attempts = 0, error = NULL, due = excluded.due, updated = excluded.updated
-            """).execute(arguments: [root, path, due, now])
+            """ + (keepingRetries ? " WHERE attempts = 0" : "")).execute(arguments: [root, path, due, now])
     }
 
     /// Which waiting entries `makeDue` makes due now.

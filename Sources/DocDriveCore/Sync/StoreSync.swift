@@ -1651,7 +1651,7 @@ final class StoreSync: Sendable {
         let now = Date().timeIntervalSince1970
         // Folders first: a new folder is made before what goes in it.
         let batch = changed.sorted { $0.bytes.count < $1.bytes.count }.map { (key, $0, now) }
-        try? queue.enqueueAll(batch)
+        try? queue.enqueueAll(batch, keepingRetries: true)
         if let fingerprint = start.fingerprint, batch.isEmpty, !placedNew, several.isEmpty, early.isEmpty, !wasOffline {
             quiet.withLock { $0 = (fingerprint, basesRead, 0) }
         }

@@ -246,6 +246,30 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 2).map(\.path), ["b"], "a waits for its back-off")
     }
 
+    func testAPollQueueingAFailedPathAgainKeepsItsRetriesWhereASaveStartsItAfresh() throws {
+        try queue.enqueueAll([("r", "no-room", 0), ("r", "fresh", 0)], now: 0)
+        let jobs = try queue.claim(root: "r", limit: 16, now: 1)
+        XCTAssertEqual(jobs.map(\.path), ["no-room", "fresh"])
+        try queue.finish([(jobs[0], .failed("cannot write the download of no-room: No space left on device.")), (jobs[1], .synced)], now: 1)
+        // A poll finds both differences again: the failed path keeps its error and back-off
+        // (due at 2), the one without a failure is queued as before.
+        try queue.enqueueAll([("r", "no-room", 1.5), ("r", "fresh", 1.5)], now: 1.5, keepingRetries: true)
+        XCTAssertEqual(try queue.state(root: "r", path: "no-room")?.1, "cannot write the download of no-room: No space left on device.")
+        XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 1.6).map(\.path), ["fresh"])
+        // Its tries go on at their delay: the third failure ends it failed.
+        for t in [2.0, 4.0] {
+            let again = try queue.claim(root: "r", limit: 16, now: t)
+            XCTAssertEqual(again.map(\.path), ["no-room"], "at \(t)")
+            try queue.finish([(again[0], .failed("No space left on device."))], now: t)
+            try queue.enqueueAll([("r", "no-room", t)], now: t, keepingRetries: true)
+        }
+        XCTAssertEqual(try queue.state(root: "r", path: "no-room")?.0, .failed)
+        // A save (any other queueing) starts it afresh.
+        try queue.enqueue(root: "r", path: "no-room", due: 5, now: 5)
+        XCTAssertEqual(try queue.state(root: "r", path: "no-room")?.0, .pending)
+        XCTAssertNil(try queue.state(root: "r", path: "no-room")?.1)
+    }
+
     func testAnUnmountWaitsForWhatWasPutBackButNotForAFailure() throws {
         try queue.enqueueAll([("r", "busy", 0), ("r", "failing", 0.5)], now: 0)
         let jobs = try queue.claim(root: "r", limit: 16, now: 1)

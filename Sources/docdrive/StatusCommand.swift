@@ -112,7 +112,7 @@ struct Status: ParsableCommand {
                 inFlight: activity?.uploads.filter { $0.store == c.name } ?? [],
                 held: running?.held ?? false, remote: running?.remote,
                 conflicts: conflicts.filter { $0.root == c.rootKey }.map(\.1)))
-            let kept = home.storePath(c.name) + "/deleted"
+            let kept = RecentlyDeleted.folder(ofStore: home.storePath(c.name))
             let use = RecentlyDeleted.usage(of: kept)
             s.stores[s.stores.count - 1].keptDeleted = (kept, use.files, use.bytes)
         }

@@ -15,6 +15,8 @@ import Glibc
 package final class RecentlyDeleted: Sendable {
     /// `stores/NAME/deleted` in the drive home (on the cache's disk).
     package let folder: String
+    /// The folder of the store whose own folder (`stores/NAME`) is `storeFolder`.
+    package static func folder(ofStore storeFolder: String) -> String { storeFolder + "/deleted" }
     /// Days a kept file stays (its day folder goes when it is that old).
     package static let keepDays = 30
     private let lastSweep = Atomic<Int>(0)
@@ -70,25 +72,10 @@ package final class RecentlyDeleted: Sendable {
         defer { close(top) }
         var files = 0
         var bytes: Int64 = 0
-        func walk(_ dfd: Int32, depth: Int) {
-            guard depth < 256 else { return }
-            for entry in Beneath.names(dfd) ?? [] {
-                guard let st = Beneath.stat(dfd, entry.name[...]) else { continue }
-                switch st.st_mode & S_IFMT {
-                case S_IFDIR:
-                    if case .success(let sub) = Beneath.openFolder(dfd, [entry.name[...]]) {
-                        walk(sub, depth: depth + 1)
-                        close(sub)
-                    }
-                case S_IFREG:
-                    files += 1
-                    bytes += Int64(st.st_blocks) * 512
-                default:
-                    break
-                }
-            }
+        StoreSync.forEachFile(top, .store) { _, _, _, st in
+            files += 1
+            bytes += Int64(st.st_blocks) * 512
         }
-        walk(top, depth: 0)
         return (files, bytes)
     }
 

@@ -511,15 +511,22 @@ extension StoreSync {
         guard fstat(fd, &now) == 0 else { return }
         if now.st_size != before.st_size { _ = ftruncate(fd, before.st_size) }
         if now.st_blocks > 0 {
-            // Whole blocks, as `evict` punches them.
-            let block = off_t(max(512, Int(now.st_blksize)))
-            let span = (max(now.st_size, before.st_size) + block - 1) / block * block
-            _ = dd_fallocate(fd, 0x02 | 0x01 /* FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE */, 0, span)
+            now.st_size = before.st_size
+            _ = freeBlocks(fd, now)
         }
         if now.st_mtim.tv_sec != before.st_mtim.tv_sec || now.st_mtim.tv_nsec != before.st_mtim.tv_nsec {
             var times = [before.st_atim, before.st_mtim]
             _ = futimens(fd, &times)
         }
+    }
+
+    /// Frees every block of the open file `fd` (`st`: its attributes), keeping its size: a
+    /// hole punched over whole blocks (punched to the size, the last partial block would stay
+    /// allocated). False, errno set, when the file system cannot.
+    static func freeBlocks(_ fd: Int32, _ st: stat) -> Bool {
+        let block = off_t(max(512, Int(st.st_blksize)))
+        let span = (st.st_size + block - 1) / block * block
+        return dd_fallocate(fd, 0x02 | 0x01 /* FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE */, 0, span) == 0
     }
 
     /// A file's content is here now: its blocks count in the cache's use (when counted).
@@ -585,15 +592,12 @@ extension StoreSync {
             throw DriveError(.busy, "\(path) has changes that are not uploaded yet; it stays on this device.")
         }
         let freed = Int64(st.st_blocks) * 512
-        // Whole blocks: a hole punched to the size would leave the last partial block allocated.
-        let block = off_t(max(512, Int(st.st_blksize)))
-        let span = (st.st_size + block - 1) / block * block
         // The mark first: a file cut short here is a placeholder (filled again when opened).
         // (Under `transitions`: a "filled" mark going meanwhile must not take this one.)
         guard fills.transitions.withLock({ _ in Placeholder.mark(fd: fd, version: b.remoteToken) }) else {
             throw DriveError.io("cannot mark \(path) as a placeholder", .init(rawValue: errno))
         }
-        guard dd_fallocate(fd, 0x02 | 0x01 /* FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE */, 0, span) == 0 else {
+        guard Self.freeBlocks(fd, st) else {
             let e = errno
             Placeholder.clear(fd: fd)
             throw DriveError.io("cannot free the space of \(path)", .init(rawValue: e))

@@ -224,7 +224,7 @@ final class StoreSync: Sendable {
         self.progressDone = progressDone
         self.statusMarks = statusMarks
         self.fills = FillCommits(name: name, logger: logger, marker: (downloads as NSString).deletingLastPathComponent + "/fills-waiting")
-        self.recentlyDeleted = RecentlyDeleted(folder: (downloads as NSString).deletingLastPathComponent + "/deleted")
+        self.recentlyDeleted = RecentlyDeleted(folder: RecentlyDeleted.folder(ofStore: (downloads as NSString).deletingLastPathComponent))
     }
 
     var bases: BaseVersions { index.bases }

@@ -55,7 +55,7 @@ public final class FilledTimes: Sendable {
     @inline(__always)
     private func shard(_ ino: UInt64) -> Shard { shards[Int(ino % UInt64(Self.shardCount))] }
 
-    static func ns(_ t: timespec) -> Int64 { Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec) }
+    static func ns(_ t: timespec) -> Int64 { Timestamp.nanoseconds(t) }
 
     /// How many files show their placeholder's ctime now (for tests).
     public var count: Int { shards.reduce(0) { $0 + $1.count.load(ordering: .acquiring) } }
@@ -105,6 +105,6 @@ public final class FilledTimes: Sendable {
             f.removeValue(forKey: ino)
             return nil
         }
-        if let shown { st.st_ctim = timespec(tv_sec: Int(shown / 1_000_000_000), tv_nsec: Int(shown % 1_000_000_000)) }
+        if let shown { st.st_ctim = Timestamp.timespec(shown) }
     }
 }

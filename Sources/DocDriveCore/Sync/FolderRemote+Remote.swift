@@ -56,7 +56,7 @@ extension FolderRemote: Remote {
             }
             if let read { meta = read }
         }
-        meta.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        meta.mtimeNanoseconds = Timestamp.nanoseconds(st.st_mtim)
         meta.mode = UInt32(st.st_mode & 0o7777)
         return meta
     }
@@ -272,7 +272,7 @@ extension FolderRemote: Remote {
         var st = stat()
         _ = fstat(source, &st)
         var m = meta
-        m.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+        m.mtimeNanoseconds = Timestamp.nanoseconds(st.st_mtim)
         m.mode = UInt32(st.st_mode & 0o7777)
         return RemoteItem(path: path, kind: .file, version: receipt.version, size: receipt.size, meta: m)
     }

@@ -200,7 +200,7 @@ public enum Placeholder {
     static func setTimes(_ fd: Int32, _ ns: Int64?) {
         guard let ns else { return }
         var times = [timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT)),
-                     timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))]
+                     Timestamp.timespec(ns)]
         _ = futimens(fd, &times)
     }
 }

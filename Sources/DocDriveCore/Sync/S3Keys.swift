@@ -188,8 +188,7 @@ public enum S3Meta {
         if let v = meta.deviceName { h.append((header + deviceName, percentEncoded(v))) }
         if let v = meta.mtimeNanoseconds {
             h.append((header + mtime, String(v)))
-            let frac = String(abs(v % 1_000_000_000))
-            h.append((header + rcloneMtime, "\(v / 1_000_000_000).\(String(repeating: "0", count: 9 - frac.count))\(frac)"))
+            h.append((header + rcloneMtime, Timestamp.decimalSeconds(v)))
         }
         if let v = meta.mode { h.append((header + mode, String(v, radix: 8))) }
         if let v = meta.origin { h.append((header + origin, percentEncoded(v))) }
@@ -219,9 +218,7 @@ public enum S3Meta {
             case self.link: link = value == "1"
             case self.upload: upload = value
             case rcloneMtime:
-                if let d = Decimal(string: value) {
-                    rclone = NSDecimalNumber(decimal: d * 1_000_000_000).int64Value
-                }
+                rclone = Timestamp.nanoseconds(decimalSeconds: value)
             default: break
             }
         }

@@ -407,8 +407,14 @@ public final class S3Remote: Remote, Sendable {
     /// How many pending items `complete` HEADs before it writes their answers into the items.
     static let completePart = 2048
 
-    /// Nanoseconds since 1970 of a second as `modifiedSecond` writes it ("YYYYMMDDHHMMSS", UTC).
+    /// Nanoseconds since 1970 of a second as `modifiedSecond` writes it ("YYYYMMDDHHMMSS", UTC),
+    /// clamped to what an Int64 holds (a listing may say any year up to 9999).
     static func nanoseconds(ofSecond second: String) -> Int64? {
+        seconds(ofSecond: second).map { Timestamp.nanoseconds(seconds: $0, nanoseconds: 0) }
+    }
+
+    /// Seconds since 1970 of a second as `modifiedSecond` writes it ("YYYYMMDDHHMMSS", UTC).
+    static func seconds(ofSecond second: String) -> Int64? {
         let d = Array(second.utf8)
         guard d.count == 14, d.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
         func n(_ r: Range<Int>) -> Int32 { d[r].reduce(0) { $0 * 10 + Int32($1 - 0x30) } }
@@ -419,7 +425,7 @@ public final class S3Remote: Remote, Sendable {
         t.tm_hour = n(8..<10)
         t.tm_min = n(10..<12)
         t.tm_sec = n(12..<14)
-        return Int64(timegm(&t)) * 1_000_000_000
+        return Int64(timegm(&t))
     }
 
     struct Listed { var key: String; var etag: String; var size: Int64; var modified: String? }
@@ -542,8 +548,8 @@ public final class S3Remote: Remote, Sendable {
 
     /// The second before `second` ("YYYYMMDDHHMMSS", UTC), in the same form.
     static func secondBefore(_ second: String) -> String? {
-        guard let ns = nanoseconds(ofSecond: second) else { return nil }
-        var before = time_t(ns / 1_000_000_000 - 1)
+        guard let s = seconds(ofSecond: second) else { return nil }
+        var before = time_t(s - 1)
         var u = tm()
         guard gmtime_r(&before, &u) != nil else { return nil }
         func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }

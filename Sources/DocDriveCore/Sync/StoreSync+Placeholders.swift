@@ -310,7 +310,7 @@ extension StoreSync {
         }
         if r.kind == .file, let ns = r.meta.mtimeNanoseconds {
             var times = [timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT)),
-                         timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))]
+                         Timestamp.timespec(ns)]
             _ = Beneath.withCName(name) { utimensat(dir, $0, &times, AT_SYMLINK_NOFOLLOW) }
         }
         return Beneath.stat(dir, name)
@@ -467,7 +467,7 @@ extension StoreSync {
         var stamps = [timespec(), before.st_mtim]
         clock_gettime(CLOCK_REALTIME, &stamps[0])
         if !(got.version == version && !adopting), let ns = got.meta.mtimeNanoseconds {
-            stamps[1] = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
+            stamps[1] = Timestamp.timespec(ns)
         }
         _ = futimens(fd, &stamps)
         var after = stat()

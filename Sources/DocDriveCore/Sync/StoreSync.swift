@@ -383,7 +383,7 @@ final class StoreSync: Sendable {
                 _ = fchmod(tmp.fd, got.meta.fileMode)
                 if let ns = got.meta.mtimeNanoseconds {
                     var times = [timespec(tv_sec: 0, tv_nsec: Int(dd_UTIME_OMIT)),
-                                 timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))]
+                                 Timestamp.timespec(ns)]
                     _ = futimens(tmp.fd, &times)
                 }
             }
@@ -900,7 +900,7 @@ final class StoreSync: Sendable {
             guard fstat(fd, &st) == 0 else { throw DriveError.io("cannot read \(l.path) in the local copy", .init(rawValue: errno)) }
             // The file's mtime and mode travel with it (a download on another device sets them).
             var m = meta(id: id)
-            m.mtimeNanoseconds = Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec)
+            m.mtimeNanoseconds = Timestamp.nanoseconds(st.st_mtim)
             m.mode = UInt32(st.st_mode & 0o7777)
             m.origin = Self.origin(FolderRemote.version(st), at: l.path)
             // A big file's upload takes long: what the batch holds is recorded before it, not after.
@@ -1045,7 +1045,7 @@ final class StoreSync: Sendable {
         guard parts.count == 3, Int64(parts[0]) == r.size else { return nil }
         let time = parts[1].split(separator: ".")
         guard time.count == 2, let sec = Int64(time[0]), let nsec = Int64(time[1]),
-              r.meta.mtimeNanoseconds == sec * 1_000_000_000 + nsec else { return nil }
+              r.meta.mtimeNanoseconds == Timestamp.nanoseconds(seconds: sec, nanoseconds: nsec) else { return nil }
         return String(halves[0])
     }
 

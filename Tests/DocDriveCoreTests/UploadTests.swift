@@ -1,6 +1,7 @@
 // UploadTests: the folder remote's atomic, verified uploads and the durable upload queue.
 import DocDriveCore
 import Foundation
+import GRDB
 import Synchronization
 import XCTest
 
@@ -244,6 +245,59 @@ final class UploadQueueTests: XCTestCase {
         XCTAssertEqual(try queue.state(root: "r", path: "b")?.0, .pending)
         XCTAssertNil(try queue.state(root: "r", path: "gone"))
         XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 2).map(\.path), ["b"], "a waits for its back-off")
+    }
+
+    /// The index refuses the queue's updates as a full disk does ("database or disk is full")
+    /// while `body` runs: a trigger written through a connection of its own, so that the
+    /// queue's own statements fail where they would.
+    private func withTheIndexFull(_ body: () throws -> Void) throws {
+        let other = try DatabaseQueue(path: dir + "/i.sqlite")
+        try other.write { db in
+            try db.execute(sql: """
+                CREATE TRIGGER full BEFORE UPDATE ON upload BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END;
+                CREATE TRIGGER full_insert BEFORE INSERT ON upload BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END;
+                """)
+        }
+        defer { try? other.write { db in try db.execute(sql: "DROP TRIGGER full; DROP TRIGGER full_insert") } }
+        try body()
+    }
+
+    func testEndingsThatCouldNotBeRecordedAreRecordedOnceTheIndexCanBeWritten() throws {
+        // Given two uploads claimed (one transaction) whose endings cannot be recorded (another)
+        try queue.enqueueAll([("r", "up", 0), ("r", "fails", 0), ("r", "saved-again", 0)], now: 0)
+        let jobs = try queue.claim(root: "r", limit: 16, now: 1)
+        XCTAssertEqual(jobs.map(\.path), ["up", "fails", "saved-again"])
+        try withTheIndexFull {
+            XCTAssertThrowsError(try queue.finish([(jobs[0], .synced), (jobs[1], .failed("No space left on device.")),
+                                                   (jobs[2], .synced)], now: 2))
+            XCTAssertEqual(queue.unrecordedCount, 3)
+            // A save while the disk is full cannot be queued either (the uploader keeps it).
+            XCTAssertThrowsError(try queue.enqueue(root: "r", path: "saved-again", due: 3, now: 2.5))
+            XCTAssertEqual(queue.unrecordedCount, 3, "kept after a write that failed")
+            XCTAssertEqual(try queue.counts(), [.uploading: 3])
+        }
+        // When the index can be written again, a save of one of them records every ending
+        // first, then queues the save: nothing stays uploading with no worker on it.
+        try queue.enqueue(root: "r", path: "saved-again", due: 2.6, now: 2.5)
+        XCTAssertEqual(queue.unrecordedCount, 0)
+        XCTAssertEqual(try queue.state(root: "r", path: "up")?.0, .synced)
+        XCTAssertEqual(try queue.state(root: "r", path: "fails")?.0, .pending)
+        XCTAssertEqual(try queue.state(root: "r", path: "fails")?.1, "No space left on device.")
+        XCTAssertEqual(try queue.state(root: "r", path: "saved-again")?.0, .pending, "its later save waits for its upload")
+        XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 2.7).map(\.path), ["saved-again"], "fails waits for its back-off")
+    }
+
+    func testAnIdleWorkersClaimRecordsWhatWasNotRecorded() throws {
+        try queue.enqueueAll([("r", "a", 0)], now: 0)
+        let jobs = try queue.claim(root: "r", limit: 16, now: 1)
+        try withTheIndexFull {
+            XCTAssertThrowsError(try queue.finish([(jobs[0], .synced)], now: 2))
+            XCTAssertThrowsError(try queue.claim(root: "r", limit: 16, now: 3), "nothing due, the record still cannot be written")
+        }
+        // Nothing is saved, nothing is due: the next look for work records it.
+        XCTAssertEqual(try queue.claim(root: "r", limit: 16, now: 4), [])
+        XCTAssertEqual(try queue.counts(), [.synced: 1])
+        XCTAssertEqual(try queue.waitingCount(now: 4), 0, "docdrive sync has nothing to wait for")
     }
 
     func testAPollQueueingAFailedPathAgainKeepsItsRetriesWhereASaveStartsItAfresh() throws {

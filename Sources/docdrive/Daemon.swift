@@ -52,6 +52,9 @@ struct Daemon {
         umask(0)
         let lock = try home.acquireDriveLock()
         defer { close(lock) }
+        // A fault on a thread that works for a store names it, so that the next mount holds it
+        // offline rather than dying in it again (CrashGuard).
+        try CrashGuard.install(home)
         let index = try ItemIndex(path: home.indexPath)
         index.startWriter()
         let uploader = Uploader(home: home, config: config, index: index, logger: logger,

@@ -6,7 +6,7 @@ import Foundation
 struct Store: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage provider stores.",
-        subcommands: [Add.self, List.self, Remove.self])
+        subcommands: [Add.self, List.self, Remove.self, Retry.self])
 
     struct Add: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add a store: a local copy under the drive home plus a remote.")
@@ -154,6 +154,29 @@ struct Store: ParsableCommand {
                 for s in config.stores {
                     print("\(s.name)\t\(s.displayName)\t\(s.remote.summary)")
                 }
+            }
+        }
+    }
+
+    struct Retry: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Try again a store held offline because the daemon stopped while it worked on it (docdrive status says so).",
+            discussion: "A running mount starts the store within a second; otherwise the next mount starts it as usual.")
+        @OptionGroup var drive: DriveOptions
+        @Argument var name: String
+
+        func run() throws {
+            try guarded {
+                let home = drive.driveHome
+                let config = try home.loadConfig()
+                guard config.stores.contains(where: { $0.name == name }) else {
+                    throw DriveError(.notFound, "There is no store \(name) (see `docdrive store list`).")
+                }
+                guard CrashGuard.clear(home, store: name) else {
+                    print("Store \(name) is not held offline; nothing to try again.")
+                    return
+                }
+                print("Store \(name) will be tried again: within a second if the drive is mounted, else at the next mount.")
             }
         }
     }

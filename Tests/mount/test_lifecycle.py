@@ -174,6 +174,63 @@ def test_killed_daemon_leaves_a_dead_mount_that_mount_and_unmount_clear(new_driv
     assert not is_docdrive_mount(d.mnt)
 
 
+def thread_of(pid: int, name: str) -> int:
+    """The id of the thread of `pid` whose name (15 characters at most) is `name`."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == name[:15]:
+                    return int(tid)
+        except FileNotFoundError:
+            pass
+    raise AssertionError(f"no thread {name!r} in {pid}")
+
+
+def tgkill(pid: int, tid: int, sig: int):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(234, pid, tid, sig) != 0:  # SYS_tgkill on x86_64
+        raise OSError(ctypes.get_errno(), "tgkill")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGILL, signal.SIGSEGV])
+def test_a_fault_while_the_daemon_works_on_a_store_holds_that_store_offline_at_the_next_mount(new_drive, sig):
+    """A fault (a failed runtime check is SIGILL, a bad access SIGSEGV) on the thread that polls
+    the store "work" kills the daemon; the next mount comes up, with that store held offline and
+    the reason in `docdrive status`, its local copy served and its saves kept; `docdrive store
+    retry work` starts it in the running mount, and what was saved meanwhile goes up. Before, a
+    fault in a store's sync killed every later mount at start (a file's time past 2262 did)."""
+    d = new_drive().mount()
+    (d.mnt / "Work" / "before.txt").write_text("before the fault")
+    d.cli("sync")
+    tgkill(d.pid, thread_of(d.pid, "poll-work"), sig)
+    assert wait_until(lambda: not pid_alive(d.pid), 10), "the fault did not end the daemon"
+    assert (d.home / "run" / "crashed" / "work").is_file()
+    d.mount()
+    def work_status():
+        st = json.loads(d.cli("status", "--json").stdout)
+        return next(s for s in st["stores"] if s["name"] == "work")
+    work = wait_until(lambda: "sync" in work_status() and work_status(), 5)  # published within 0.25 s
+    assert work["sync"]["offline"] and "stopped" in work["sync"]["offlineReason"], work
+    assert "docdrive store retry work" in work["sync"]["offlineReason"], work
+    text = d.cli("status").stdout
+    assert "held offline" in text, text
+    assert (d.mnt / "Work" / "before.txt").read_text() == "before the fault"
+    (d.mnt / "Work" / "while-held.txt").write_text("saved while held")
+    time.sleep(1)
+    assert not (d.remote / "while-held.txt").exists(), "a held store uploaded"
+    p = d.cli("store", "retry", "work")
+    assert "tried again" in p.stdout, p.stdout
+    assert not (d.home / "run" / "crashed" / "work").exists()
+    d.cli("sync", "--timeout", "30")
+    assert (d.remote / "while-held.txt").read_text() == "saved while held"
+    work = work_status()
+    assert not work["sync"]["offline"], work
+    assert "not held offline" in d.cli("store", "retry", "work").stdout
+    assert d.unmount().returncode == 0
+
+
 @pytest.mark.timeout(120)
 def test_a_mount_whose_daemon_just_died_is_unmounted_and_mounted_again_at_once(new_drive):
     """Right after a daemon's death (a crash, a kill; systemd restarts it at once), its mount

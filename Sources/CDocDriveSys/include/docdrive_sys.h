@@ -89,5 +89,10 @@ void dd_background_thread(void);
 
 /* Fills buf with random bytes from the kernel (getrandom); returns how many. */
 long dd_random(void *buf, size_t len);
+/* The crash guard (crashguard.c): `install` writes FOLDER/STORE when a fault kills the process
+   on a thread that `thread_store` named as working for STORE (NULL: for none). */
+int dd_crash_guard_install(const char *folder);
+void dd_crash_guard_thread_store(const char *name);
+const char *dd_crash_guard_current_store(void);
 #include "docdrive_passthrough.h"
 #endif

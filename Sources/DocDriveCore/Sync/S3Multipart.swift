@@ -39,7 +39,9 @@ extension S3Remote {
         let sent = Locked<Int64>(0)
         let client = self.client
         let done = DispatchSemaphore(value: 0)
+        let owner = CrashGuard.currentStore
         let worker = Thread {
+            CrashGuard.working(for: owner)
             S3Parallel.forEach(count, width: client.settings.parallelParts) { i in
                 if failure.value != nil { return }
                 let offset = Int64(i) * partSize

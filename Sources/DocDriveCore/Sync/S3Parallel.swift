@@ -14,9 +14,11 @@ enum S3Parallel {
         }
         let next = Locked(0)
         let group = DispatchGroup()
+        let owner = CrashGuard.currentStore  // they work for the caller's store
         for _ in 0..<threads {
             group.enter()
             let t = Thread {
+                CrashGuard.working(for: owner)
                 while true {
                     let i = next.update { n -> Int in
                         n += 1

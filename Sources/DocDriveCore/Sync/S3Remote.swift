@@ -439,7 +439,9 @@ public final class S3Remote: Remote, Sendable {
         let ready = DispatchSemaphore(value: 0)
         let room = DispatchSemaphore(value: 4)
         let stop = Locked(false)
+        let owner = CrashGuard.currentStore
         let fetcher = Thread { [self] in
+            CrashGuard.working(for: owner)
             do throws(DriveError) {
                 var token: String?
                 repeat {

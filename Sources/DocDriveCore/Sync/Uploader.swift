@@ -108,6 +108,9 @@ public final class Uploader: Sendable {
     }
     private static let recheckInterval: Double = 30
     private let stopping = Atomic<Bool>(false)
+    /// Stores held offline because a fault killed the daemon while it worked on them
+    /// (CrashGuard: their states are written there), by root key. Lock: leaf.
+    private let held = Mutex<[String: Store]>([:])
     /// Set at unmount: what is queued goes now, burst or not.
     private let draining = Atomic<Bool>(false)
     private let running = Atomic<Int>(0)
@@ -324,20 +327,56 @@ public final class Uploader: Sendable {
                     publishActivity()
                 }
                 if tick % 10 == 0 { reloadIfConfigChanged() }
+                if tick % 20 == 0 { startHeldStores() }
             }
         }
         committer.name = "docdrive-queue"
         committer.start()
+        let crashed = CrashGuard.held(home)
         for (key, store) in allStores() {
+            if let why = crashed[store.config.name] {
+                hold(key, store, why)
+                continue
+            }
             // Before the mount serves anything: no file is open yet, so whatever differs is a
             // finished save (or one a crash interrupted).
             startStore(key, store, inBackground: false)
         }
     }
 
+    /// Keeps `store` offline with the reason `why`: nothing of it starts (no comparison, no
+    /// poll, no upload), its local copy is served as it is and its changes wait in the queue.
+    private func hold(_ key: String, _ store: Store, _ why: String) {
+        let now = Date().timeIntervalSince1970
+        store.sync.state.withLock { $0.offlineSince = now; $0.offlineReason = why }
+        held.withLock { $0[key] = store }
+        logger.error("store \(store.config.name): \(why).")
+    }
+
+    /// Starts the held stores whose marker is gone (`docdrive store retry`).
+    private func startHeldStores() {
+        let retried = held.withLock { h -> [(String, Store)] in
+            guard !h.isEmpty else { return [] }
+            let still = CrashGuard.held(home)
+            let gone = h.filter { still[$0.value.config.name] == nil }
+            for (key, _) in gone { h[key] = nil }
+            return gone.map { ($0.key, $0.value) }
+        }
+        for (key, store) in retried where !store.stopped.load(ordering: .relaxed) {
+            store.sync.state.withLock { $0.offlineSince = nil; $0.offlineReason = nil }
+            logger.info("store \(store.config.name): tried again (docdrive store retry)")
+            startStore(key, store, inBackground: true)
+        }
+    }
+
     /// Queues the whole-store comparison, then compares and starts the workers: at once when
     /// the remote is reachable (and `inBackground` is false), else on a thread that waits for it.
+    /// The calling thread works for the store meanwhile (CrashGuard).
     private func startStore(_ key: String, _ store: Store, inBackground: Bool) {
+        CrashGuard.working(for: store.config.name) { startStoreNow(key, store, inBackground: inBackground) }
+    }
+
+    private func startStoreNow(_ key: String, _ store: Store, inBackground: Bool) {
         // An entry for the whole store stands in the queue until the local copy has been
         // compared with the remote, so `docdrive sync` waits for that too.
         try? queue.enqueue(root: key, path: Self.wholeStore, due: 0)
@@ -361,6 +400,7 @@ public final class Uploader: Sendable {
         }
         let t = Thread { [self] in
             dd_background_thread()
+            CrashGuard.working(for: store.config.name)
             var warned = false
             while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed)
                     && (try? store.remote.checkReachable()) == nil {
@@ -474,7 +514,11 @@ public final class Uploader: Sendable {
         let n = store.config.workers
         logger.info("store \(store.config.name): \(n) upload worker\(n == 1 ? "" : "s")\(store.limit.map { ", at most \($0.bytesPerSecond) bytes/s" } ?? "")")
         for i in 0..<n where !stopping.load(ordering: .relaxed) {
-            let w = Thread { [self] in self.work(key, store) }
+            let w = Thread { [self] in
+                Sys.nameThisThread("up-\(i)-\(store.config.name)")
+                CrashGuard.working(for: store.config.name)
+                self.work(key, store)
+            }
             w.name = "docdrive-upload-\(store.config.name)-\(i)"
             w.start()
         }
@@ -698,6 +742,8 @@ public final class Uploader: Sendable {
     private func startPoller(_ key: String, _ store: Store, finishing first: StoreSync.PollStart?) {
         let t = Thread { [self] in
             dd_background_thread()
+            Sys.nameThisThread("poll-\(store.config.name)")
+            CrashGuard.working(for: store.config.name)
             if let first { finishReconcile(key, store, first) }
             var due = Self.nextPoll(began: Date().timeIntervalSince1970, took: 0, every: store.config.poll)
             while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {

@@ -100,7 +100,7 @@ extension DriveFileSystem {
             if size > 0 && own.count > size { throw .outOfRange }
             return own
         }
-        guard n.kind == .backing, !n.isSymlink else { throw .noData }
+        guard n.kind == .backing else { throw .noData }
         let isCapability = s == Self.capabilityName
         if isCapability, n.hasNoCapability.load(ordering: .relaxed) { throw .noData }
         let (nfd, _) = try acquireContent(n)
@@ -122,7 +122,7 @@ extension DriveFileSystem {
 
     public func listxattr(_ id: UInt64, size: Int) throws(Errno) -> [UInt8] {
         let n = try node(id)
-        guard n.kind == .backing, !n.isSymlink else { return [] }
+        guard n.kind == .backing else { return [] }
         var out = [UInt8]()
         if n.reference != nil {
             for name in Self.referenceAttributes where (try? referenceAttribute(n, name)) != nil {
@@ -154,7 +154,6 @@ extension DriveFileSystem {
                          caller: Caller? = nil) throws(Errno) {
         let n = try backing(id)
         if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
-        if n.isSymlink { throw .notPermitted }
         let (nfd, _) = try acquireContent(n)
         defer { n.release() }
         n.hasNoCapability.store(false, ordering: .relaxed)
@@ -165,7 +164,6 @@ extension DriveFileSystem {
     public func removexattr(_ id: UInt64, name: UnsafePointer<CChar>) throws(Errno) {
         let n = try backing(id)
         if String(cString: name).hasPrefix(Self.ownPrefix) { throw .notPermitted }
-        if n.isSymlink { throw .notPermitted }
         let (nfd, _) = try acquireContent(n)
         defer { n.release() }
         _ = try Sys.check { dd_removexattr_path(nfd, name) }

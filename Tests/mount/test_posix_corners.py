@@ -178,7 +178,8 @@ rec("after", lambda: st(b + "/f"))
 
 def test_fallocate_by_a_non_member_drops_setgid(shared):
     def prepare(base):
-        for n, mode in (("alloc", 0o2666), ("punch", 0o2666), ("zero", 0o2666), ("keep", 0o2666), ("gx", 0o6777)):
+        for n, mode in (("alloc", 0o2666), ("punch", 0o2666), ("zero", 0o2666), ("keep", 0o2666), ("gx", 0o6777),
+                        ("suid-alloc", 0o6666), ("suid-zero", 0o6666), ("suid-gx-zero", 0o6676), ("suid-punch", 0o6666)):
             p = base / n
             p.write_bytes(b"x" * 65536)
             os.chmod(p, mode)
@@ -200,7 +201,13 @@ rec("punch hole", lambda: falloc("punch", {FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP
 rec("zero range", lambda: falloc("zero", {FALLOC_FL_ZERO_RANGE}, 4096, 8192))
 rec("keep size", lambda: falloc("keep", {FALLOC_FL_KEEP_SIZE}, 0, 200000))
 rec("with group exec", lambda: falloc("gx", 0, 0, 200000))
-rec("modes", lambda: [st(b + "/" + n) for n in ("alloc", "punch", "zero", "keep", "gx")])
+# Setuid goes whatever the group, as on ext4 (xfstests generic/683-687).
+rec("setuid allocate", lambda: falloc("suid-alloc", 0, 0, 200000))
+rec("setuid zero range", lambda: falloc("suid-zero", {FALLOC_FL_ZERO_RANGE}, 4096, 8192))
+rec("setuid group-exec zero range", lambda: falloc("suid-gx-zero", {FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE}, 0, 100000))
+rec("setuid punch hole", lambda: falloc("suid-punch", {FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE}, 4096, 8192))
+rec("modes", lambda: [st(b + "/" + n) for n in ("alloc", "punch", "zero", "keep", "gx", "suid-alloc", "suid-zero",
+                                                 "suid-gx-zero", "suid-punch")])
 """, prepare=prepare, groups=(OTHER_GID,))
     assert r["modes"][0][2] == oct(0o100666), r
 

@@ -197,7 +197,7 @@ final class SyncDevice: @unchecked Sendable {
     func drain(timeout: Double = 20) {
         let deadline = Date().addingTimeInterval(timeout)
         usleep(200_000)  // the notes of the last saves reach the queue
-        while uploader.wholeStoreStatus(root: rootKey) != "synced" && Date() < deadline { usleep(20_000) }
+        while uploader.storeState(root: rootKey) != .synced && Date() < deadline { usleep(20_000) }
     }
 }
 
@@ -765,7 +765,7 @@ final class SyncEngineTests: XCTestCase {
         a.settle()
         for p in names {
             XCTAssertNotNil(try bases.base(root: root, path: StorePath(p)), p)
-            XCTAssertEqual(a.uploader.status(root: root, path: StorePath(p), isFile: true), "synced", p)
+            XCTAssertEqual(a.uploader.fileState(root: root, path: StorePath(p), isFile: true, isPlaceholder: { false }), .synced, p)
             XCTAssertEqual(try String(contentsOfFile: folder + "/" + p, encoding: .utf8), "text of \(p)")
         }
         let onRemote = try FileManager.default.contentsOfDirectory(atPath: folder + "/sub").sorted()

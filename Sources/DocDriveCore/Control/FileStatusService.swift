@@ -18,34 +18,32 @@ public final class FileStatusService: Sendable {
     }
 
     /// The state of `rel` (relative to the mount root; "" is the root) and whether it is pinned.
-    public func status(_ rel: String) -> (state: StatusProtocol.State, pinned: Bool) {
+    public func status(_ rel: String) -> (state: FileState, pinned: Bool) {
         guard !rel.isEmpty, let place = try? documents.place(rel) else { return (rel.isEmpty ? .local : .none, false) }
         let base = open(place.root.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard base >= 0 else { return (.none, false) }
         defer { close(base) }
         let path = StorePath(place.rel)
-        var placeholder = false, isFile = false
+        var isFile = false, dirFD: Int32 = -1
+        defer { if dirFD >= 0 { close(dirFD) } }
         if !path.isEmpty {
             guard case .success(let dir) = Beneath.openFolder(base, Array(path.folder.names)) else { return (.none, false) }
-            defer { close(dir) }
+            dirFD = dir
             guard let st = Beneath.stat(dir, path.lastName) else {
                 // A reference entry (its backing file is NAME.docdrive-ref) has its target's state.
                 if !place.root.key.hasPrefix("store:"), let target = referenceTarget(dir, path) { return status(target) }
                 return (.none, false)
             }
             isFile = st.st_mode & S_IFMT == S_IFREG
-            placeholder = isFile && Placeholder.isPlaceholder(dir, path.lastName)
         }
         guard place.root.key.hasPrefix("store:"), let uploader = fs.uploader, uploader.uploads(place.root.key) else {
             return (.local, false)
         }
-        if path.isEmpty {
-            return (StatusProtocol.State(rawValue: uploader.wholeStoreStatus(root: place.root.key)) ?? .synced, false)
-        }
+        if path.isEmpty { return (uploader.storeState(root: place.root.key), false) }
         let pinned = uploader.isPinned(root: place.root.key, path: path)
-        var state = StatusProtocol.State(rawValue: uploader.status(root: place.root.key, path: path, isFile: isFile)) ?? .failed
-        // A placeholder is never uploaded: a queued look at it is a comparison only (as the xattr).
-        if placeholder, state == .synced || state == .pending || state == .uploading { state = .placeholder }
+        let dir = dirFD
+        let state = uploader.fileState(root: place.root.key, path: path, isFile: isFile,
+                                       isPlaceholder: { Placeholder.isPlaceholder(dir, path.lastName) })
         return (state, pinned)
     }
 

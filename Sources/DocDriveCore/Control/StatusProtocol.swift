@@ -25,29 +25,8 @@ public enum StatusProtocol {
     /// The longest request line read (a batch of a few thousand paths).
     public static let maxLine = 4 * 1024 * 1024
 
-    /// What `status` says of a path.
-    public enum State: String, Sendable, CaseIterable {
-        /// A store file whose content and remote agree.
-        case synced
-        /// Changed here, waiting for its upload (the write-back delay, or workers busy).
-        case pending
-        case uploading
-        /// A placeholder whose content is being downloaded.
-        case downloading
-        /// A remote file whose content is not on this device.
-        case placeholder
-        /// A document with a conflict copy beside it, or that copy.
-        case conflict
-        /// Its upload failed (`docdrive status` says why).
-        case failed
-        /// In the drive but in no store (an app's own documents: nothing to sync).
-        case local
-        /// Not in this drive, or not there.
-        case none
-
-        /// Whether it changes by itself (the daemon looks at it again while someone listens).
-        public var isPassing: Bool { self == .pending || self == .uploading || self == .downloading }
-    }
+    /// What `status` says of a path: its FileState, by name.
+    public typealias State = FileState
 
     public static func escape(_ s: String) -> String {
         guard s.utf8.contains(where: { $0 == 0x5C || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }) else { return s }

@@ -108,29 +108,28 @@ extension DriveFileSystem {
         }
     }
 
-    /// The user.docdrive.status of a node: synced, pending, uploading or failed.
+    /// The user.docdrive.status of a node: its FileState, or for a reference that cannot be
+    /// followed, why (ReferenceProblem); nil outside the stores.
     func uploadStatus(_ n: Inode) -> String? {
         if n.reference != nil {
             if let problem = referenceProblem(n) { return problem.rawValue }
             guard let uploader, let root = n.reference?.storeRoot, let t = try? referenceTarget(n),
                   let path = storePath(fd: t, root: root), !path.isEmpty else { return nil }
-            return uploader.status(root: root.key, path: path)
+            let isFile = (try? Sys.stat(fd: t)).map { $0.st_mode & S_IFMT == S_IFREG } ?? false
+            return uploader.fileState(root: root.key, path: path, isFile: isFile,
+                                      isPlaceholder: { Placeholder.version(fd: t) != nil }).rawValue
         }
         guard let uploader, let root = n.root, uploader.uploads(root.key) else { return nil }
         awaitReleases(of: n)
         switch storeLocation(n) {
         case .at(let path) where !path.isEmpty:
-            let status = uploader.status(root: root.key, path: path, isFile: n.fileType == S_IFREG)
-            // A placeholder is never uploaded: a queued look at it is a comparison only.
-            let quiet = status == UploadState.synced.rawValue || status == UploadState.pending.rawValue
-                || status == UploadState.uploading.rawValue
-            if quiet, n.fileType == S_IFREG, let fd = try? n.acquire() {
+            return uploader.fileState(root: root.key, path: path, isFile: n.fileType == S_IFREG, isPlaceholder: {
+                guard let fd = try? n.acquire() else { return false }
                 defer { n.release() }
-                if Placeholder.version(fd: fd) != nil { return "placeholder" }
-            }
-            return status
+                return Placeholder.version(fd: fd) != nil
+            }).rawValue
         // Not "synced" of what cannot be looked up: the comparison it is part of says more.
-        case .tooLong: return uploader.wholeStoreStatus(root: root.key)
+        case .tooLong: return uploader.storeState(root: root.key).rawValue
         default: return nil
         }
     }

@@ -892,21 +892,21 @@ public final class Uploader: Sendable {
     /// The files being uploaded now, with their progress.
     public func uploadsInFlight() -> [InFlightUpload] { inFlight.withLock { Array($0.values) } }
 
-    /// The user.docdrive.status of a file whose path is too long to look up: pending while the
-    /// store has anything waiting (its comparison included), else synced.
-    public func wholeStoreStatus(root: String) -> String {
+    /// The state of the store `root` as a whole (FileState.ofStore).
+    public func storeState(root: String) -> FileState {
         let c = (try? queue.counts(root: root)) ?? [:]
-        return (c[.pending] ?? 0) + (c[.uploading] ?? 0) > 0 ? UploadState.pending.rawValue : UploadState.synced.rawValue
+        return FileState.ofStore(waiting: (c[.pending] ?? 0) + (c[.uploading] ?? 0))
     }
 
-    /// The user.docdrive.status of a store file; `isFile`: the path is a regular file here.
-    public func status(root: String, path: StorePath, isFile: Bool = false) -> String {
-        if isFilling(root: root, path: path) { return "downloading" }
-        if index.bases.inConflict(root: root, path: path.description) { return "conflict" }
-        if isNoted(root: root, path: path) { return UploadState.pending.rawValue }
-        let s = (try? queue.state(root: root, path: path))?.0 ?? .synced
-        if s == .synced, isFile, unrecorded(root: root, path: path) { return UploadState.pending.rawValue }
-        return s.rawValue
+    /// The state of a store file (FileState.ofStoreFile); `isFile`: the path is a regular file
+    /// here; `isPlaceholder` tells whether its content is not here.
+    public func fileState(root: String, path: StorePath, isFile: Bool, isPlaceholder: () -> Bool) -> FileState {
+        FileState.ofStoreFile(filling: isFilling(root: root, path: path),
+                              inConflict: index.bases.inConflict(root: root, path: path.description),
+                              noted: isNoted(root: root, path: path),
+                              queued: (try? queue.state(root: root, path: path))?.0,
+                              unrecorded: { isFile && unrecorded(root: root, path: path) },
+                              isPlaceholder: { isFile && isPlaceholder() })
     }
 
     /// Whether the file at `path` has nothing waiting and no record of being on the remote

@@ -213,7 +213,7 @@ public final class QueryEngine: Sendable {
 
     /// `DOCDRIVE_QUERY_INDEX=off` in the daemon's environment leaves the query index out (for
     /// measuring what it costs); `docdrive query` then says it is off.
-    public static var isDisabled: Bool { ProcessInfo.processInfo.environment["DOCDRIVE_QUERY_INDEX"] == "off" }
+    public static var isDisabled: Bool { Tunables.process.queryIndexOff }
 
     public var isReady: Bool { ready.load(ordering: .acquiring) }
 

@@ -32,10 +32,9 @@ public final class Thumbnailer: Sendable {
     static let odf: Set<String> = ["odt", "ods", "odp", "odg", "odf", "ott", "ots", "otp", "otg"]
     static let images: Set<String> = ["png", "jpg", "jpeg", "gif", "webp", "bmp", "tif", "tiff", "svg"]
 
-    public init(home: DriveHome, logger: Logger, environment: [String: String] = ProcessInfo.processInfo.environment) {
+    public init(home: DriveHome, logger: Logger, tunables: Tunables = .process) {
         folder = home.path + "/thumbnails"
-        let cache = environment["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? environment["HOME"].map { $0 + "/.cache" }
-        freedesktopCache = environment["DOCDRIVE_NO_THUMBNAIL_CACHE"] == "1" ? nil : cache.map { $0 + "/thumbnails/large" }
+        freedesktopCache = tunables.noThumbnailCache ? nil : tunables.cacheHome.map { $0 + "/thumbnails/large" }
         self.logger = logger
     }
 

@@ -521,9 +521,7 @@ final class DescriptorBudget: Sendable {
     /// the index. DOCDRIVE_NODE_FD_BUDGET overrides it (tests use a tiny budget to exercise
     /// reopening).
     private static func fromResourceLimit() -> DescriptorBudget {
-        if let v = getenv("DOCDRIVE_NODE_FD_BUDGET"), let n = Int(String(cString: v)), n > 0 {
-            return DescriptorBudget(limit: n)
-        }
+        if let n = Tunables.process.nodeDescriptorBudget { return DescriptorBudget(limit: n) }
         var rl = rlimit()
         let cur = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &rl) == 0 ? Int(clamping: rl.rlim_cur) : 1024
         // Nodes may use three quarters of the limit; the rest is for open files and folders,
@@ -955,11 +953,7 @@ final class InodeTable: Sendable {
     let rememberLimit: Int
 
     init() {
-        if let v = getenv("DOCDRIVE_REMEMBERED_NODES"), let n = Int(String(cString: v)), n >= 0 {
-            rememberLimit = n
-        } else {
-            rememberLimit = 1 << 18
-        }
+        rememberLimit = Tunables.process.rememberedNodes
     }
 
     func addPermanent(_ inode: Inode) {

@@ -59,10 +59,7 @@ final class FillCommits: Sendable {
 
     /// A burst of fills has ended when none came for this long (DOCDRIVE_FILL_COMMIT_QUIET,
     /// seconds, for tests).
-    static let quiet: Double = {
-        if let v = getenv("DOCDRIVE_FILL_COMMIT_QUIET"), let s = Double(String(cString: v)), s >= 0 { return s }
-        return 1.0
-    }()
+    static let quiet: Double = Tunables.process.fillCommitQuiet
     /// Fills wait at most this long after the first of a burst.
     static let longest = 10.0
     /// More files than this waiting: a fill makes its own content durable (as before). Each

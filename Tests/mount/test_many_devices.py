@@ -518,7 +518,8 @@ def test_a_download_with_no_room_here_fails_with_its_reason_and_is_not_made_at_e
 
 @pytest.mark.timeout(150)
 def test_times_at_both_ends_of_what_ext4_holds_travel_and_the_daemon_lives(new_drive, shared):
-    """Files on A with times from 1901 to 2446 (ext4's ends) and 1969: both daemons live, the
+    """Files on A (through the mount, and one behind it) with times from 1901 to 2446 (ext4's
+    ends) and 1969: both daemons live, the
     files reach B with their times, those past 2262-04-11 (the last nanosecond since 1970 an
     Int64 holds, as the drive keeps times) as that date, A's own times untouched; A mounts
     again and has nothing left to upload. Before, a time past 2262 killed A's daemon in its
@@ -530,6 +531,10 @@ def test_times_at_both_ends_of_what_ext4_holds_travel_and_the_daemon_lives(new_d
     for name, t in ends.items():
         write(a.dir / name, name.encode())
         os.utime(a.dir / name, ns=(t * 10**9, t * 10**9))
+    # And one behind the mount's back, in A's local copy.
+    ends["behind.txt"] = 9_400_000_000
+    write(a.cache / "behind.txt", b"behind.txt")
+    os.utime(a.cache / "behind.txt", (9_400_000_000, 9_400_000_000))
     sync_all([a, b])
     for dev in (a, b):
         assert dev.d.healthy(), f"{dev.name}'s daemon died: {dev.d.log_tail()}"

@@ -212,6 +212,37 @@ def test_utimens_matches_native(t):
         log("before epoch", os.utime, p, ns=(0, -1_000_000_000))
         log("negative mtime", lambda: os.stat(p).st_mtime_ns)
         log("utime missing", os.utime, b / "nope", ns=(1, 1))
+        # ext4's ends (1901-12-13 and 2446-05-10) and beyond, which it clamps; past 2262 no
+        # longer fits nanoseconds in an Int64 (the drive's own form of a time).
+        for secs in (-2**31, -2**31 - 1, 9_300_000_000, 15_032_385_535, 15_032_385_536, 2**40):
+            log(f"time {secs}", os.utime, p, (secs, secs))
+            log(f"times at {secs}", lambda: (os.stat(p).st_atime, os.stat(p).st_mtime))
+    compare(t, sc)
+
+
+def test_a_file_at_the_largest_size_and_offset_matches_native(t):
+    """Sizes and offsets at ext4's largest file (16 TiB less a block with 4 KiB blocks) and one
+    past: the same answers as native (EFBIG, EINVAL), a sparse file at the last offset read back."""
+    largest = (16 << 40) - 4096
+
+    def sc(b, log):
+        p = b / "largest"
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            log("write at the last byte", os.pwrite, fd, b"z", largest - 1)
+            log("size", os.fstat(fd).st_size)
+            log("read it", os.pread, fd, 4, largest - 2)
+            log("sparse", os.fstat(fd).st_blocks * 512 <= 1 << 20)
+            log("write past it", os.pwrite, fd, b"z", largest)
+            log("truncate past it", os.ftruncate, fd, largest + 1)
+            log("truncate to it", os.ftruncate, fd, largest)
+            log("seek data", os.lseek, fd, 0, os.SEEK_DATA)
+            log("seek hole after it", os.lseek, fd, largest - 1, os.SEEK_HOLE)
+            log("seek past the end", os.lseek, fd, largest + 10, os.SEEK_DATA)
+            log("negative offset", os.pwrite, fd, b"z", -1)
+            log("truncate to 0", os.ftruncate, fd, 0)
+        finally:
+            os.close(fd)
     compare(t, sc)
 
 

@@ -85,7 +85,7 @@ enum Beneath {
 
     /// The names in the open folder `dfd` (not "." and ".."), as bytes, with their d_type.
     static func names(_ dfd: Int32) -> [(name: [UInt8], type: UInt8)]? {
-        let own = openat(dfd, ".", O_RDONLY | dd_O_DIRECTORY | dd_O_CLOEXEC)  // fdopendir takes it
+        let own = Sys.openQuietly(dfd, ".", O_RDONLY | dd_O_DIRECTORY | dd_O_CLOEXEC)  // fdopendir takes it
         guard own >= 0 else { return nil }
         guard let dir = fdopendir(own) else {
             close(own)

@@ -414,7 +414,7 @@ public final class QueryEngine: Sendable {
             }
             if isDir && (dirty.fresh.contains(k) || dirty.gone.contains(k) || watches.withLock({ $0.byPath[k] == nil })) {
                 addWatch(k.root, base, k.path)
-                let dfd = open(full, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                let dfd = Sys.openQuietly(full, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 if dfd >= 0 { walk(root: k.root, rootPath: base, rel: k.path, fd: dfd, into: &upserts) }
             }
         }
@@ -453,7 +453,7 @@ public final class QueryEngine: Sendable {
                 rows.removeAll(keepingCapacity: true)
             }
             addWatch(r.key, r.path, "")
-            let fd = open(r.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let fd = Sys.openQuietly(r.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             if fd >= 0 { walk(root: r.key, rootPath: r.path, rel: "", fd: fd, into: &rows, flush: flush) }
             flush(&rows)
             let gone = ((try? index.paths(root: r.key) { seen.contains($0.hashValue) }) ?? []).map { QueryKey(root: r.key, path: $0) }
@@ -504,7 +504,7 @@ public final class QueryEngine: Sendable {
             if let flush, rows.count >= QueryIndex.walkChunk { flush(&rows) }
             if st.st_mode & S_IFMT == S_IFDIR {
                 addWatch(root, rootPath, child)
-                let sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                let sub = Sys.openQuietly(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 if sub >= 0 { walk(root: root, rootPath: rootPath, rel: child, fd: sub, into: &rows, flush: flush) }
             }
         }
@@ -543,7 +543,7 @@ public final class QueryEngine: Sendable {
             if let k = QueryKinds.fromName(name) {
                 row.kind = k.rawValue
             } else if st.st_size > 0 {
-                let f = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+                let f = Sys.openQuietly(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
                 if f >= 0 {
                     row.kind = QueryKinds.fromContent(f)?.rawValue ?? "other"
                     close(f)

@@ -56,6 +56,21 @@ enum Sys {
         try check { open(path, O_PATH | O_DIRECTORY | O_CLOEXEC) }
     }
 
+    /// openat(2) for the drive's own reads of the backing folders (the query index's walks and
+    /// content sniffing, the sync's walks): with O_NOATIME, so that what the drive reads for
+    /// itself moves no access time (mail readers tell new mail by an atime older than the
+    /// mtime; relatime moves it at the first read after each change); without it where the
+    /// daemon may not (O_NOATIME is the owner's, or CAP_FOWNER's).
+    static func openQuietly(_ dirfd: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32) -> Int32 {
+        let fd = openat(dirfd, path, flags | dd_O_NOATIME)
+        if fd < 0 && errno == EPERM { return openat(dirfd, path, flags) }
+        return fd
+    }
+
+    static func openQuietly(_ path: String, _ flags: Int32) -> Int32 {
+        openQuietly(AT_FDCWD, path, flags)
+    }
+
     /// A coarse monotonic clock in nanoseconds (a few milliseconds' resolution, no system call
     /// on Linux): for ages of entries in memory.
     static func monotonicNanoseconds() -> Int64 {

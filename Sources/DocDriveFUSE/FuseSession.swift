@@ -22,22 +22,41 @@ public final class FuseSession: Sendable {
     ///     whether file I/O is passed through.
     ///   - passthrough: let the kernel read and write open files' backing files itself when it
     ///     can (Linux 6.9+, a daemon running as root); otherwise file I/O goes through the drive.
+    ///     Not with noatime: the kernel opens its own backing file with the opener's flags, and
+    ///     its reads move the backing file's atime; the drive's reads use O_NOATIME.
     public init(fs: DriveFileSystem, mountpoint: String, options: String, logger: Logger,
                 passthrough: Bool = true, onReady: @escaping @Sendable (Bool) -> Void) {
         self.mountpoint = mountpoint
         self.mountOptions = options
         self.logger = logger
         self.context = FuseContext(fs: fs, logger: logger, mountpoint: mountpoint,
-                                   passthrough: passthrough && geteuid() == 0 && !fs.options.writebackCache,
+                                   passthrough: passthrough && geteuid() == 0 && !fs.options.writebackCache
+                                       && !fs.options.accessTimes.filesKept,
                                    kernelChecksPermissions: options.split(separator: ",").contains("default_permissions"),
                                    onReady: onReady)
+    }
+
+    /// Shows the mount's access-time options in the mount table (findmnt, /proc/mounts), as
+    /// the drive honours them (FileSystemOptions.accessTimes). A daemon that is not root cannot:
+    /// the table then shows relatime (or noatime), and the drive still does what was asked.
+    private func applyAccessTimes() {
+        let t = context.fs.options.accessTimes
+        let asked = mountOptions.split(separator: ",").contains { AccessTimes.optionNames.contains(String($0)) && $0 != "noatime" }
+        guard asked || t.foldersKept && !t.filesKept else { return }
+        if dd_set_mount_atime(mountpoint, t.filesKept ? 1 : 0, t.strict ? 1 : 0, t.foldersKept && !t.filesKept ? 1 : 0) != 0 {
+            logger.warning("the mount table cannot show the access-time options (\(String(cString: strerror(errno)))); the drive does what they say")
+        }
     }
 
     /// Mounts, serves requests until unmounted, then returns. Throws a sentence if mounting fails.
     /// - Parameter maxThreads: libfuse's worker limit. A process waiting for a lock (F_SETLKW,
     ///   blocking flock) occupies a worker while it waits, so there is room for many waiters.
     public func run(maxThreads: UInt32 = 64) throws(DriveError) {
-        var argStrings = ["docdrive", "-o", mountOptions]
+        // libfuse 3.14 knows noatime only of the access-time options: the others are set on the
+        // mount once it is made (applyAccessTimes); the drive itself does what they say.
+        let libfuseOptions = mountOptions.split(separator: ",")
+            .filter { !AccessTimes.optionNames.contains(String($0)) || $0 == "noatime" }.joined(separator: ",")
+        var argStrings = ["docdrive", "-o", libfuseOptions]
         var cargs = argStrings.map { strdup($0) }
         defer { cargs.forEach { free($0) } }
         var ops = makeOperations()
@@ -55,6 +74,7 @@ public final class FuseSession: Sendable {
         if fuse_session_mount(se, mountpoint) != 0 {
             throw DriveError(.mount, "Cannot mount on \(mountpoint): the kernel refused (is /dev/fuse available and fuse3 installed? the daemon log has libfuse's reason).")
         }
+        applyAccessTimes()
         // Requests and replies pass through our I/O functions, which add passthrough to the
         // replies libfuse 3.14 cannot express (see docdrive_passthrough.h) and record which
         // request each worker holds (for the release barrier, docdrive_requests.h).

@@ -59,7 +59,9 @@ struct Daemon {
         index.startWriter()
         let uploader = Uploader(home: home, config: config, index: index, logger: logger,
                                 indexWriteError: { [index] in index.writeError })
-        let fs = DriveFileSystem(home: home, config: config, index: index, uploader: uploader, logger: logger)
+        var fsOptions = FileSystemOptions()
+        fsOptions.accessTimes = AccessTimes(mountOptions: options.split(separator: ",").map(String.init))
+        let fs = DriveFileSystem(home: home, config: config, index: index, options: fsOptions, uploader: uploader, logger: logger)
         uploader.start()
         // The document modes, for the commands: import copies a crash left are removed first.
         let documents = DocumentService(fs: fs)

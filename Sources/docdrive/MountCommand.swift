@@ -19,7 +19,7 @@ struct Mount: ParsableCommand {
     @Flag(help: "Stay in the foreground and log to stderr (for systemd and debugging).")
     var foreground = false
 
-    @Option(name: .short, help: ArgumentHelp("Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, noatime, noexec, nosuid, nodev, dev and suid (root only), fsname=NAME (the source findmnt and df show; the drive home by default); nonempty to mount over a folder that has files (they are hidden while mounted).", valueName: "options"))
+    @Option(name: .short, help: ArgumentHelp("Mount options, comma-separated: allow_other, allow_root, default_permissions, ro, noatime, relatime (the default), strictatime, nodiratime, noexec, nosuid, nodev, dev and suid (root only), fsname=NAME (the source findmnt and df show; the drive home by default); nonempty to mount over a folder that has files (they are hidden while mounted).", valueName: "options"))
     var options: [String] = []
 
     @Option(help: ArgumentHelp("Seconds to wait for the mount to be ready.", valueName: "seconds"))
@@ -34,8 +34,8 @@ struct Mount: ParsableCommand {
     @Option(help: .hidden) var readyFD: Int32?
 
     static let allowedOptions: Set<String> = [
-        "allow_other", "allow_root", "default_permissions", "ro", "rw", "noatime", "atime", "relatime", "nodiratime",
-        "noexec", "exec", "nosuid", "suid", "nodev", "dev", "sync", "async", "dirsync", "subtype=docdrive", "nonempty",
+        "allow_other", "allow_root", "default_permissions", "ro", "rw", "noatime", "atime", "relatime", "norelatime",
+        "strictatime", "nostrictatime", "nodiratime", "diratime", "noexec", "exec", "nosuid", "suid", "nodev", "dev", "sync", "async", "dirsync", "subtype=docdrive", "nonempty",
     ]
 
     /// The options given, checked, with the ones DocDrive always wants added. The mount's source
@@ -55,6 +55,9 @@ struct Mount: ParsableCommand {
                 throw DriveError(.invalidConfig, "Unknown mount option \"\(o)\" (known: \((Self.allowedOptions.sorted() + ["fsname=NAME"]).joined(separator: ", "))).")
             }
             if !list.contains(o) { list.append(o) }
+        }
+        if AccessTimes(mountOptions: list).strict, let problem = AccessTimes.strictProblem(home: home) {
+            throw DriveError(.invalidConfig, problem)
         }
         if geteuid() != 0, let o = list.first(where: { $0 == "dev" || $0 == "suid" }) {
             throw DriveError(.invalidConfig, "Only root may mount with \"\(o)\" (a user's FUSE mount is always nodev,nosuid).")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import conftest
+from ddtest import is_docdrive_mount
 from ddtest import (EXTRA_GID, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, OTHER_GID,
                     OTHER_UID, Drive, compare, libc, mount_options, wait_until)
 from test_file_io import kernel_can_pass_through
@@ -413,3 +414,81 @@ def test_xattr_space_is_the_backing_filesystems(t):
     items = dict(compare(t, sc))
     # On ext4 both stop early with ENOSPC (about a hundred of these); the README says so.
     assert items["count"] == 2000 or items["stopped"] == os.strerror(28), items
+
+
+# --------------------------------------------------------------------------- access times
+
+OLD = 1_577_836_800  # 2020-01-01: older than any mtime the test makes
+
+
+def atime_moves(path: Path, read) -> bool:
+    """Sets `path`'s atime to 2020 (its mtime stays newer), does `read`, says whether it moved."""
+    st = os.stat(path)
+    os.utime(path, (OLD, st.st_mtime))
+    read()
+    return os.stat(path).st_atime != OLD
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("option,table,files_move,folders_move", [
+    ("relatime", "relatime", True, True),
+    ("noatime", "noatime", False, False),
+    ("nodiratime", "nodiratime", True, False),
+])
+def test_the_access_time_options_are_honoured(new_drive, option, table, files_move, folders_move):
+    """-o noatime, relatime and nodiratime mount (relatime and nodiratime were refused by
+    libfuse), show in the mount table, and do what they say to reads and listings through the
+    mount (noatime moved atime as relatime did): the drive shows its backing files' atimes, and
+    reads them with O_NOATIME where asked."""
+    d = new_drive()
+    d.mount(options=option)
+    opts = mount_options(d.mnt)
+    assert table in opts, opts
+    f, folder = d.mnt / "Notes" / "f.txt", d.mnt / "Notes" / "folder"
+    f.write_text("some text")
+    folder.mkdir()
+    (folder / "inside").write_text("x")
+    assert atime_moves(f, lambda: f.read_text()) == files_move
+    assert atime_moves(folder, lambda: os.listdir(folder)) == folders_move
+    assert d.unmount().returncode == 0
+
+
+@pytest.mark.timeout(90)
+def test_what_the_drive_reads_for_itself_moves_no_access_time(new_drive):
+    """Under relatime the first read after a change moves atime: the drive's own reads (the
+    query index sniffing a file's kind, listing a folder a file was made in) must not, or a mail
+    reader that tells new mail by atime < mtime sees it read, and a folder's atime moves when a
+    file is made in it. Only the user's reads move them."""
+    d = new_drive()
+    d.mount()
+    folder = d.mnt / "Notes" / "mail"
+    folder.mkdir()
+    box = folder / "inbox"  # no extension: its kind is read from its content
+    box.write_bytes(b"From someone\n\nfirst mail\n")
+    time.sleep(2)
+    st = os.stat(box)
+    os.utime(box, (OLD, st.st_mtime))
+    os.utime(folder, (OLD, os.stat(folder).st_mtime))
+    with open(box, "ab") as out:  # new mail: mtime moves, atime stays
+        out.write(b"From another\n\nsecond mail\n")
+    (folder / "new-file").write_text("made in the folder")
+    assert wait_until(lambda: d.cli("query", "inbox").stdout.strip() != "", 10), "the query index did not see the mailbox"
+    time.sleep(2)  # the index's reads are done
+    assert os.stat(box).st_atime == OLD, "the drive's own read of the mailbox moved its atime"
+    assert os.stat(folder).st_atime == OLD, "the drive's own listing of the folder moved its atime"
+    assert d.unmount().returncode == 0
+
+
+def test_strictatime_is_refused_with_its_reason_where_the_drive_home_cannot_honour_it(new_drive):
+    d = new_drive()
+    flags = os.statvfs(d.home).f_flag
+    if flags & (os.ST_RELATIME | os.ST_NOATIME):
+        d.mnt.mkdir(exist_ok=True)
+        p = d.cli("mount", str(d.mnt), "-o", "strictatime", check=False)
+        assert p.returncode == 4, p
+        assert "strictatime needs the drive home on a file system mounted with strictatime" in p.stderr, p.stderr
+        assert not is_docdrive_mount(d.mnt)
+    else:  # a drive home on a strictatime file system: honoured by it
+        d.mount(options="strictatime")
+        assert "strictatime" in mount_options(d.mnt)
+        assert d.unmount().returncode == 0

@@ -94,5 +94,7 @@ long dd_random(void *buf, size_t len);
 int dd_crash_guard_install(const char *folder);
 void dd_crash_guard_thread_store(const char *name);
 const char *dd_crash_guard_current_store(void);
+/* Sets how the mount at PATH moves access times (mount_setattr(2), root only); -1 and errno. */
+int dd_set_mount_atime(const char *path, int noatime, int strictatime, int nodiratime);
 #include "docdrive_passthrough.h"
 #endif

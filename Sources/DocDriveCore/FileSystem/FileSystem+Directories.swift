@@ -114,8 +114,19 @@ extension DriveFileSystem {
         let nfd = try n.acquire()
         defer { n.release() }
         // opendir of the descriptor's /proc link opens and checks it in two system calls;
-        // a reopen and fdopendir take four.
-        guard let dir = Glibc.opendir("/proc/self/fd/\(nfd)") else { throw Sys.lastErrno }
+        // a reopen and fdopendir take four, which nodiratime and noatime need (O_NOATIME).
+        guard options.accessTimes.foldersKept else {
+            guard let dir = Glibc.opendir("/proc/self/fd/\(nfd)") else { throw Sys.lastErrno }
+            return dir
+        }
+        var fd = dd_reopen(nfd, O_RDONLY | O_DIRECTORY | dd_O_NOATIME)
+        if fd < 0, errno == EPERM { fd = dd_reopen(nfd, O_RDONLY | O_DIRECTORY) }
+        guard fd >= 0 else { throw Sys.lastErrno }
+        guard let dir = fdopendir(fd) else {
+            let e = Sys.lastErrno
+            Sys.close(fd)
+            throw e
+        }
         return dir
     }
 

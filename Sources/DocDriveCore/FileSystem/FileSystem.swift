@@ -113,6 +113,8 @@ public struct FileSystemOptions: Sendable {
     /// ever, so a change made in a backing folder (by a sync, another program) would never show
     /// in the mount, and SEEK_DATA/SEEK_HOLE would miss data still in the page cache.
     public var writebackCache: Bool = false
+    /// How reads move access times (the mount's atime options).
+    public var accessTimes = AccessTimes()
     public init() {}
 }
 
@@ -853,6 +855,16 @@ public final class DriveFileSystem: Sendable {
         return (f, direct)
     }
 
+    /// Opens the backing file `nfd` with `flags`, with O_NOATIME when the mount keeps access
+    /// times (noatime), unless the daemon may not (O_NOATIME is the owner's or CAP_FOWNER's).
+    private func reopenKeepingAtime(_ nfd: Int32, _ flags: Int32) throws(Errno) -> Int32 {
+        let f = options.accessTimes.fileFlags(flags)
+        let fd = dd_reopen(nfd, f)
+        if fd < 0, errno == EPERM, f != flags { return try Sys.check { dd_reopen(nfd, flags) } }
+        guard fd >= 0 else { throw Sys.lastErrno }
+        return fd
+    }
+
     /// `caller`: who opens (a truncating open by anyone but root drops setuid/setgid, as the
     /// kernel does for a native open(O_TRUNC); with atomic O_TRUNC it leaves that to us).
     public func open(_ id: UInt64, flags: Int32, caller: Caller? = nil) throws(Errno) -> OpenFile {
@@ -877,7 +889,7 @@ public final class DriveFileSystem: Sendable {
         let (f, direct) = backingOpenFlags(flags)
         let (nfd, contentRoot) = try acquireContent(n)
         defer { n.release() }
-        let fd = try Sys.check { dd_reopen(nfd, f) }
+        let fd = try reopenKeepingAtime(nfd, f)
         // Only a store's file can be a placeholder: an app's files cost no extra system call.
         let mark = n.fileType == S_IFREG && (contentRoot ?? n.root)?.key.hasPrefix("store:") == true ? Placeholder.mark(openFD: fd) : nil
         // Filled in this boot, its content not known to be on the disk yet: made durable before

@@ -659,7 +659,7 @@ extension StoreSync {
         for e in entries {
             let child = path.appending(e.name)
             if e.type == UInt8(DT_DIR) {
-                let sub = Beneath.withCName(e.name) { openat(dfd, $0, O_RDONLY | O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
+                let sub = Beneath.withCName(e.name) { Sys.openQuietly(dfd, $0, O_RDONLY | O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
                 guard sub >= 0 else { continue }
                 forEachFile(sub, child, body)
                 close(sub)

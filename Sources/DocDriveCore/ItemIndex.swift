@@ -97,17 +97,32 @@ public final class ItemIndex: Sendable {
     /// What this device and each store's remote last agreed on (the sync engine's base table).
     public let bases: BaseVersions
 
-    /// Opens (creating if needed) the index at `path` and migrates it.
-    public init(path: String) throws(DriveError) {
+    /// Opens (creating if needed) the index at `path` and migrates it: the daemon's, and a
+    /// command's that writes it with no daemon running.
+    public convenience init(path: String) throws(DriveError) {
+        try self.init(path: path, readingOnly: false)
+    }
+
+    /// Opens the index at `path` for reading only, as it is: nothing written, no migration (a
+    /// newer command must not change the schema under an older running daemon). For the
+    /// commands that only look (`status`, `sync` and `unmount` counting what waits).
+    public convenience init(readingOnly path: String) throws(DriveError) {
+        try self.init(path: path, readingOnly: true)
+    }
+
+    private init(path: String, readingOnly: Bool) throws(DriveError) {
         do {
             var config = Configuration()
-            config.prepareDatabase { db in
-                // WAL with NORMAL: a transaction is durable at the next checkpoint, never torn.
-                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            config.readonly = readingOnly
+            if !readingOnly {
+                config.prepareDatabase { db in
+                    // WAL with NORMAL: a transaction is durable at the next checkpoint, never torn.
+                    try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                }
             }
             config.busyMode = .timeout(10)
             pool = try DatabasePool(path: path, configuration: config)
-            try Self.migrator.migrate(pool)
+            if !readingOnly { try Self.migrator.migrate(pool) }
             readers = IndexReaders(pool: pool)
             uploads = UploadQueue(pool: pool, readers: readers)
             bases = BaseVersions(pool: pool, readers: readers)

@@ -82,7 +82,7 @@ struct Status: ParsableCommand {
         s.homeDiskFree = Self.bytesFree(home.path)
         var queue: UploadQueue?
         var conflicts = [(root: String, ConflictRecord)]()
-        if FileManager.default.fileExists(atPath: home.indexPath), let index = try? ItemIndex(path: home.indexPath) {
+        if FileManager.default.fileExists(atPath: home.indexPath), let index = try? ItemIndex(readingOnly: home.indexPath) {
             s.items = ((try? index.counts()) ?? [:]).values.reduce(0, +)
             queue = index.uploads
             s.totals = (try? index.uploads.counts()) ?? [:]

@@ -22,7 +22,9 @@ struct Sync: ParsableCommand {
         try guarded {
             let home = drive.driveHome
             _ = try home.loadConfig()
-            let index = try ItemIndex(path: home.indexPath)
+            // Only read: a running daemon (perhaps of another version) owns the schema.
+            let index = FileManager.default.fileExists(atPath: home.indexPath)
+                ? try ItemIndex(readingOnly: home.indexPath) : try ItemIndex(path: home.indexPath)
             let queue = index.uploads
             let start = Date()
             let tty = isatty(2) != 0

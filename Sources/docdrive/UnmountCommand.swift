@@ -58,7 +58,7 @@ struct Unmount: ParsableCommand {
                 }
                 usleep(20_000)
             }
-            let left = (try? ItemIndex(path: home.indexPath).uploads.counts()).map { ($0[.pending] ?? 0) + ($0[.failed] ?? 0) } ?? 0
+            let left = (try? ItemIndex(readingOnly: home.indexPath).uploads.counts()).map { ($0[.pending] ?? 0) + ($0[.failed] ?? 0) } ?? 0
             print("Unmounted \(path)." + (left == 0 ? "" : " \(left) file\(left == 1 ? " is" : "s are") still to upload; that goes on at the next mount."))
         }
     }

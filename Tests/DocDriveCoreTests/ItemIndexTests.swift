@@ -1,6 +1,7 @@
 // ItemIndexTests: stable ids through creation, renames, removal and reopening.
 import DocDriveCore
 import Foundation
+import GRDB
 import Synchronization
 import XCTest
 
@@ -226,5 +227,26 @@ final class ItemIndexTests: XCTestCase {
             XCTAssertEqual(bytes[14], UInt8(ascii: "4"), id)
             XCTAssertTrue("89ab".utf8.contains(bytes[19]), id)
         }
+    }
+}
+
+final class ReadOnlyIndexTests: XCTestCase {
+    func testAReadingOnlyIndexNeitherMigratesNorWrites() throws {
+        let dir = NSTemporaryDirectory() + "dd-ro-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/i.sqlite"
+        // An index of an older schema: one migration of the daemon's missing.
+        do {
+            let full = try ItemIndex(path: path)
+            try full.uploads.enqueue(root: "store:w", path: "a", due: 0, now: 0)
+        }
+        let db = try DatabaseQueue(path: path)
+        try db.write { try $0.execute(sql: "DELETE FROM grdb_migrations WHERE identifier = (SELECT MAX(identifier) FROM grdb_migrations)") }
+        let before = try db.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM grdb_migrations") }
+        let ro = try ItemIndex(readingOnly: path)
+        XCTAssertEqual(try ro.uploads.counts(), [.pending: 1], "it reads")
+        XCTAssertThrowsError(try ro.uploads.enqueue(root: "store:w", path: "b", due: 0, now: 0), "it does not write")
+        XCTAssertEqual(try db.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM grdb_migrations") }, before, "it did not migrate")
     }
 }

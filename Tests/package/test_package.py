@@ -41,7 +41,7 @@ HOME, DRIVE = "/root", "/root/drive"    # inside the root
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": HOME, "LANG": "C.UTF-8",
        "DEBIAN_FRONTEND": "noninteractive", "DOCDRIVE_HOME": DRIVE}
 
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = pytest.mark.timeout(840)
 
 
 def cannot(why: str):

@@ -71,10 +71,13 @@ install_weed() {
 
 # build_release: builds docdrive in release mode, prints the binary's path: the `docdrive`
 # command, which runs `docdrive-full` from its own folder for everything but plain queries.
+# DOCDRIVE_SCRATCH: the build folder (default .build).
 build_release() {
-    (cd "$DOCDRIVE_REPO" && swift build -c release >&2) || { say "docdrive: the release build failed."; return 1; }
-    [ -x "$DOCDRIVE_REPO/.build/release/docdrive-full" ] || { say "docdrive: the build made no docdrive-full."; return 1; }
-    echo "$DOCDRIVE_REPO/.build/release/docdrive"
+    local scratch=${DOCDRIVE_SCRATCH:-.build}
+    case $scratch in /*) ;; *) scratch=$DOCDRIVE_REPO/$scratch ;; esac
+    (cd "$DOCDRIVE_REPO" && swift build -c release --scratch-path "$scratch" >&2) || { say "docdrive: the release build failed."; return 1; }
+    [ -x "$scratch/release/docdrive-full" ] || { say "docdrive: the build made no docdrive-full."; return 1; }
+    echo "$scratch/release/docdrive"
 }
 
 # install_command BIN: puts `docdrive` where mount(8), fstab lines and systemd units find it

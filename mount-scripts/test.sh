@@ -26,6 +26,8 @@ if [ "$quick" = 0 ]; then
     # The file manager test (test_desktop.py): Nautilus and its python bindings under Xvfb, with a
     # session bus, and ImageMagick's `import` for the screenshot.
     APT_NO_RECOMMENDS=1 apt_install nautilus python3-nautilus xvfb dbus imagemagick
+    # The package test (Tests/package): debootstrap makes its Debian 12 root without Swift.
+    apt_install debootstrap
 fi
 python3 -c 'import pytest, pytest_timeout' 2>/dev/null \
     || python3 -m pip install -q pytest pytest-timeout 2>&1 | tail -n 2 \
@@ -100,6 +102,14 @@ DOCDRIVE_BIN="$bin" timeout --kill-after=30 900 python3 -m pytest -q -p no:cache
 s3=$?
 [ "$s3" -eq 5 ] && s3=0  # every S3 test deselected by the extra arguments
 [ "$s3" -ne 0 ] && mounted=$s3
+
+# The test makes the package with package.sh (from the build above) and installs it into a
+# cached debootstrap root (/var/cache/docdrive-test), fetching its dependencies from Debian.
+say "== the Debian package (package.sh; apt install, mount, apt remove in a root without Swift) =="
+timeout --kill-after=30 900 python3 -m pytest -q -p no:cacheprovider Tests/package "$@"
+p=$?
+[ "$p" -eq 5 ] && p=0  # deselected by the extra arguments
+[ "$p" -ne 0 ] && mounted=$p
 [ -n "$uring_before" ] && as_root sh -c "echo $uring_before > $URING_PARAM"
 set -e
 

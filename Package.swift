@@ -83,3 +83,23 @@ let package = Package(
         ),
     ]
 )
+
+// The fuzzers (Fuzz/, mount-scripts/fuzz.sh): only when DOCDRIVE_FUZZ=1, so that `swift build` and
+// `swift test` neither build them nor need libFuzzer. The parsers' modules are instrumented for
+// libFuzzer (and AddressSanitizer: DOCDRIVE_FUZZ_SANITIZE) and built for testing (the targets use
+// `@testable import`); the dependencies are built as for the release, which fuzz.sh can share
+// with the release build (FUZZ_SCRATCH). libFuzzer gives the program its main.
+if Context.environment["DOCDRIVE_FUZZ"] == "1" {
+    let sanitize = "-sanitize=" + (Context.environment["DOCDRIVE_FUZZ_SANITIZE"] ?? "fuzzer,address")
+    for t in package.targets where t.name == "DocDriveCore" || t.name == "DocDriveWire" {
+        t.swiftSettings = (t.swiftSettings ?? []) + [.unsafeFlags([sanitize, "-enable-testing"])]
+    }
+    package.targets.append(.executableTarget(
+        name: "DocDriveFuzz",
+        dependencies: ["DocDriveCore", "DocDriveWire", .product(name: "Crypto", package: "swift-crypto")],
+        path: "Fuzz/Sources/DocDriveFuzz",
+        swiftSettings: [.unsafeFlags(["-parse-as-library", sanitize])],
+        linkerSettings: [.unsafeFlags([sanitize])]
+    ))
+    package.products.append(.executable(name: "docdrive-fuzz", targets: ["DocDriveFuzz"]))
+}

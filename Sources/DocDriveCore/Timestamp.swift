@@ -11,11 +11,9 @@ public enum Timestamp {
 
     /// `seconds` and `nanoseconds` (any values, as they came) in nanoseconds since 1970, clamped.
     public static func nanoseconds(seconds: Int64, nanoseconds: Int64) -> Int64 {
-        let (whole, overflow) = seconds.multipliedReportingOverflow(by: perSecond)
-        guard !overflow else { return seconds < 0 ? .min : .max }
-        let (sum, over) = whole.addingReportingOverflow(nanoseconds)
-        guard !over else { return nanoseconds < 0 ? .min : .max }
-        return sum
+        // In 128 bits, which hold any such sum: the seconds alone may overflow where the sum
+        // does not (the first second an Int64 holds, -9223372037 s, with its fraction).
+        Int64(clamping: Int128(seconds) * Int128(perSecond) + Int128(nanoseconds))
     }
 
     /// A `timespec` (a stat's time) in nanoseconds since 1970, clamped.

@@ -22,6 +22,19 @@ final class TimestampTests: XCTestCase {
         XCTAssertEqual(Timestamp.nanoseconds(timespec(tv_sec: -2_147_483_648, tv_nsec: 0)), -2_147_483_648_000_000_000)
     }
 
+    func testTheFirstSecondThatFitsKeepsItsFraction() {
+        // -9223372037 s do not fit in an Int64 of nanoseconds, but with 0.415224192 s more they
+        // do (the fuzzer's input: {"mtimeNanoseconds":-9223372036584775808}); they were clamped
+        // to the first nanosecond, so such a time did not come back from its timespec.
+        XCTAssertEqual(Timestamp.nanoseconds(seconds: -9_223_372_037, nanoseconds: 415_224_192), -9_223_372_036_584_775_808)
+        XCTAssertEqual(Timestamp.nanoseconds(seconds: -9_223_372_037, nanoseconds: 145_224_192), .min)
+        XCTAssertEqual(Timestamp.nanoseconds(seconds: -9_223_372_037, nanoseconds: 145_224_191), .min)
+        XCTAssertEqual(Timestamp.nanoseconds(seconds: 9_223_372_037, nanoseconds: -145_224_193), .max)
+        for ns: Int64 in [.min + 1, -9_223_372_036_584_775_808, .min + 854_775_807, .min + 854_775_808] {
+            XCTAssertEqual(Timestamp.nanoseconds(Timestamp.timespec(ns)), ns, "\(ns) goes back and forth")
+        }
+    }
+
     func testNanosecondsGoBackToATimespecWithItsNanosecondsInRange() {
         for ns: Int64 in [0, 1, -1, 1_700_000_000_123_456_789, -500_000_000, -1_500_000_001, .max, .min] {
             let t = Timestamp.timespec(ns)

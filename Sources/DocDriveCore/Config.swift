@@ -465,6 +465,8 @@ private struct NodeReader {
 
     func optionalInt(_ m: [String: Node], _ key: String) throws(DriveError) -> Int? {
         guard let node = m[key] else { return nil }
+        // Yams reads "1:30" as a number in base 60 and traps when it overflows: refused first.
+        if case .scalar(let s) = node, s.string.contains(":") { throw error(node, "\"\(key)\" must be a whole number") }
         guard let i = node.int else { throw error(node, "\"\(key)\" must be a whole number") }
         return i
     }

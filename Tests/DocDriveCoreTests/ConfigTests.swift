@@ -144,6 +144,21 @@ final class ConfigTests: XCTestCase {
         }
     }
 
+    func testABaseSixtyNumberIsRefusedNotATrap() {
+        // YAML 1.1 reads "1:30" as 90; Yams traps when such a number overflows an Int, so a
+        // config with one killed `docdrive` and the daemon (the fuzzer's input, Fuzz/corpus/config).
+        for value in ["1:0:0:0:0:0:0:0:0:0:0:0", "9223372036854775807:0", "1:30"] {
+            for key in ["workers", "parallel-parts"] {
+                let text = key == "workers"
+                    ? "stores:\n  - name: a\n    \(key): \(value)\n    remote: {type: folder, path: /a}\n"
+                    : "stores:\n  - name: a\n    remote: {type: s3, endpoint: \"http://127.0.0.1:8333\", bucket: docs, \(key): \(value)}\n"
+                XCTAssertThrowsError(try DriveConfig.parse(text, file: "c.yaml"), "\(key): \(value)") { e in
+                    XCTAssertTrue((e as! DriveError).message.contains("must be a whole number"), (e as! DriveError).message)
+                }
+            }
+        }
+    }
+
     func testContentSettingsAreReadAndWrittenBack() throws {
         let text = """
         stores:

@@ -111,6 +111,18 @@ p=$?
 [ "$p" -eq 5 ] && p=0  # deselected by the extra arguments
 [ "$p" -ne 0 ] && mounted=$p
 [ -n "$uring_before" ] && as_root sh -c "echo $uring_before > $URING_PARAM"
+
+# The fuzzers (mount-scripts/fuzz.sh): every target over its corpus (which holds the inputs of
+# the crashes fixed so far) and 2 s of new inputs each. Built in .build, after every other tier:
+# the dependencies of the release build are reused, only DocDriveCore is compiled again
+# (instrumented), and the next release build compiles it again as it was. Skipped with extra
+# arguments (a part of the suite was asked for).
+if [ $# -eq 0 ]; then
+    say "== fuzzers (a short run of every target over its corpus) =="
+    FUZZ_SCRATCH=${FUZZ_SCRATCH:-.build} mount-scripts/fuzz.sh all --time "${DOCDRIVE_FUZZ_SECONDS:-2}"
+    fuzz=$?
+    [ "$fuzz" -ne 0 ] && mounted=$fuzz
+fi
 set -e
 
 check_nothing_left

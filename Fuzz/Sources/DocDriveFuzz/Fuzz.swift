@@ -69,6 +69,7 @@ let scratch: String = {
     let base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"
     var t = Array("\(base)/docdrive-fuzz-XXXXXX".utf8CString)
     guard let p = mkdtemp(&t) else { fatalError("mkdtemp") }
+    atexit { try? FileManager.default.removeItem(atPath: scratch) }
     return String(cString: p)
 }()
 

@@ -125,10 +125,7 @@ enum Beneath {
     /// the kernel lets us (the owner, or root), without touching its atime: an upload or a compare
     /// is not a use of the file (mutt, tmpwatch and "recently used" lists read atimes).
     static func openForReading(_ dfd: Int32, _ name: ArraySlice<UInt8>) -> Int32 {
-        let flags = O_RDONLY | dd_O_NOFOLLOW | dd_O_CLOEXEC
-        let fd = withCName(name) { openat(dfd, $0, flags | dd_O_NOATIME) }
-        if fd < 0 && errno == EPERM { return withCName(name) { openat(dfd, $0, flags) } }
-        return fd
+        withCName(name) { Sys.openQuietly(dfd, $0, O_RDONLY | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
     }
 
     /// Calls `body` with `name` as a NUL-terminated C string (names hold no NUL: checked before).

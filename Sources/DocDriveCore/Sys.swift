@@ -71,6 +71,13 @@ enum Sys {
         openQuietly(AT_FDCWD, path, flags)
     }
 
+    /// The same for a reopen of the O_PATH descriptor `pathfd` (dd_reopen).
+    static func reopenQuietly(_ pathfd: Int32, _ flags: Int32) -> Int32 {
+        let fd = dd_reopen(pathfd, flags | dd_O_NOATIME)
+        if fd < 0 && errno == EPERM { return dd_reopen(pathfd, flags) }
+        return fd
+    }
+
     /// A coarse monotonic clock in nanoseconds (a few milliseconds' resolution, no system call
     /// on Linux): for ages of entries in memory.
     static func monotonicNanoseconds() -> Int64 {

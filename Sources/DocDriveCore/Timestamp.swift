@@ -1,3 +1,4 @@
+// Timestamp: a file's time from outside converted to and from the drive's own form without trapping.
 import Glibc
 
 /// Times as the drive keeps and sends them: nanoseconds since 1970 in an `Int64`, which holds

@@ -40,9 +40,9 @@ public final class FuseSession: Sendable {
     /// the drive honours them (FileSystemOptions.accessTimes). A daemon that is not root cannot:
     /// the table then shows relatime (or noatime), and the drive still does what was asked.
     private func applyAccessTimes() {
+        // noatime alone libfuse sets itself.
+        guard mountOptions.split(separator: ",").contains(where: { AccessTimes.optionNames.contains(String($0)) && $0 != "noatime" }) else { return }
         let t = context.fs.options.accessTimes
-        let asked = mountOptions.split(separator: ",").contains { AccessTimes.optionNames.contains(String($0)) && $0 != "noatime" }
-        guard asked || t.foldersKept && !t.filesKept else { return }
         if dd_set_mount_atime(mountpoint, t.filesKept ? 1 : 0, t.strict ? 1 : 0, t.foldersKept && !t.filesKept ? 1 : 0) != 0 {
             logger.warning("the mount table cannot show the access-time options (\(String(cString: strerror(errno)))); the drive does what they say")
         }

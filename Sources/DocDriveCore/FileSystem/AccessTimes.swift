@@ -2,7 +2,6 @@
 // nodiratime, relatime, strictatime). FUSE leaves atime to the daemon: what a stat shows is the
 // backing file's atime, which the backing file system moves on the daemon's reads and on reads
 // passed through to it, as its own mount says.
-import CDocDriveSys
 import Glibc
 
 public struct AccessTimes: Sendable, Equatable {
@@ -46,7 +45,4 @@ public struct AccessTimes: Sendable, Equatable {
         guard let mode else { return nil }
         return "The mount option strictatime needs the drive home on a file system mounted with strictatime, and \(home) is on one mounted \(mode): the drive shows its backing files' access times."
     }
-
-    /// The flags of a backing open for reading or writing a file.
-    func fileFlags(_ flags: Int32) -> Int32 { filesKept ? flags | dd_O_NOATIME : flags }
 }

@@ -119,9 +119,7 @@ extension DriveFileSystem {
             guard let dir = Glibc.opendir("/proc/self/fd/\(nfd)") else { throw Sys.lastErrno }
             return dir
         }
-        var fd = dd_reopen(nfd, O_RDONLY | O_DIRECTORY | dd_O_NOATIME)
-        if fd < 0, errno == EPERM { fd = dd_reopen(nfd, O_RDONLY | O_DIRECTORY) }
-        guard fd >= 0 else { throw Sys.lastErrno }
+        let fd = try Sys.check { Sys.reopenQuietly(nfd, O_RDONLY | O_DIRECTORY) }
         guard let dir = fdopendir(fd) else {
             let e = Sys.lastErrno
             Sys.close(fd)

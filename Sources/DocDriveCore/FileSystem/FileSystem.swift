@@ -855,16 +855,6 @@ public final class DriveFileSystem: Sendable {
         return (f, direct)
     }
 
-    /// Opens the backing file `nfd` with `flags`, with O_NOATIME when the mount keeps access
-    /// times (noatime), unless the daemon may not (O_NOATIME is the owner's or CAP_FOWNER's).
-    private func reopenKeepingAtime(_ nfd: Int32, _ flags: Int32) throws(Errno) -> Int32 {
-        let f = options.accessTimes.fileFlags(flags)
-        let fd = dd_reopen(nfd, f)
-        if fd < 0, errno == EPERM, f != flags { return try Sys.check { dd_reopen(nfd, flags) } }
-        guard fd >= 0 else { throw Sys.lastErrno }
-        return fd
-    }
-
     /// `caller`: who opens (a truncating open by anyone but root drops setuid/setgid, as the
     /// kernel does for a native open(O_TRUNC); with atomic O_TRUNC it leaves that to us).
     public func open(_ id: UInt64, flags: Int32, caller: Caller? = nil) throws(Errno) -> OpenFile {
@@ -889,7 +879,8 @@ public final class DriveFileSystem: Sendable {
         let (f, direct) = backingOpenFlags(flags)
         let (nfd, contentRoot) = try acquireContent(n)
         defer { n.release() }
-        let fd = try reopenKeepingAtime(nfd, f)
+        // noatime: a read moves no access time (Sys.reopenQuietly).
+        let fd = try Sys.check { options.accessTimes.filesKept ? Sys.reopenQuietly(nfd, f) : dd_reopen(nfd, f) }
         // Only a store's file can be a placeholder: an app's files cost no extra system call.
         let mark = n.fileType == S_IFREG && (contentRoot ?? n.root)?.key.hasPrefix("store:") == true ? Placeholder.mark(openFD: fd) : nil
         // Filled in this boot, its content not known to be on the disk yet: made durable before

@@ -16,7 +16,7 @@ import Glibc
 public final class StatusServer: Sendable {
     /// The folder of the sockets: `$XDG_RUNTIME_DIR/docdrive`, else `/run/user/UID/docdrive`
     /// when that runtime folder exists; nil without either (no status socket then).
-    public static func folder(_ env: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+    public static func folder(_ env: [String: String] = Tunables.processEnvironment) -> String? {
         if let x = env["XDG_RUNTIME_DIR"], x.hasPrefix("/") { return x + "/docdrive" }
         let run = "/run/user/\(geteuid())"
         var st = stat()

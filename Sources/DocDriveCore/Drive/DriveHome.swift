@@ -20,7 +20,7 @@ public struct DriveHome: Sendable {
     }
 
     /// `$DOCDRIVE_HOME`, or `$XDG_DATA_HOME/docdrive`, or `~/.local/share/docdrive`.
-    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) -> DriveHome {
+    public static func fromEnvironment(_ env: [String: String] = Tunables.processEnvironment) -> DriveHome {
         if let h = env["DOCDRIVE_HOME"], !h.isEmpty { return DriveHome(path: absolute(h)) }
         if let x = env["XDG_DATA_HOME"], !x.isEmpty { return DriveHome(path: absolute(x) + "/docdrive") }
         let home = env["HOME"] ?? NSHomeDirectory()

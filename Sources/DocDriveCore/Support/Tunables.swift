@@ -29,6 +29,8 @@ public struct Tunables: Sendable {
         cacheHome = env["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? env["HOME"].map { $0 + "/.cache" }
     }
 
-    /// The process's, read from its environment at first use.
-    public static let process = Tunables(environment: ProcessInfo.processInfo.environment)
+    /// The process's environment, read once at first use: the one read of it in DocDriveCore.
+    public static let processEnvironment = ProcessInfo.processInfo.environment
+    /// The process's settings.
+    public static let process = Tunables(environment: processEnvironment)
 }

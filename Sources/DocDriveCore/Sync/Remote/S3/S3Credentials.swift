@@ -15,7 +15,7 @@ extension SigV4.Credentials {
     ///  3. `~/.aws/credentials` (or `AWS_SHARED_CREDENTIALS_FILE`), section `AWS_PROFILE` or
     ///     `default`.
     /// Errors name the file and the variable, never a key.
-    public static func load(credentialsFile: String?, environment: [String: String] = ProcessInfo.processInfo.environment,
+    public static func load(credentialsFile: String?, environment: [String: String] = Tunables.processEnvironment,
                             home: String = NSHomeDirectory()) throws(DriveError) -> SigV4.Credentials {
         let profile = environment["AWS_PROFILE"].flatMap { $0.isEmpty ? nil : $0 } ?? "default"
         if let file = credentialsFile {

@@ -58,6 +58,7 @@ struct Daemon {
         let index = try ItemIndex(path: home.indexPath)
         index.startWriter()
         let uploader = Uploader(home: home, config: config, index: index, logger: logger,
+                                localFiles: DriveFileSystem.openFiles, changes: RemoteChanges(),
                                 indexWriteError: { [index] in index.writeError })
         var fsOptions = FileSystemOptions()
         fsOptions.accessTimes = AccessTimes(mountOptions: options.split(separator: ",").map(String.init))

@@ -1,4 +1,5 @@
-// FileSystem+Changes: what the file system tells the uploader: which store paths changed.
+// FileSystem+Changes: what the file system tells the uploader (which store paths changed), and
+// what it does with the sync engine's changes (RemoteChanges).
 import CDocDriveSys
 import Foundation
 import Synchronization
@@ -190,12 +191,33 @@ extension DriveFileSystem {
         }, publish: { item, png in uploader?.publishPicture(root: key, item: item, png) })
     }
 
-    /// A document of another device arrived in a store (`StoreSync` tells): its picture comes
-    /// from the store's remote, off the request threads.
+    /// A document of another device arrived in a store: its picture comes from the store's
+    /// remote, off the request threads.
     func pictureArrived(root key: String, _ path: StorePath, id: String, downloaded: Bool) {
         guard let rel = path.string, Thumbnailer.hasPicture(rel), let uploader,
               let root = namespace.root(key: key) else { return }
         thumbnails.arrived(backing: root.path + "/" + rel, shown: namespace.displayPath(rootKey: key, rel), item: id,
                            downloaded: downloaded) { uploader.picture(root: key, item: id) }
+    }
+}
+
+/// What the sync engine changed in the local copies (RemoteChanges), on its worker: the kernel
+/// forgets its cached entry, and a document that arrived gets its picture.
+extension DriveFileSystem: RemoteChangeSubscriber {
+    public func changed(_ change: RemoteChange) {
+        switch change {
+        case let .entry(folder, name):
+            // Before the mount there is no kernel cache to drop (a store just joined makes its
+            // placeholders then, one change each).
+            guard kernelInvalidation != nil else { return }
+            let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { return }
+            defer { close(fd) }
+            // Never waited for on the sync's worker: a request may hold the folder while it
+            // waits for that worker (a placeholder's open, for its download).
+            invalidateLater(folder: fd, name: name)
+        case let .arrived(root, path, id, downloaded):
+            pictureArrived(root: root, path, id: id, downloaded: downloaded)
+        }
     }
 }

@@ -267,26 +267,9 @@ public final class DriveFileSystem: Sendable {
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))
         table.addPermanent(Inode(nodeID: Self.byAppID, kind: .byApp))
         loadGrants()
-        if let uploader {
-            var hooks = SyncHooks()
-            hooks.isOpenForWriting = { dev, ino in OpenFiles.shared.isOpenForWriting(dev: dev, ino: ino) }
-            hooks.unlessOpenForWriting = { dev, ino, body in OpenFiles.shared.unlessOpenForWriting(dev: dev, ino: ino, body) }
-            hooks.isOpen = { dev, ino in OpenFiles.shared.isOpen(dev: dev, ino: ino) }
-            hooks.hasUnsyncedWrites = { st in OpenFiles.shared.hasUnsyncedWrites(st) }
-            hooks.changedBehindMount = { [weak self] folder, name in
-                // Before the mount there is no kernel cache to drop (a store just joined makes
-                // its placeholders then, one call each).
-                guard let self, self.kernelInvalidation != nil else { return }
-                let fd = Glibc.open(folder, dd_O_PATH | O_DIRECTORY | O_CLOEXEC)
-                guard fd >= 0 else { return }
-                defer { close(fd) }
-                // Never waited for on the sync's worker: a request may hold the folder while
-                // it waits for that worker (a placeholder's open, for its download).
-                self.invalidateLater(folder: fd, name: name)
-            }
-            hooks.arrived = { [weak self] root, path, id, downloaded in self?.pictureArrived(root: root, path, id: id, downloaded: downloaded) }
-            uploader.setSyncHooks(hooks)
-        }
+        // What the sync engine changes in the local copies reaches the kernel's cache and the
+        // thumbnails (RemoteChanges).
+        uploader?.changes.subscribe(self)
     }
 
     /// Closes every backing descriptor (after unmount).

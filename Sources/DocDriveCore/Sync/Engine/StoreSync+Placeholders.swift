@@ -106,7 +106,7 @@ extension StoreSync {
                 }
             }
             told(r.path)
-            if r.kind == .file, !pending.contains(r.path) { hooks().arrived(key, r.path, id, false) }
+            if r.kind == .file, !pending.contains(r.path) { changes.publish(.arrived(root: key, path: r.path, id: id, downloaded: false)) }
             placed.insert(r.path)
             if rows.count >= 2000, !flush() { return placed }
         }
@@ -264,7 +264,7 @@ extension StoreSync {
                                       kind: r.kind == .folder ? .directory : .file, id: rid))
             }
             told(path)
-            if r.kind == .file, let id { hooks().arrived(key, path, id, false) }
+            if r.kind == .file, let id { changes.publish(.arrived(root: key, path: path, id: id, downloaded: false)) }
             if rows.count >= 2000 { flush() }
         }
         flush()
@@ -582,7 +582,7 @@ extension StoreSync {
             throw DriveError(.busy, "\(path) has changes that are not uploaded yet; it stays on this device.")
         }
         guard !isPinned(path) else { throw DriveError(.busy, "\(path) is pinned (kept on this device); unpin it first.") }
-        guard !hooks().isOpen(UInt64(l.st.st_dev), UInt64(l.st.st_ino)) else {
+        guard !localFiles.isOpen(dev: UInt64(l.st.st_dev), ino: UInt64(l.st.st_ino)) else {
             throw DriveError(.busy, "\(path) is open; it stays on this device until it is closed.")
         }
         let fd = try openLocalFile(path)

@@ -11,42 +11,6 @@ import Synchronization
 import Glibc
 #endif
 
-/// What the rest of the drive tells the sync engine, and what it hears back.
-public struct SyncHooks: Sendable {
-    /// Whether a process has the backing file (dev, ino) open for writing through the mount.
-    public var isOpenForWriting: @Sendable (UInt64, UInt64) -> Bool = { _, _ in false }
-    /// Runs the body (a rename over, or an unlink of, the backing file (dev, ino)) only if no
-    /// process has that file open for writing through the mount, checked and done under the
-    /// lock an open takes to count itself: false, without running it, if one has.
-    public var unlessOpenForWriting: @Sendable (UInt64, UInt64, () -> Void) -> Bool = { _, _, body in body(); return true }
-    /// Whether a process has the backing file (dev, ino) open through the mount at all.
-    public var isOpen: @Sendable (UInt64, UInt64) -> Bool = { _, _ in false }
-    /// Whether a process has the backing file open for writing through the mount and wrote it
-    /// since its last fsync (`stat`: the file as the upload sees it): such a file may be half
-    /// written. A file fsynced at this version is a version its writer chose to keep.
-    public var hasUnsyncedWrites: @Sendable (stat) -> Bool = { _ in false }
-    /// The sync engine changed `name` in the backing folder `folder` (a path): the kernel's
-    /// cached entry and attributes must go.
-    public var changedBehindMount: @Sendable (String, String) -> Void = { _, _ in }
-    /// A worker is about to decide the store path (as text), its lock held: the drive does
-    /// nothing here; a test does what another device does at that moment.
-    public var willDecide: @Sendable (String) -> Void = { _ in }
-    /// An upload of the store path (as text) is on the remote and its base not written yet: the
-    /// drive does nothing here; a test stops the device at this moment (by throwing).
-    public var uploaded: @Sendable (String) throws(DriveError) -> Void = { _ in }
-    /// A worker is about to make the store paths (as text) it uploaded durable on the remote,
-    /// then record them (`StoreSync.commit`): the drive does nothing here; a test looks at the
-    /// bases and the remote at this moment, or takes a folder away.
-    public var willCommitUploads: @Sendable ([String]) -> Void = { _ in }
-    /// A file of another device arrived in the store `root` at `path` as the item `id`: as a
-    /// placeholder, or `downloaded` (its picture comes from the remote, RemotePictures).
-    public var arrived: @Sendable (_ root: String, _ path: StorePath, _ id: String, _ downloaded: Bool) -> Void = { _, _, _, _ in }
-    /// The uploader took noted paths for a commit and is about to write them into the queue:
-    /// the drive does nothing here; a test holds the committing thread at this moment.
-    public var willQueueNoted: @Sendable () -> Void = {}
-    public init() {}
-}
-
 /// A store's item in its local copy.
 struct LocalItem {
     var path: StorePath
@@ -126,7 +90,12 @@ final class StoreSync: Sendable {
     let queue: UploadQueue
     let coordinator: Coordinator
     let logger: Logger
-    let hooks: @Sendable () -> SyncHooks
+    /// Which local files are open through the mount.
+    let localFiles: any LocalFiles
+    /// Where the changes made here for the remote are published.
+    let changes: RemoteChanges
+    /// A test's moments (nil in a drive).
+    let probe: SyncProbe?
     let limit: BandwidthLimit?
     /// Whether listed files come down as placeholders (on-demand) or with their content.
     let content: StoreConfig.ContentMode
@@ -203,7 +172,7 @@ final class StoreSync: Sendable {
     init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
          index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
          content: StoreConfig.ContentMode = .allLocal, cacheLimit: Int64? = nil,
-         hooks: @escaping @Sendable () -> SyncHooks,
+         localFiles: any LocalFiles, changes: RemoteChanges, probe: SyncProbe? = nil,
          progress: @escaping @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void,
          statusMarks: StatusMarks = StatusMarks()) {
         self.key = key
@@ -219,7 +188,9 @@ final class StoreSync: Sendable {
         self.limit = limit
         self.content = content
         self.cacheLimit = cacheLimit
-        self.hooks = hooks
+        self.localFiles = localFiles
+        self.changes = changes
+        self.probe = probe
         self.progress = progress
         self.progressDone = progressDone
         self.statusMarks = statusMarks
@@ -297,7 +268,7 @@ final class StoreSync: Sendable {
 
     func isBusyLocally(_ item: LocalItem?) -> Bool {
         guard let item, item.kind == .file else { return false }
-        return hooks().isOpenForWriting(UInt64(item.st.st_dev), UInt64(item.st.st_ino))
+        return localFiles.isOpenForWriting(dev: UInt64(item.st.st_dev), ino: UInt64(item.st.st_ino))
     }
 
     /// Runs `change`, which renames over or unlinks the local file `st` (as it is now), unless a
@@ -308,7 +279,7 @@ final class StoreSync: Sendable {
     /// and answers ESTALE, and the kernel looks the name up again (FileSystem's open).
     func unlessOpenForWriting(_ st: stat?, _ change: () -> Void) -> Bool {
         guard let st, st.st_mode & S_IFMT == S_IFREG else { change(); return true }
-        return hooks().unlessOpenForWriting(UInt64(st.st_dev), UInt64(st.st_ino), change)
+        return localFiles.unlessOpenForWriting(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino), change)
     }
 
     private func folderPath(_ path: StorePath) -> String {
@@ -318,7 +289,7 @@ final class StoreSync: Sendable {
     /// A path the sync engine changed behind the mount: the kernel forgets what it knew of it,
     /// and a file manager listening on the status socket is told its new state.
     func told(_ path: StorePath) {
-        hooks().changedBehindMount(folderPath(path), String(decoding: path.lastName, as: UTF8.self))
+        changes.publish(.entry(folder: folderPath(path), name: String(decoding: path.lastName, as: UTF8.self)))
         statusMarks.mark(root: key, path: path)
     }
 
@@ -434,7 +405,7 @@ final class StoreSync: Sendable {
         // (An upload left to the batch put the path last in its `locked`; no other path of a
         // batch can be this one, which tryLock would have refused.)
         defer { if batch?.locked.last != path { unlock([path]) } }
-        hooks().willDecide(path.description)
+        probe?.willDecide(path.description)
         var attempt = 0
         while true {
             do {
@@ -886,7 +857,7 @@ final class StoreSync: Sendable {
         case .file:
             // A file open for writing may be half written (truncated, not yet filled): it goes up
             // once closed (its close queues it), never as a version no process closed.
-            if hooks().hasUnsyncedWrites(l.st) { throw DriveError(.lockedForWriting, "\(l.path) is open for writing") }
+            if localFiles.hasUnsyncedWrites(l.st) { throw DriveError(.lockedForWriting, "\(l.path) is open for writing") }
             let cachefd = try openCache()
             defer { close(cachefd) }
             guard case .success(let dir) = Beneath.openFolder(cachefd, l.path.folder.names) else {
@@ -930,7 +901,7 @@ final class StoreSync: Sendable {
                 throw DriveError(.io, "\(error)")
             }
             progressDone(l.path)
-            try hooks().uploaded(l.path.description)
+            try probe?.uploaded(l.path.description)
             // Changed while it went up (a remote that streams without checking, S3): the remote
             // holds what was read; this device has seen that version and sends the file again.
             var after = stat()
@@ -985,7 +956,7 @@ final class StoreSync: Sendable {
     /// (`batch.failures`), and its next sync finds its upload on the remote (`ownUnrecordedUpload`).
     func commit(_ batch: UploadBatch) {
         guard !batch.locked.isEmpty else { return }
-        hooks().willCommitUploads(batch.locked.map(\.description))
+        probe?.willCommitUploads(batch.locked.map(\.description))
         do throws(DriveError) {
             try remote.makeDurable(batch.folders)
             try bases.putAll(root: key, batch.bases)
@@ -1225,7 +1196,7 @@ final class StoreSync: Sendable {
         let id = r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now))
         try bases.put(root: key, BaseRow(path: r.path, id: id, kind: kind, localToken: placedToken ?? FolderRemote.version(now), remoteToken: r.version,
                                          parent: r.meta.parent))
-        if kind == .file, let id { hooks().arrived(key, r.path, id, !asPlaceholder) }
+        if kind == .file, let id { changes.publish(.arrived(root: key, path: r.path, id: id, downloaded: !asPlaceholder)) }
     }
 
     /// Both sides changed: the local copy stays (it is uploaded over the remote version next,

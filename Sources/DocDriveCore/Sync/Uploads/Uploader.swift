@@ -127,8 +127,12 @@ public final class Uploader: Sendable {
     let downloads = Downloads()
     /// Filled placeholders keep showing their ctime (FilledTimes.swift).
     public let filledTimes = FilledTimes()
-    /// What the file system tells the sync engine (set once the file system exists). Lock: leaf.
-    private let hooks = Mutex(SyncHooks())
+    /// Which local files are open through the mount (the sync engine asks before it changes one).
+    private let localFiles: any LocalFiles
+    /// Where the sync engine publishes what it changed in the local copies.
+    public let changes: RemoteChanges
+    /// A test's moments (nil in a drive).
+    private let probe: SyncProbe?
     private let index: ItemIndex
     private let device: DeviceIdentity
     /// The last activity written to run/uploads.json (only the committer thread writes it).
@@ -138,8 +142,12 @@ public final class Uploader: Sendable {
     public let statusMarks = StatusMarks()
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, logger: Logger,
+                localFiles: any LocalFiles, changes: RemoteChanges, probe: SyncProbe? = nil,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
         self.home = home
+        self.localFiles = localFiles
+        self.changes = changes
+        self.probe = probe
         self.index = index
         let queue = index.uploads
         self.device = (try? home.device()) ?? DeviceIdentity.make()
@@ -179,7 +187,7 @@ public final class Uploader: Sendable {
         let sync = StoreSync(key: config.rootKey, name: config.name, cache: home.cachePath(config.name),
                              downloads: home.storePath(config.name) + "/downloads", remote: remote, device: device,
                              index: index, coordinator: coordinator, logger: logger, limit: limit, content: config.content, cacheLimit: config.cacheLimit,
-                             hooks: { [unowned self] in hooks.withLock { $0 } },
+                             localFiles: localFiles, changes: changes, probe: probe,
                              progress: { [unowned self] path, done, total, direction in
                                  inFlight.withLock {
                                      $0[storeName + "/" + path.description] = InFlightUpload(store: storeName, path: path.description, done: done, total: total,
@@ -190,9 +198,6 @@ public final class Uploader: Sendable {
                              statusMarks: statusMarks)
         return Store(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)
     }
-
-    /// Set by the file system: how the sync engine asks about open files and tells the kernel.
-    public func setSyncHooks(_ h: SyncHooks) { hooks.withLock { $0 = h } }
 
     func store(_ rootKey: String) -> Store? { storesHere.stores.withLock { $0[rootKey] } }
 
@@ -298,7 +303,7 @@ public final class Uploader: Sendable {
             return (n.lastBatch, b)
         }
         guard !batch.isEmpty else { return }
-        hooks.withLock { $0 }.willQueueNoted()
+        probe?.willQueueNoted()
         do {
             try queue.enqueueAll(batch)
             noted.withLock { _ = $0.writing.removeValue(forKey: number) }

@@ -81,36 +81,20 @@ final class SyncDevice: @unchecked Sendable {
         index.startWriter()
         var logger = Logger(label: "sync-\(name)")
         if ProcessInfo.processInfo.environment["DOCDRIVE_LOG_LEVEL"] == "debug" { logger.logLevel = .debug }
-        uploader = Uploader(home: home, config: config, index: index, logger: logger)
-        var hooks = SyncHooks()
-        let cache = home.cachePath("shared")
-        let holds: @Sendable (PathSet, UInt64, UInt64) -> Bool = { set, dev, ino in
-            set.paths.withLock { paths in
-                paths.contains { p in
-                    var st = stat()
-                    return lstat(cache + "/" + p, &st) == 0 && UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
-                }
-            }
-        }
-        hooks.isOpenForWriting = { [openForWriting] dev, ino in holds(openForWriting, dev, ino) }
-        hooks.unlessOpenForWriting = { [openForWriting, openedInTheWindow] dev, ino, body in
-            guard !holds(openForWriting, dev, ino), !holds(openedInTheWindow, dev, ino) else { return false }
-            body()
-            return true
-        }
-        // Open for writing here means written and not fsynced since (no test fsyncs).
-        let open = hooks.isOpenForWriting
-        hooks.hasUnsyncedWrites = { st in open(UInt64(st.st_dev), UInt64(st.st_ino)) }
-        hooks.willDecide = { [beforeDeciding] path in beforeDeciding.actions.withLock { $0.removeValue(forKey: path) }?() }
-        hooks.uploaded = { [stopAfterUpload, stoppedAfterUpload, afterUpload] path throws(DriveError) in
+        var probe = SyncProbe()
+        probe.willDecide = { [beforeDeciding] path in beforeDeciding.actions.withLock { $0.removeValue(forKey: path) }?() }
+        probe.uploaded = { [stopAfterUpload, stoppedAfterUpload, afterUpload] path throws(DriveError) in
             afterUpload.actions.withLock { $0.removeValue(forKey: path) }?()
             guard stopAfterUpload.paths.withLock({ $0.remove(path) }) != nil else { return }
             stoppedAfterUpload.paths.withLock { _ = $0.insert(path) }
             throw DriveError(.io, "the test stops the device after the upload of \(path)")
         }
-        hooks.willQueueNoted = { [beforeQueueing] in beforeQueueing.runOnce() }
-        hooks.willCommitUploads = { [beforeCommit] paths in beforeCommit.action.withLock { $0 }?(paths) }
-        uploader.setSyncHooks(hooks)
+        probe.willQueueNoted = { [beforeQueueing] in beforeQueueing.runOnce() }
+        probe.willCommitUploads = { [beforeCommit] paths in beforeCommit.action.withLock { $0 }?(paths) }
+        uploader = Uploader(home: home, config: config, index: index, logger: logger,
+                            localFiles: TestOpenFiles(cache: home.cachePath("shared"), openForWriting: openForWriting,
+                                                      openedInTheWindow: openedInTheWindow),
+                            changes: RemoteChanges(), probe: probe)
         uploader.start()
     }
 
@@ -1007,4 +991,31 @@ final class SyncEngineTests: XCTestCase {
             XCTAssertEqual(try a.id("renamed.txt"), try b.id("renamed.txt"), "\(kind): one item on both devices")
         }
     }
+}
+
+/// The files a test holds open for writing, by path in the store's local copy (`openForWriting`),
+/// and those opened between a check and a change (`openedInTheWindow`). Open for writing here
+/// means written and not fsynced since (no test fsyncs).
+struct TestOpenFiles: LocalFiles {
+    let cache: String
+    let openForWriting: PathSet
+    let openedInTheWindow: PathSet
+
+    private func holds(_ set: PathSet, _ dev: UInt64, _ ino: UInt64) -> Bool {
+        set.paths.withLock { paths in
+            paths.contains { p in
+                var st = stat()
+                return lstat(cache + "/" + p, &st) == 0 && UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
+            }
+        }
+    }
+
+    func isOpen(dev: UInt64, ino: UInt64) -> Bool { false }
+    func isOpenForWriting(dev: UInt64, ino: UInt64) -> Bool { holds(openForWriting, dev, ino) }
+    func unlessOpenForWriting(dev: UInt64, ino: UInt64, _ body: () -> Void) -> Bool {
+        guard !holds(openForWriting, dev, ino), !holds(openedInTheWindow, dev, ino) else { return false }
+        body()
+        return true
+    }
+    func hasUnsyncedWrites(_ st: stat) -> Bool { isOpenForWriting(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino)) }
 }

@@ -52,7 +52,7 @@ struct Migrate: ParsableCommand {
                 guard let a = config.apps.first(where: { $0.id == app }) else { throw DriveError(.notFound, "There is no app \(app) (see `docdrive app list`).") }
                 backing = home.documentsPath(a.id)
                 shownRoot = mounted.map { $0.mountpoint + "/.by-app/" + a.id + "/Documents" } ?? backing
-                rootKey = "app:\(a.id):Documents"
+                rootKey = RootKey.app(id: a.id, folder: "Documents").description
             } else {
                 guard let s = config.stores.first(where: { $0.name == store }) else { throw DriveError(.notFound, "There is no store \(store ?? "") (see `docdrive store list`).") }
                 backing = home.cachePath(s.name)

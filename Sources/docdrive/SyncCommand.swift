@@ -129,7 +129,7 @@ struct Sync: ParsableCommand {
             // retries can run out before its store is known offline, and which comes first is a
             // race the user must not see as two different answers.
             let failed = try queue.failures()
-            for f in failed { warn("  \(f.root.replacingOccurrences(of: "store:", with: ""))/\(f.path): \(f.error)") }
+            for f in failed { warn("  \(RootKey(f.root)?.storeName ?? f.root)/\(f.path): \(f.error)") }
             let files = "\(failed.count) file\(failed.count == 1 ? "" : "s") could not be synced (listed above); the drive retries \(failed.count == 1 ? "it" : "them") by itself."
             if !offline.isEmpty {
                 for o in offline { warn("  \(o)") }

@@ -31,12 +31,12 @@ public final class FileStatusService: Sendable {
             dirFD = dir
             guard let st = Beneath.stat(dir, path.lastName) else {
                 // A reference entry (its backing file is NAME.docdrive-ref) has its target's state.
-                if !place.root.key.hasPrefix("store:"), let target = referenceTarget(dir, path) { return status(target) }
+                if !place.root.isStore, let target = referenceTarget(dir, path) { return status(target) }
                 return (.none, false)
             }
             isFile = st.st_mode & S_IFMT == S_IFREG
         }
-        guard place.root.key.hasPrefix("store:"), let uploader = fs.uploader, uploader.uploads(place.root.key) else {
+        guard place.root.isStore, let uploader = fs.uploader, uploader.uploads(place.root.key) else {
             return (.local, false)
         }
         if path.isEmpty { return (uploader.storeState(root: place.root.key), false) }
@@ -51,7 +51,7 @@ public final class FileStatusService: Sendable {
     private func referenceTarget(_ dir: Int32, _ path: StorePath) -> String? {
         let name = String(decoding: path.lastName, as: UTF8.self) + ReservedNames.referenceSuffix
         guard let p = ReferenceLink.read(dir, name, key: fs.driveKey), let root = fs.namespace.root(key: p.rootKey),
-              root.key.hasPrefix("store:"),
+              root.isStore,
               let found = fs.locate(root: root, item: p.item, handle: Data(base64Encoded: p.handle).map { [UInt8]($0) }, hint: p.hint)
         else { return nil }
         Sys.close(found.fd)
@@ -61,7 +61,7 @@ public final class FileStatusService: Sendable {
     /// The conflicts of `rel` (the document or its copy), or of every document under it when it
     /// is a folder: the document and the copy, relative to the mount root, and the other device.
     public func conflicts(_ rel: String) -> [(document: String, copy: String, device: String)] {
-        guard let place = try? documents.place(rel), place.root.key.hasPrefix("store:"),
+        guard let place = try? documents.place(rel), place.root.isStore,
               let all = try? fs.index.bases.conflicts(root: place.root.key) else { return [] }
         let key = place.root.key
         let under = place.rel.isEmpty ? "" : place.rel + "/"

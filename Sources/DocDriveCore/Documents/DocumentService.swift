@@ -53,7 +53,7 @@ public final class DocumentService: Sendable {
     /// A path from the mount root that is in a store: the store's key and the path in it.
     public func storeItem(_ userPath: String) throws(DriveError) -> (root: String, path: StorePath) {
         let p = try place(userPath)
-        guard p.root.key.hasPrefix("store:") else {
+        guard p.root.isStore else {
             throw DriveError(.unsupported, "\(userPath) is not in a store: only a store's files have content elsewhere.")
         }
         return (p.root.key, StorePath(p.rel))
@@ -291,7 +291,7 @@ public final class DocumentService: Sendable {
     public func open(app: String, path: String, as newName: String?, into: String?, noRename: Bool) throws(DriveError) -> ReferenceAnswer {
         try requireApp(app)
         let src = try place(path)
-        guard src.rootKey.hasPrefix("store:") else {
+        guard RootKey.isStore(src.rootKey) else {
             throw DriveError(.invalidName, "Open mode is for documents kept in a store; \(path) is in an app's container (use import or move).")
         }
         var (fd, st): (Int32, stat)
@@ -310,7 +310,7 @@ public final class DocumentService: Sendable {
         let dest = Place(root: docs, rel: folder)
         let dirfd = try openFolder(docs, folder, shown: display(dest))
         defer { Sys.close(dirfd) }
-        let payload = ReferencePayload(app: app, store: String(src.rootKey.dropFirst(6)), item: id, hint: src.rel,
+        let payload = ReferencePayload(app: app, store: RootKey(src.rootKey)?.storeName ?? src.rootKey, item: id, hint: src.rel,
                                        handle: Data(DriveFileSystem.fileHandle(fd)).base64EncodedString(),
                                        created: Date().timeIntervalSince1970)
         let shownName = try writeReference(payload, into: dirfd, names: Self.candidates(name), noRename: noRename, shown: display(dest))
@@ -423,7 +423,7 @@ public final class DocumentService: Sendable {
             _ = fsync(dstDir)
             let target = Place(root: dst.root, rel: joined(dst.rel, newName))
             // 2. The reference in the document's old place; if that fails, the move is undone.
-            let payload = ReferencePayload(app: app, store: String(dst.rootKey.dropFirst(6)), item: id, hint: target.rel,
+            let payload = ReferencePayload(app: app, store: RootKey(dst.rootKey)?.storeName ?? dst.rootKey, item: id, hint: target.rel,
                                            handle: Data(DriveFileSystem.fileHandle(fd)).base64EncodedString(),
                                            created: Date().timeIntervalSince1970)
             do throws(DriveError) {

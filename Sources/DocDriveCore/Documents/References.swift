@@ -78,7 +78,7 @@ public struct ReferencePayload: Codable, Equatable, Sendable {
         self.created = created
     }
 
-    public var rootKey: String { "store:" + store }
+    public var rootKey: String { RootKey.store(store).description }
 }
 
 /// Why a reference cannot be followed (user.docdrive.status, `docdrive status`).

@@ -207,7 +207,7 @@ public struct StoreConfig: Equatable, Sendable {
     }
 
     /// The key the index and the file system know the store by.
-    public var rootKey: String { "store:" + name }
+    public var rootKey: String { RootKey.store(name).description }
 }
 
 /// Everything in config.yaml.

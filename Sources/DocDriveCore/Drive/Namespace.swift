@@ -56,7 +56,7 @@ final class Namespace: Sendable {
         for app in config.apps {
             var folders = [String: BackingRoot]()
             for f in Self.appFolderNames {
-                folders[f] = root("app:\(app.id):\(f)", home.containerPath(app.id) + "/" + f)
+                folders[f] = root(RootKey.app(id: app.id, folder: f).description, home.containerPath(app.id) + "/" + f)
             }
             apps[app.id] = folders
             if app.isPublic {
@@ -65,7 +65,7 @@ final class Namespace: Sendable {
             }
         }
         for store in config.stores {
-            top[store.displayName] = root("store:\(store.name)", home.cachePath(store.name))
+            top[store.displayName] = root(store.rootKey, home.cachePath(store.name))
             order.append(store.displayName)
         }
         return Layout(config: config, topLevel: top, topLevelOrder: order, appFolders: apps, configMTime: mtime)
@@ -109,21 +109,7 @@ final class Namespace: Sendable {
     /// Where a path inside a root shows in the mount, relative to the mount root: a store's
     /// or public app's items under its display name, anything else under `.by-app/ID/Folder`.
     func displayPath(rootKey: String, _ rel: String) -> String {
-        let l = current()
-        var top: String?
-        if rootKey.hasPrefix("store:") {
-            let name = String(rootKey.dropFirst(6))
-            top = l.config.stores.first { $0.name == name }?.displayName
-        } else {
-            let parts = rootKey.split(separator: ":", maxSplits: 2).map(String.init)
-            if parts.count == 3 {
-                if parts[2] == "Documents", let app = l.config.apps.first(where: { $0.id == parts[1] }), app.isPublic {
-                    top = app.name
-                } else {
-                    top = DriveFileSystem.byAppName + "/" + parts[1] + "/" + parts[2]
-                }
-            }
-        }
+        let top = RootKey(rootKey)?.shown(in: current().config)
         let base = top ?? rootKey
         return rel.isEmpty ? base : base + "/" + rel
     }

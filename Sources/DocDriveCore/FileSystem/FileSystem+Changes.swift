@@ -37,7 +37,7 @@ extension DriveFileSystem {
     func settleFill(_ uploader: Uploader, root: BackingRoot, fd: Int32) -> Bool {
         if uploader.settleFill(root: root.key, fd: fd) { return true }
         let reason = String(cString: strerror(errno))
-        let store = root.key.replacingOccurrences(of: "store:", with: "")
+        let store = RootKey(root.key)?.storeName ?? root.key
         let what = storePath(fd: fd, root: root).map { "\(store)/\($0)" } ?? "a file of store \(store)"
         logger.warning("\(what) was downloaded a moment ago and cannot be written to the disk (\(reason)); it cannot be opened for writing or truncated until it can (EIO)")
         return false

@@ -9,14 +9,10 @@ import Glibc
 
 extension DriveFileSystem {
     /// The app id of an app container root ("app:ID:Folder"), nil for stores.
-    static func appID(ofRootKey key: String) -> String? {
-        guard key.hasPrefix("app:") else { return nil }
-        let parts = key.split(separator: ":", maxSplits: 2)
-        return parts.count == 3 ? String(parts[1]) : nil
-    }
+    static func appID(ofRootKey key: String) -> String? { RootKey(key)?.appID }
 
     @inline(__always)
-    static func isContainer(_ root: BackingRoot?) -> Bool { root?.key.hasPrefix("app:") ?? false }
+    static func isContainer(_ root: BackingRoot?) -> Bool { root.map { RootKey.isApp($0.key) } ?? false }
 
     /// `name` was not found in a container folder: the reference entry of that name, if any.
     func lookupReference(parent: Inode, pfd: Int32, name: UnsafePointer<CChar>) throws(Errno) -> NodeEntry {

@@ -303,7 +303,7 @@ public final class BaseVersions: Sendable {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM syncConflict WHERE ? IS NULL OR root = ? ORDER BY time", arguments: [root, root]).map {
                 let r: String = $0["root"]
-                return (r, ConflictRecord(store: String(r.dropFirst("store:".count)), path: $0["path"], copy: $0["copy"],
+                return (r, ConflictRecord(store: RootKey(r)?.storeName ?? r, path: $0["path"], copy: $0["copy"],
                                           device: $0["device"], time: $0["time"]))
             }
         }

@@ -146,7 +146,7 @@ public final class QueryEngine: Sendable {
     func roots(_ c: DriveConfig) -> [Root] {
         var r = [Root]()
         for app in c.apps {
-            for f in ["Documents", "Data", "Inbox"] { r.append(Root(key: "app:\(app.id):\(f)", path: home.containerPath(app.id) + "/" + f)) }
+            for f in ["Documents", "Data", "Inbox"] { r.append(Root(key: RootKey.app(id: app.id, folder: f).description, path: home.containerPath(app.id) + "/" + f)) }
         }
         for s in c.stores { r.append(Root(key: s.rootKey, path: home.cachePath(s.name))) }
         return r
@@ -158,20 +158,7 @@ public final class QueryEngine: Sendable {
     /// items under their display names, the rest under `.by-app/ID/Folder`.
     public func displayPath(_ k: QueryKey) -> String {
         let c = currentConfig
-        var top = k.root
-        if k.root.hasPrefix("store:") {
-            let name = String(k.root.dropFirst(6))
-            top = c.stores.first { $0.name == name }?.displayName ?? k.root
-        } else {
-            let parts = k.root.split(separator: ":", maxSplits: 2).map(String.init)
-            if parts.count == 3 {
-                if parts[2] == "Documents", let app = c.apps.first(where: { $0.id == parts[1] }), app.isPublic {
-                    top = app.name
-                } else {
-                    top = ".by-app/" + parts[1] + "/" + parts[2]
-                }
-            }
-        }
+        let top = RootKey(k.root)?.shown(in: c) ?? k.root
         return k.path.isEmpty ? top : top + "/" + k.path
     }
 
@@ -188,11 +175,11 @@ public final class QueryEngine: Sendable {
             guard let folder = parts.first else { return .app(id) }
             guard ["Documents", "Data", "Inbox"].contains(folder) else { return nil }
             parts.removeFirst()
-            root = "app:\(id):\(folder)"
+            root = RootKey.app(id: id, folder: folder).description
         } else if let s = c.stores.first(where: { $0.displayName == first }) {
             root = s.rootKey
         } else if let a = c.apps.first(where: { $0.isPublic && $0.name == first }) {
-            root = "app:\(a.id):Documents"
+            root = RootKey.app(id: a.id, folder: "Documents").description
         }
         guard let root else { return nil }
         return .folder(root: root, prefix: parts.joined(separator: "/"))
@@ -530,7 +517,7 @@ public final class QueryEngine: Sendable {
             let parent = open((full as NSString).deletingLastPathComponent, Sys.O_PATH | O_DIRECTORY | O_CLOEXEC)
             defer { if parent >= 0 { close(parent) } }
             if parent >= 0, let p = ReferenceLink.read(parent, name, key: key) {
-                row.targetRoot = "store:" + p.store
+                row.targetRoot = RootKey.store(p.store).description
                 row.targetPath = p.hint
                 var t = stat()
                 if lstat(home.cachePath(p.store) + "/" + p.hint, &t) == 0 {

@@ -404,10 +404,10 @@ public final class QueryIndex: Sendable {
             args.append("," + tag + ",")
             return "instr(tags, ?) > 0"
         case .app(let id):
-            args += ["app:" + id + ":", "app:" + id + ";"]  // ";" follows ":"
+            args += RootKey.appRange(id)
             return "(root >= ? AND root < ?)"
         case .store(let name):
-            args.append("store:" + name)
+            args.append(RootKey.store(name).description)
             return "root = ?"
         case .external:
             return "ref = 1"
@@ -442,7 +442,7 @@ public final class QueryIndex: Sendable {
             case .external:
                 return "(ref = 1 OR EXISTS (SELECT 1 FROM entry r WHERE r.ref = 1 AND r.targetRoot = entry.root AND r.targetPath = entry.path))"
             case .app(let id):
-                args += ["app:" + id + ":", "app:" + id + ";"]
+                args += RootKey.appRange(id)
                 return "(root >= ? AND root < ?)"
             case let .folder(root, prefix):
                 if prefix.isEmpty {

@@ -62,8 +62,8 @@ public final class QueryService: Sendable {
     func describe(_ h: QueryHit) -> QueryItem {
         QueryItem(path: engine.displayPath(h.key), name: h.name, kind: h.kind, size: h.size, modified: h.mtime,
                   external: h.external ? true : nil,
-                  store: h.root.hasPrefix("store:") ? String(h.root.dropFirst(6)) : nil,
-                  app: h.root.hasPrefix("app:") ? String(h.root.split(separator: ":")[1]) : nil)
+                  store: RootKey(h.root)?.storeName,
+                  app: RootKey(h.root)?.appID)
     }
 
     /// One query, one answer: its items, their paths, or their count.

@@ -28,9 +28,13 @@ let package = Package(
             pkgConfig: "fuse3",
             providers: [.apt(["libfuse3-dev"])]
         ),
-        // Linux syscalls and constants that Glibc's Swift overlay does not expose, and the
-        // requests' transport beside libfuse's (FUSE over io_uring through liburing).
-        .target(name: "CDocDriveSys", linkerSettings: [.linkedLibrary("uring"), .linkedLibrary("fuse3")]),
+        // Linux syscalls and constants that Glibc's Swift overlay does not expose, the query
+        // index's name scan and the crash guard; no FUSE.
+        .target(name: "CDocDriveSys"),
+        // The FUSE transport in C, beside libfuse's: passthrough on libfuse 3.14, which request
+        // each worker holds (the release barrier), FUSE over io_uring through liburing. Used by
+        // the adapter only.
+        .target(name: "CFuseTransport", linkerSettings: [.linkedLibrary("uring"), .linkedLibrary("fuse3")]),
         // What the front and the daemon must agree on for the query fast path (no Foundation).
         .target(name: "DocDriveWire"),
         .target(
@@ -51,6 +55,7 @@ let package = Package(
             name: "DocDriveFUSE",
             dependencies: [
                 "CFuse",
+                "CFuseTransport",
                 "CDocDriveSys",
                 "DocDriveCore",
                 .product(name: "Logging", package: "swift-log"),
@@ -78,7 +83,8 @@ let package = Package(
         ),
         .testTarget(
             name: "DocDriveCoreTests",
-            dependencies: ["DocDriveCore", "CDocDriveSys", .product(name: "Crypto", package: "swift-crypto"),
+            dependencies: ["DocDriveCore", "CDocDriveSys", "CFuseTransport",
+                           .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "GRDB", package: "GRDB.swift")]
         ),
     ]

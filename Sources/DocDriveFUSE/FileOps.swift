@@ -1,5 +1,5 @@
 // FileOps: FUSE callbacks for open files (open/create, read/write, flush/release, fsync, fallocate, lseek, copy_file_range).
-import CDocDriveSys
+import CFuseTransport
 import CFuse
 import DocDriveCore
 import SystemPackage

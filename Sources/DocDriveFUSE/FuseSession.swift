@@ -1,5 +1,6 @@
 // FuseSession: mounts the drive with libfuse, runs the multi-threaded loop, and unmounts on signal.
 import CDocDriveSys
+import CFuseTransport
 import CFuse
 import DocDriveCore
 import Foundation

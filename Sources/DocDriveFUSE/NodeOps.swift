@@ -1,5 +1,5 @@
 // NodeOps: FUSE callbacks for names and attributes (lookup, forget, getattr/setattr, create, remove, rename).
-import CDocDriveSys
+import CFuseTransport
 import CFuse
 import DocDriveCore
 import SystemPackage

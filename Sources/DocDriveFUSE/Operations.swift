@@ -1,5 +1,5 @@
 // Operations: the one function that fills libfuse's low-level operation table.
-import CDocDriveSys
+import CFuseTransport
 import CFuse
 
 /// Called on libfuse's thread once the kernel has sent INIT: choose capabilities.

@@ -1,5 +1,5 @@
 // Passthrough: hands open files' reads and writes to the kernel (FUSE passthrough, Linux 6.9+).
-import CDocDriveSys
+import CFuseTransport
 import DocDriveCore
 import Logging
 import Synchronization

@@ -1,5 +1,5 @@
 // QueuedReleases: waits until the daemon has handled the RELEASEs the kernel queued before now.
-import CDocDriveSys
+import CFuseTransport
 import CFuse
 import Dispatch
 import DocDriveCore

@@ -96,5 +96,4 @@ void dd_crash_guard_thread_store(const char *name);
 const char *dd_crash_guard_current_store(void);
 /* Sets how the mount at PATH moves access times (mount_setattr(2), root only); -1 and errno. */
 int dd_set_mount_atime(const char *path, int noatime, int strictatime, int nodiratime);
-#include "docdrive_passthrough.h"
 #endif

@@ -1,6 +1,6 @@
 // FuseRequestReadTests: the reading of FUSE requests by libfuse's workers (requests.c), on pipes
 // that carry fake request headers: what the release barrier makes of a worker that polls.
-import CDocDriveSys
+import CFuseTransport
 import Foundation
 import Synchronization
 import XCTest

@@ -45,7 +45,7 @@ private func replyOpened(_ ctx: FuseContext, _ f: OpenFile, caller: Caller, _ ma
 /// unreleased when the session ended: `UnreleasedFiles`).
 func closeOpenFile(_ ctx: FuseContext, _ f: OpenFile) {
     ctx.fs.release(f)
-    if f.writable { ctx.activity?.writerReleased() }
+    if f.writable { ctx.activity.writerReleased() }
     Unmanaged.passUnretained(f).release()
 }
 
@@ -93,7 +93,7 @@ private struct PendingOpen: @unchecked Sendable {
 private func replyOpen(_ ctx: FuseContext, _ req: fuse_req_t?, _ fi: UnsafeMutablePointer<fuse_file_info>, _ f: OpenFile,
                        caller: Caller) {
     fillOpen(fi, f)
-    if f.writable { ctx.activity?.writerOpened() }
+    if f.writable { ctx.activity.writerOpened() }
     if !replyOpened(ctx, f, caller: caller, DD_REPLY_OPEN_PASSTHROUGH, { fuse_reply_open(req, fi) }) {
         closeOpenFile(ctx, f)
     }
@@ -110,7 +110,7 @@ func opCreate(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CC
         let (e, f) = try fs.create(parent: parent, name: name!, mode: mode, flags: fi!.pointee.flags, caller: who,
                                    noFlush: ctx.releases.available.load(ordering: .relaxed))
         fillOpen(fi!, f)
-        if f.writable { ctx.activity?.writerOpened() }
+        if f.writable { ctx.activity.writerOpened() }
         if f.noFlush { ctx.unreleased.add(fi!.pointee.fh) }
         var p = entryParam(e, fs)
         if !replyOpened(ctx, f, caller: who, DD_REPLY_CREATE_PASSTHROUGH, {

@@ -20,7 +20,7 @@ public final class FuseContext: Sendable {
     /// are being sent. Lock: a leaf, never held across a call into libfuse (`notify`).
     let session = Mutex<SessionState>(SessionState())
     /// Told of every request and of files opened for writing (nil: nothing is uploaded).
-    let activity: MountActivity?
+    let activity: MountActivity
     /// Waits for the RELEASEs the kernel has queued (created files are opened without FLUSH
     /// when it can).
     let releases: QueuedReleases
@@ -35,7 +35,7 @@ public final class FuseContext: Sendable {
         self.onReady = onReady
         self.passthrough = Passthrough(wanted: passthrough, logger: logger)
         self.kernelChecksPermissions = kernelChecksPermissions
-        self.activity = fs.uploader?.activity
+        self.activity = fs.uploader.activity
     }
 
     /// Makes the kernel fetch a node's attributes again on next use.
@@ -71,7 +71,7 @@ public final class FuseContext: Sendable {
 @inline(__always)
 func context(_ req: fuse_req_t?) -> FuseContext {
     let ctx = Unmanaged<FuseContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
-    ctx.activity?.noteRequest()
+    ctx.activity.noteRequest()
     return ctx
 }
 

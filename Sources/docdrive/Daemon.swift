@@ -57,15 +57,12 @@ struct Daemon {
         try CrashGuard.install(home)
         let index = try ItemIndex(path: home.indexPath)
         index.startWriter()
-        let uploader = Uploader(home: home, config: config, index: index, logger: logger,
-                                localFiles: DriveFileSystem.openFiles, changes: RemoteChanges(),
-                                indexWriteError: { [index] in index.writeError })
         var fsOptions = FileSystemOptions()
         fsOptions.accessTimes = AccessTimes(mountOptions: options.split(separator: ",").map(String.init))
-        let fs = DriveFileSystem(home: home, config: config, index: index, options: fsOptions, uploader: uploader, logger: logger)
-        uploader.start()
+        let drive = Drive(home: home, config: config, index: index, options: fsOptions, logger: logger)
+        let fs = drive.fs, uploader = drive.sync, documents = drive.documents
+        drive.start()
         // The document modes, for the commands: import copies a crash left are removed first.
-        let documents = DocumentService(fs: fs)
         if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies left by the last run") }
         // The query index follows the backing folders on its own thread (QueryEngine).
         let queryEngine = try QueryEngine(home: home, config: config, logger: logger)
@@ -107,9 +104,9 @@ struct Daemon {
             // Import mode's copies last as long as the mount.
             if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies") }
             // New writes stopped with the mount; upload what can be within the grace time.
-            let left = uploader.stop(drainFor: uploadGrace)
+            let left = drive.stop(drainFor: uploadGrace)
             logger.info(left == 0 ? "all uploads done" : "\(left) file\(left == 1 ? " is" : "s are") still to upload; \(left == 1 ? "it goes" : "they go") on at the next mount")
-            fs.shutdown()
+            drive.shutdown()
             home.removeMountRecord()
         }
         try session.run()

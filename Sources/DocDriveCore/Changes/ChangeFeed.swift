@@ -143,7 +143,7 @@ struct IndexRecorder: ChangeSubscriber {
 /// The uploader: which store paths changed (see FileSystem+Changes).
 struct UploadNotes: ChangeSubscriber {
     func changed(_ change: FileChange, in fs: DriveFileSystem) {
-        guard let uploader = fs.uploader else { return }
+        let uploader = fs.uploader
         switch change {
         case let .created(parent, name, _, kind, _):
             // A file is noted when it is saved (closed); a folder, a link or a fifo has no save:

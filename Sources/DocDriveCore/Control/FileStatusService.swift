@@ -36,7 +36,8 @@ public final class FileStatusService: Sendable {
             }
             isFile = st.st_mode & S_IFMT == S_IFREG
         }
-        guard place.root.isStore, let uploader = fs.uploader, uploader.uploads(place.root.key) else {
+        let uploader = fs.uploader
+        guard place.root.isStore, uploader.uploads(place.root.key) else {
             return (.local, false)
         }
         if path.isEmpty { return (uploader.storeState(root: place.root.key), false) }
@@ -74,13 +75,12 @@ public final class FileStatusService: Sendable {
 
     /// The paths (relative to the mount root) marked as changed since the last call.
     public func takeChanged() -> [String] {
-        guard let uploader = fs.uploader else { return [] }
-        return uploader.statusMarks.take().map { fs.namespace.displayPath(rootKey: $0.root, $0.path.description) }
+        return fs.uploader.statusMarks.take().map { fs.namespace.displayPath(rootKey: $0.root, $0.path.description) }
     }
 
     /// Someone listens for changes (marks are kept) or stopped listening.
     public func listening(_ on: Bool) {
-        fs.uploader?.statusMarks.listeners.add(on ? 1 : -1, ordering: .relaxed)
+        fs.uploader.statusMarks.listeners.add(on ? 1 : -1, ordering: .relaxed)
     }
 }
 

@@ -449,7 +449,7 @@ public final class DocumentService: Sendable {
         if copied { _ = unlinkat(srcDir, aside, 0) }
         _ = fsync(srcDir)
         try grant(app: app, root: dst.rootKey, item: id, path: target.rel)
-        fs.uploader?.noteChanged(root: dst.rootKey, path: target.rel)
+        fs.uploader.noteChanged(root: dst.rootKey, path: target.rel)
         fs.invalidateEntry(folder: srcDir, name: src.name)
         fs.invalidateEntry(folder: dstDir, name: newName)
         logger.info("move: \(path) of \(app) is now \(display(target)); a reference stays in its place")
@@ -470,7 +470,7 @@ public final class DocumentService: Sendable {
         let name = try link(tmp: copy, into: dstDir, names: Self.candidates(src.name), noRename: noRename, shown: display(dst))
         _ = fsync(dstDir)
         let target = Place(root: dst.root, rel: joined(dst.rel, name))
-        fs.uploader?.noteChanged(root: dst.rootKey, path: target.rel)
+        fs.uploader.noteChanged(root: dst.rootKey, path: target.rel)
         fs.invalidateEntry(folder: dstDir, name: name)
         return CopyAnswer(copy: display(target), source: display(src), app: app)
     }

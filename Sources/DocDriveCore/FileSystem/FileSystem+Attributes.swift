@@ -105,14 +105,14 @@ extension DriveFileSystem {
                 // write over the user's file. `placeholderToFill` made the request wait for one
                 // going on; one that began since fails this truncate (EIO), nothing else.
                 let clear = { _ = dd_removexattr_path(nfd, Placeholder.attribute) }
-                if let uploader, let root = contentRoot ?? n.root, root.key.hasPrefix("store:"),
+                if let root = contentRoot ?? n.root, root.isStore,
                    let path = storePath(fd: nfd, root: root), !path.isEmpty {
                     guard uploader.takePlaceholder(root: root.key, path: path, clear) else { throw .ioError }
                 } else {
                     clear()
                 }
-            } else if file == nil, n.fileType == S_IFREG, let uploader, let root = contentRoot ?? n.root,
-                      root.key.hasPrefix("store:"), case .filled = Placeholder.mark(fd: nfd) {
+            } else if file == nil, n.fileType == S_IFREG, let root = contentRoot ?? n.root,
+                      root.isStore, case .filled = Placeholder.mark(fd: nfd) {
                 // Filled in this boot: durable before the user's truncate (Sync/FillCommits.swift).
                 let rfd = try Sys.check { dd_reopen(nfd, O_RDONLY | O_CLOEXEC) }
                 defer { Sys.close(rfd) }

@@ -26,7 +26,7 @@ extension DriveFileSystem {
     }
 
     func storeLocation(_ n: Inode) -> StoreLocation {
-        guard let root = n.root, let uploader, uploader.uploads(root.key) else { return .unknown }
+        guard let root = n.root, uploader.uploads(root.key) else { return .unknown }
         guard let fd = try? n.acquire() else { return .unknown }
         defer { n.release() }
         return storeLocation(fd: fd, root: root)
@@ -53,7 +53,7 @@ extension DriveFileSystem {
     /// UTF-8 stays what it is: see StorePath). On the save path: the buffer is not zeroed and
     /// only the answer is copied.
     func storeLocation(fd: Int32, root: BackingRoot) -> StoreLocation {
-        guard let uploader, uploader.uploads(root.key) else { return .unknown }
+        guard uploader.uploads(root.key) else { return .unknown }
         return location(fd: fd, root: root)
     }
 
@@ -85,7 +85,7 @@ extension DriveFileSystem {
     /// `removal`: `name` was removed, so the folder's path may come from `folderPaths`.
     /// `made`: `name` is a folder just made (the uploader queues it only if it stays empty).
     func noteChanged(parent: Inode, name: UnsafePointer<CChar>, removal: Bool = false, made: Bool = false) {
-        guard let uploader, let root = parent.root, uploader.uploads(root.key) else { return }
+        guard let root = parent.root, uploader.uploads(root.key) else { return }
         let location = removal ? folderPaths.location(of: parent.nodeID) { storeLocation(parent) } : storeLocation(parent)
         switch location {
         case .at(let dir):
@@ -98,7 +98,7 @@ extension DriveFileSystem {
     /// Tells the uploader that an open file's content was saved (at close or fsync); `links`
     /// is the file's link count, which the caller has already stat'ed.
     func noteSaved(_ file: OpenFile, links: UInt64?) {
-        guard let uploader, let root = file.contentRoot else { return }
+        guard let root = file.contentRoot else { return }
         switch storeLocation(fd: file.fd, root: root) {
         case .at(let path) where !path.isEmpty:
             uploader.noteChanged(root: root.key, path: path)
@@ -114,13 +114,13 @@ extension DriveFileSystem {
     func uploadStatus(_ n: Inode) -> String? {
         if n.reference != nil {
             if let problem = referenceProblem(n) { return problem.rawValue }
-            guard let uploader, let root = n.reference?.storeRoot, let t = try? referenceTarget(n),
+            guard let root = n.reference?.storeRoot, let t = try? referenceTarget(n),
                   let path = storePath(fd: t, root: root), !path.isEmpty else { return nil }
             let isFile = (try? Sys.stat(fd: t)).map { $0.st_mode & S_IFMT == S_IFREG } ?? false
             return uploader.fileState(root: root.key, path: path, isFile: isFile,
                                       isPlaceholder: { Placeholder.version(fd: t) != nil }).rawValue
         }
-        guard let uploader, let root = n.root, uploader.uploads(root.key) else { return nil }
+        guard let root = n.root, uploader.uploads(root.key) else { return nil }
         awaitReleases(of: n)
         switch storeLocation(n) {
         case .at(let path) where !path.isEmpty:
@@ -188,14 +188,15 @@ extension DriveFileSystem {
             guard lstat(backing, &st) == 0, lstat((backing as NSString).deletingLastPathComponent, &pst) == 0 else { return nil }
             return try? index.itemID(root: root.key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino),
                                      name: (rel as NSString).lastPathComponent, kind: .file)
-        }, publish: { item, png in uploader?.publishPicture(root: key, item: item, png) })
+        }, publish: { item, png in uploader.publishPicture(root: key, item: item, png) })
     }
 
     /// A document of another device arrived in a store: its picture comes from the store's
     /// remote, off the request threads.
     func pictureArrived(root key: String, _ path: StorePath, id: String, downloaded: Bool) {
-        guard let rel = path.string, Thumbnailer.hasPicture(rel), let uploader,
+        guard let rel = path.string, Thumbnailer.hasPicture(rel),
               let root = namespace.root(key: key) else { return }
+        let uploader = uploader
         thumbnails.arrived(backing: root.path + "/" + rel, shown: namespace.displayPath(rootKey: key, rel), item: id,
                            downloaded: downloaded) { uploader.picture(root: key, item: id) }
     }

@@ -143,7 +143,7 @@ extension DriveFileSystem {
             do throws(Errno) {
                 let e = try lookupBacking(parent: p, name: name, eager: true)
                 let version = (try? Sys.stat(fd: existing)).map(FileVersion.init)
-                return (e, OpenFile(fd: existing, inode: e.inode, flags: flags, version: version, directIO: direct, keepCache: false))
+                return (e, OpenFile(fd: existing, inode: e.inode, flags: flags, version: version, directIO: direct, keepCache: false, openFiles: openFiles))
             } catch {
                 Sys.close(existing)
                 throw error
@@ -158,7 +158,7 @@ extension DriveFileSystem {
             // for one before the first write is answered without a getxattr of the backing file.
             e.inode.hasNoCapability.store(true, ordering: .relaxed)
             let f = OpenFile(fd: fd, inode: e.inode, flags: flags, version: FileVersion(e.attr), directIO: direct, keepCache: false,
-                             noFlush: noFlush)
+                             noFlush: noFlush, openFiles: openFiles)
             f.dirty.store(true, ordering: .relaxed)  // a new file, even empty, is a save
             return (e, f)
         } catch {

@@ -37,9 +37,12 @@ public final class OpenFile: Sendable {
     public let noFlush: Bool
     /// A POSIX lock was taken through this `noFlush` file (counted in `noFlushLockHolders`).
     let tookLocks = Atomic<Bool>(false)
+    /// Where this file counts itself open while it is (the drive's).
+    let openFiles: OpenFiles
 
     init(fd: Int32, inode: Inode, flags: Int32, version: FileVersion?, directIO: Bool, keepCache: Bool,
-         contentRoot: BackingRoot? = nil, noFlush: Bool = false) {
+         contentRoot: BackingRoot? = nil, noFlush: Bool = false, openFiles: OpenFiles) {
+        self.openFiles = openFiles
         self.noFlush = noFlush
         self.fd = fd
         self.inode = inode
@@ -49,12 +52,12 @@ public final class OpenFile: Sendable {
         self.writable = flags & O_ACCMODE != O_RDONLY
         self.readable = flags & O_ACCMODE != O_WRONLY
         inode.noteOpened()
-        OpenFiles.shared.opened(inode, writable: writable)
+        openFiles.opened(inode, writable: writable)
         self.seenVersion = Mutex(version)
     }
 
     deinit {
-        OpenFiles.shared.closed(inode, writable: writable)
+        openFiles.closed(inode, writable: writable)
         inode.noteClosed()
     }
 }
@@ -100,11 +103,11 @@ extension DriveFileSystem {
         // noatime: a read moves no access time (Sys.reopenQuietly).
         let fd = try Sys.check { options.accessTimes.filesKept ? Sys.reopenQuietly(nfd, f) : dd_reopen(nfd, f) }
         // Only a store's file can be a placeholder: an app's files cost no extra system call.
-        let mark = n.fileType == S_IFREG && (contentRoot ?? n.root)?.key.hasPrefix("store:") == true ? Placeholder.mark(openFD: fd) : nil
+        let mark = n.fileType == S_IFREG && (contentRoot ?? n.root)?.isStore == true ? Placeholder.mark(openFD: fd) : nil
         // Filled in this boot, its content not known to be on the disk yet: made durable before
         // it can become the user's file (Sync/FillCommits.swift).
         if case .filled = mark, flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
-            guard let uploader, let root = contentRoot ?? n.root, settleFill(uploader, root: root, fd: fd) else {
+            guard let root = contentRoot ?? n.root, settleFill(uploader, root: root, fd: fd) else {
                 Sys.close(fd)
                 throw .ioError
             }
@@ -114,7 +117,7 @@ extension DriveFileSystem {
                 // The user's empty file now, unless it is being downloaded (ahead, or for a
                 // reader): then the open waits for that download, and truncates after it.
                 let clear = { _ = Placeholder.clear(fd: fd) }
-                if let uploader, let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty {
+                if let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty {
                     if !uploader.takePlaceholder(root: root.key, path: path, clear) {
                         Sys.close(fd)
                         return .placeholder(root: root.key, path: path)
@@ -124,7 +127,7 @@ extension DriveFileSystem {
                 }
             } else {
                 Sys.close(fd)
-                guard let uploader, let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty,
+                guard let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty,
                       uploader.uploads(root.key) else { throw .ioError }
                 if let pid = caller?.pid, let program = uploader.refusedIndexer(root.key, pid: pid) {
                     logger.debug("\(program) (pid \(pid)) is refused the content of placeholder \(path) (the store's indexers: skip)")
@@ -138,7 +141,7 @@ extension DriveFileSystem {
         if let st = try? Sys.stat(fd: fd) {
             let v = FileVersion(st)
             version = v
-            if n.fileType == S_IFREG, let uploader, let root = contentRoot ?? n.root, root.key.hasPrefix("store:") {
+            if n.fileType == S_IFREG, let root = contentRoot ?? n.root, root.isStore {
                 uploader.openedStoreFile(root: root.key, ino: UInt64(st.st_ino))
             }
             keep = n.cachedVersion.withLock { old in
@@ -155,13 +158,13 @@ extension DriveFileSystem {
             }
         }
         let file = OpenFile(fd: fd, inode: n, flags: flags, version: version, directIO: direct, keepCache: keep,
-                            contentRoot: contentRoot)
+                            contentRoot: contentRoot, openFiles: openFiles)
         // A store's file that a download replaced since the kernel looked its name up: the
         // kernel's node is the old file, which no name holds now, and what is written to it
         // would be lost. ESTALE makes the kernel look the name up again (open(2) retries once,
         // revalidating) and open the new file. Checked once the file counts as open for
         // writing, which a download checks before it replaces a file.
-        if file.writable, (contentRoot ?? n.root)?.key.hasPrefix("store:") == true,
+        if file.writable, (contentRoot ?? n.root)?.isStore == true,
            let now = try? Sys.stat(fd: fd), now.st_nlink == 0 {
             Sys.close(fd)
             throw .staleNFSFileHandle
@@ -179,17 +182,16 @@ extension DriveFileSystem {
     /// needs nothing (then `kernelSetattr` does it all).
     /// Cut to 0 it needs nothing, unless it is being downloaded: then the truncate waits for that.
     public func placeholderToFill(_ id: UInt64, size: Int64?, file: OpenFile?) -> (root: String, path: StorePath)? {
-        guard let size, file == nil, let uploader, let n = try? backing(id), n.fileType == S_IFREG,
+        guard let size, file == nil, let n = try? backing(id), n.fileType == S_IFREG,
               let content = try? acquireContent(n) else { return nil }
         defer { n.release() }
-        guard let root = content.root ?? n.root, root.key.hasPrefix("store:"), Placeholder.version(fd: content.fd) != nil,
+        guard let root = content.root ?? n.root, root.isStore, Placeholder.version(fd: content.fd) != nil,
               uploader.uploads(root.key), let path = storePath(fd: content.fd, root: root), !path.isEmpty else { return nil }
         if size == 0, !uploader.isDownloading(root: root.key, path: path) { return nil }
         return (root.key, path)
     }
 
     public func fill(root: String, path: StorePath, done: @escaping @Sendable (Errno?) -> Void) {
-        guard let uploader else { return done(.ioError) }
         uploader.fill(root: root, path: path, opened: true) { e in
             guard let e else { return done(nil) }
             // Gone from the remote: ENOENT; no room for it here: ENOSPC (or EDQUOT); else EIO.

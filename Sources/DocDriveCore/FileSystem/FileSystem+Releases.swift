@@ -34,7 +34,7 @@ extension DriveFileSystem {
     /// Before a node's upload status is told: a file closed a moment ago may still have its
     /// release queued (only a file open for writing can).
     func awaitReleases(of n: Inode) {
-        guard releaseBarrier.withLock({ $0 != nil }), OpenFiles.shared.isOpenForWriting(dev: n.dev, ino: n.ino) else { return }
+        guard releaseBarrier.withLock({ $0 != nil }), openFiles.isOpenForWriting(dev: n.dev, ino: n.ino) else { return }
         awaitQueuedReleases()
     }
 

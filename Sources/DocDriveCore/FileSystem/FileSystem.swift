@@ -124,7 +124,7 @@ public final class DriveFileSystem: Sendable {
     let table = InodeTable()
     public let index: ItemIndex
     /// Uploads what is saved in stores; nil when nothing is uploaded (tests of the core).
-    public let uploader: Uploader?
+    public let uploader: Uploader
     /// Coordinates the drive's own reads and writes of content (uploads, document modes).
     public let coordinator: Coordinator
     let logger: Logger
@@ -174,26 +174,23 @@ public final class DriveFileSystem: Sendable {
     let identityChanges = Atomic<UInt64>(0)
     /// What follows each change an operation makes (see ChangeFeed).
     let changes: ChangeFeed
+    /// The files open through the mount (the sync engine asks the same).
+    let openFiles: OpenFiles
 
-    public convenience init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
-                            uploader: Uploader? = nil, logger: Logger) {
-        self.init(home: home, config: config, index: index, options: options, uploader: uploader, logger: logger, subscribers: [])
-    }
-
-    /// `subscribers`: follow every change after the drive's own (see ChangeFeed).
-    public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(),
-         uploader: Uploader? = nil, logger: Logger, subscribers: [any ChangeSubscriber]) {
+    /// Made by `Drive`, which owns the parts given here. `subscribers`: follow every change after
+    /// the drive's own (see ChangeFeed).
+    init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions, uploader: Uploader,
+         openFiles: OpenFiles, logger: Logger, subscribers: [any ChangeSubscriber]) {
         self.changes = ChangeFeed(adding: subscribers)
+        self.openFiles = openFiles
         self.uploader = uploader
-        self.coordinator = uploader?.coordinator ?? Coordinator()
+        self.coordinator = uploader.coordinator
         self.home = home
         self.options = options
         self.index = index
         self.logger = logger
         // A store added while mounted shows in the mount and starts uploading at the same moment.
-        var onReload: (@Sendable (DriveConfig, timespec) -> Void)?
-        if let uploader { onReload = { c, m in uploader.apply(c, mtime: m) } }
-        self.namespace = Namespace(home: home, config: config, onReload: onReload)
+        self.namespace = Namespace(home: home, config: config, onReload: { c, m in uploader.apply(c, mtime: m) })
         self.driveKey = try? DriveKey.load(from: home)
         self.thumbnails = Thumbnailer(home: home, logger: logger)
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))
@@ -201,7 +198,7 @@ public final class DriveFileSystem: Sendable {
         loadGrants()
         // What the sync engine changes in the local copies reaches the kernel's cache and the
         // thumbnails (RemoteChanges).
-        uploader?.changes.subscribe(self)
+        uploader.changes.subscribe(self)
     }
 
     /// Closes every backing descriptor (after unmount).

@@ -7,14 +7,15 @@ import Glibc
 /// The files open through the mount, by backing file (dev, ino): what the sync engine asks
 /// (is it open, open for writing, written since its last fsync) is one dictionary lookup, not a
 /// scan of every node the kernel knows (with 100,000 nodes, two scans per upload made a fresh
-/// mount's first listing 3.6 times slower). One per process: the key is the backing file's.
+/// mount's first listing 3.6 times slower). One per drive (`Drive` makes it, the file system
+/// counts opens in it, the sync engine asks it as its `LocalFiles`).
 /// In parts by backing file, each with its own lock: every open and every close of every file
 /// came through one lock (with the node table's ids and the passthrough table sharded, it had
 /// the most contended waits left with 8 parallel writers after the node table's one global lock,
 /// since sharded too).
 /// Lock: leaf, one part at a time (an inode's `fsyncedVersion` is read after it is dropped).
-final class OpenFiles: Sendable {
-    static let shared = OpenFiles()
+public final class OpenFiles: Sendable {
+    public init() {}
 
     private struct FileKey: Hashable {
         let dev: UInt64
@@ -56,12 +57,12 @@ final class OpenFiles: Sendable {
     }
 
     /// Whether a process has the backing file open through the mount at all.
-    func isOpen(dev: UInt64, ino: UInt64) -> Bool {
+    public func isOpen(dev: UInt64, ino: UInt64) -> Bool {
         shard(dev: dev, ino: ino).state.withLock { $0[FileKey(dev: dev, ino: ino)] != nil }
     }
 
     /// Whether a process has the backing file (dev, ino) open for writing through the mount.
-    func isOpenForWriting(dev: UInt64, ino: UInt64) -> Bool {
+    public func isOpenForWriting(dev: UInt64, ino: UInt64) -> Bool {
         shard(dev: dev, ino: ino).state.withLock { $0[FileKey(dev: dev, ino: ino)]?.writers.isEmpty == false }
     }
 
@@ -69,7 +70,7 @@ final class OpenFiles: Sendable {
     /// file open for writing through the mount, under the part's lock, so that no open counts
     /// itself in between: an open after it finds the file unlinked. The body is one system call
     /// on the backing folder and takes no lock of the drive's.
-    func unlessOpenForWriting(dev: UInt64, ino: UInt64, _ body: () -> Void) -> Bool {
+    public func unlessOpenForWriting(dev: UInt64, ino: UInt64, _ body: () -> Void) -> Bool {
         shard(dev: dev, ino: ino).state.withLock { s in
             guard s[FileKey(dev: dev, ino: ino)]?.writers.isEmpty != false else { return false }
             body()
@@ -78,7 +79,7 @@ final class OpenFiles: Sendable {
     }
 
     /// Open for writing through the mount and changed since its last fsync (`st`: as it is now).
-    func hasUnsyncedWrites(_ st: stat) -> Bool {
+    public func hasUnsyncedWrites(_ st: stat) -> Bool {
         let dev = UInt64(st.st_dev), ino = UInt64(st.st_ino)
         let writers = shard(dev: dev, ino: ino).state.withLock { $0[FileKey(dev: dev, ino: ino)]?.writers ?? [] }
         guard !writers.isEmpty else { return false }

@@ -38,8 +38,8 @@ final class ChangeFeedTests: XCTestCase {
         home = DriveHome(path: NSTemporaryDirectory() + "dd-feed-\(UUID().uuidString)")
         let config = DriveConfig(apps: [AppConfig(id: "org.n", name: "Notes", isPublic: true)], stores: [])
         try home.initialize(with: config)
-        fs = DriveFileSystem(home: home, config: config, index: try ItemIndex(path: home.indexPath),
-                             logger: Logger(label: "test"), subscribers: [recorder])
+        fs = Drive(home: home, config: config, index: try ItemIndex(path: home.indexPath),
+                   logger: Logger(label: "test"), subscribers: [recorder]).fs
     }
 
     override func tearDown() {

@@ -21,7 +21,7 @@ final class FileSystemTests: XCTestCase {
             apps: [AppConfig(id: "org.n", name: "Notes", isPublic: true), AppConfig(id: "org.p", name: "Private", isPublic: false)],
             stores: [StoreConfig(name: "work", displayName: "Work", remote: .folder(path: home.path + "/remote"))])
         try home.initialize(with: config)
-        fs = DriveFileSystem(home: home, config: config, index: try ItemIndex(path: home.indexPath), logger: Logger(label: "test"))
+        fs = Drive(home: home, config: config, index: try ItemIndex(path: home.indexPath), logger: Logger(label: "test")).fs
     }
 
     override func tearDown() {

@@ -37,8 +37,3 @@ public struct SyncProbe: Sendable {
     public var willQueueNoted: @Sendable () -> Void = {}
     public init() {}
 }
-
-extension DriveFileSystem {
-    /// The files open through the mount, which the sync engine asks about.
-    public static var openFiles: any LocalFiles { OpenFiles.shared }
-}

@@ -1,0 +1,49 @@
+// Drive: one drive's parts, made in their order and owned here (DESIGN.md 8). The composition
+// root of the core: the daemon makes one Drive and serves it; a test that needs less makes a
+// drive with fewer stores, never one with a part left out.
+import Logging
+
+/// What a drive is made of, in the order it is made:
+/// 1. `index`: the item index (given: the caller opens it, and starts its writer);
+/// 2. `openFiles`: the files open through the mount, which the file system counts and the sync
+///    engine asks about (as its `LocalFiles`);
+/// 3. `remoteChanges`: the stream of what the sync engine changes in the local copies;
+/// 4. `sync`: every store's sync, uploads and files on demand (the `Uploader`), publishing
+///    into 3 and asking 2;
+/// 5. `fs`: the file system over all of it, which subscribes to 3;
+/// 6. `documents`: the document modes, over 5.
+/// The coordinator is the sync's (`sync.coordinator`), shared with the file system.
+public final class Drive: Sendable {
+    public let home: DriveHome
+    public let index: ItemIndex
+    public let openFiles: OpenFiles
+    public let remoteChanges: RemoteChanges
+    public let sync: Uploader
+    public let fs: DriveFileSystem
+    public let documents: DocumentService
+
+    /// `subscribers`: follow every change of the mount after the drive's own (ChangeFeed);
+    /// `probe`: a test's moments in the sync engine.
+    public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(), logger: Logger,
+                subscribers: [any ChangeSubscriber] = [], probe: SyncProbe? = nil) {
+        self.home = home
+        self.index = index
+        openFiles = OpenFiles()
+        remoteChanges = RemoteChanges()
+        sync = Uploader(home: home, config: config, index: index, logger: logger, localFiles: openFiles, changes: remoteChanges,
+                        probe: probe, indexWriteError: { [index] in index.writeError })
+        fs = DriveFileSystem(home: home, config: config, index: index, options: options, uploader: sync, openFiles: openFiles,
+                             logger: logger, subscribers: subscribers)
+        documents = DocumentService(fs: fs)
+    }
+
+    /// Starts the stores' sync: what a crash interrupted is recovered, workers and pollers run.
+    public func start() { sync.start() }
+
+    /// Stops the stores' sync after at most `seconds` of uploading what is queued; returns how
+    /// many files are still to upload (they go at the next start).
+    public func stop(drainFor seconds: Double) -> Int { sync.stop(drainFor: seconds) }
+
+    /// Closes every backing descriptor and the index (after unmount and `stop`).
+    public func shutdown() { fs.shutdown() }
+}

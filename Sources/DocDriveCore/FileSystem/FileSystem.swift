@@ -52,71 +52,7 @@ public struct FileSystemOptions: Sendable {
 
 /// The drive as a file system. Thread-safe: FUSE calls arrive on many threads at once.
 ///
-/// Lock order of the core (outer before inner; a lock not named as outer is a leaf, held for
-/// dictionary or flag work only, and nothing else is taken while it is held):
-///
-/// 1. `DirectoryStream.state` (one per open folder; the kernel already serialises readdir per
-///    open folder) is held across readdir/seekdir of its own stream and, for READDIRPLUS,
-///    across the lookups of the entries, so it comes before 3 and 4.
-/// 2. `ItemIndex.writeLock` before `ItemIndex.pending` (a batch is taken, then written).
-/// 3. An `InodeTable` shard's `state` (its part of the nodes: by backing identity, by id with
-///    lookup counts, the remembered ones) is a leaf to everything but 1, one shard at a time:
-///    no system call under it; descriptors close after it is dropped. Finding a node by id
-///    (every request) and by backing file (LOOKUP, CREATE) take the same one shard.
-/// 4. `Inode.slot` is a leaf (it also guards the node's versions: `cachedVersion`,
-///    `fsyncedVersion`, `listedVersion`); an `acquire` that must open a lazy node takes the
-///    parent's slot first and its own afterwards, never both at once.
-/// 5. A `LockTable` shard's `state` (the locks of the backing files that fall in it; one held
-///    at a time) is a leaf held across the non-blocking F_OFD_SETLK/F_OFD_GETLK and the
-///    close of its owners' backing descriptors (never a waiting call), so that the backing
-///    file's locks and the table change together.
-/// 6. Leaves: `ReferenceLink.targets`, `VacatedNames.entries`, `FolderPathCache.entries`,
-///    `Coordinator.held`, `grantSet`, `appViews`, `invalidation`, `releaseBarrier`,
-///    `Namespace.layout/roots`, `OpenFile.seenVersion`, an `OpenFiles` shard (a sync worker holds
-///    it across one rename or unlink in the local copy, `unlessOpenForWriting`), the uploader's `stores` copies (one at a time), `noted`,
-///    `inFlight`, `remotesDown`, `compareScheduled`, `published`, `Downloads.table` (taken
-///    on a request thread by an open of a placeholder, which only queues its download, and by
-///    an O_TRUNC open or a truncate of a placeholder, `takePlaceholder`, released before its
-///    body runs; no job, waiter or thread start runs under it, only an ending thread's rename), `FilledTimes`' shards (`Shard.files`), each
-///    store's `Readahead.state`, `StatusMarks.marked` (the status socket's marks), a poll's
-///    `StoreSync.PollStart.held` (taken once, by `finishPoll`), `KernelCacheWatch.state` (held
-///    across inotify_add_watch and inotify_rm_watch only). `BaseVersions.forEach` runs
-///    its body inside an index read: the sync's bodies take no lock and use no index there.
-///    A store's `FillCommits.state` (fills waiting to be written out) is a leaf too, which
-///    also makes or removes the store's `fills-waiting` marker file (once per burst).
-///    `IndexReaders.idle` (a read-only connection is popped or pushed, the read runs after) and
-///    `ItemIndex.idRandomness` (two loads of random words) are leaves.
-///    `DeferredFrees.state` (descriptors of removed files waiting to be closed) is a leaf: the
-///    frees thread closes them with no lock held, and `statfs` waits for them holding none.
-/// 6a. A store's `FillCommits.transitions` (a file's "filled" mark going, or an eviction's
-///    mark) is held across that file's fgetxattr, fremovexattr and fstat, never across a
-///    sync of the disk, and comes before `FilledTimes`' shards. A writable open of a file
-///    filled in this boot takes it on a request thread (`settleFill`, after the file's fsync).
-/// 7. In the adapter, a `Passthrough` shard's `nodes` (one at a time) is held across the
-///    backing-id ioctl and the taking of the node's content path (`Inode.acquire`, which takes
-///    `Inode.slot`, 4, and may reopen the file), so it comes before 4 and its leaves; no other
-///    lock of the adapter or the core is taken under it. `FuseContext.session` is a leaf, never
-///    held across a notification (`FuseContext.notify`). fuse_lowlevel_notify_inval_entry waits
-///    for the kernel's lock of that folder, so it is never sent from a request thread of a
-///    folder the kernel holds (control-socket commands and `invalidateLater` use other
-///    threads); request threads send only inode invalidations. The sync's workers do not wait
-///    for theirs either (`invalidateLater`: a request may hold the folder while it waits for a
-///    worker). (Until 2026-11-26 a worker sent its own, holding the lock: the randomized
-///    three-device test hung a mount with a worker waiting in fuse_reverse_inval_entry.)
-///    The kernel cache's watch thread (FileSystem+KernelCache) sends entry and inode
-///    invalidations holding no lock, and no request waits for that thread.
-///    `QueuedReleases.serial` (one release barrier at a time, FileSystem+Releases) is held
-///    across the barrier's open and close of the mount's root and its wait, and only
-///    `QueuedReleases.state` (a leaf) is taken under it; no lock of the core is held when a
-///    barrier starts (a request thread starts one for a lock conflict or a status attribute,
-///    and waits for other workers, never for itself). `UnreleasedFiles`' shards are leaves.
-///
-/// 8. The change feed (ChangeFeed) runs its subscribers on the operation's thread after the
-///    operation's system calls, with no lock of the core held; each subscriber takes leaves
-///    only (an `InodeTable` shard, `ItemIndex.pending`, the uploader's `noted`).
-///
-/// Never on a FUSE request thread: a wait for an index transaction (the index answers from
-/// its unwritten events, see `ItemIndex`), for the network, or for an upload.
+/// Its locks, with every other lock of the drive, are in one order: Coordination/LockOrder.md.
 public final class DriveFileSystem: Sendable {
     public let home: DriveHome
     public let options: FileSystemOptions

@@ -9,7 +9,7 @@ import Glibc
 /// What the adapter does to drop what the kernel caches (FUSE's notify_inval_inode and
 /// notify_inval_entry). Both may wait for the kernel's lock of a folder: never call them from a
 /// request thread, nor from a thread a request may wait for (the watch's thread, the control
-/// socket's, `kernelNotices`; see the lock order in FileSystem.swift).
+/// socket's, `kernelNotices`; see Coordination/LockOrder.md).
 public struct KernelInvalidation: Sendable {
     /// Drops a node's cached attributes.
     public let attributes: @Sendable (UInt64) -> Void

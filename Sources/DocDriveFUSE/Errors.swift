@@ -3,8 +3,9 @@ import CFuse
 import DocDriveCore
 import SystemPackage
 
-/// Maps a core error to an errno. The core's file operations already speak errno; anything
-/// else is unexpected here and becomes EIO (and is logged), as rclone's translateError does.
+/// Maps a core error to an errno. The core's file operations throw `Errno` only (typed
+/// throws: the compiler sees to it), so the map is the identity; it stays the one place a
+/// reply's errno is chosen.
 @inline(__always)
 func errnoValue(_ error: Errno) -> Int32 {
     error.rawValue
@@ -13,9 +14,4 @@ func errnoValue(_ error: Errno) -> Int32 {
 @inline(__always)
 func replyError(_ req: fuse_req_t?, _ error: Errno) {
     fuse_reply_err(req, errnoValue(error))
-}
-
-func replyError(_ req: fuse_req_t?, _ error: DriveError, context: FuseContext) {
-    context.logger.error("\(error.message)")
-    fuse_reply_err(req, Errno.ioError.rawValue)
 }

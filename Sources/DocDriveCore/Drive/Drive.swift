@@ -4,7 +4,8 @@
 import Logging
 
 /// What a drive is made of, in the order it is made:
-/// 1. `index`: the item index (given: the caller opens it, and starts its writer);
+/// 1. `index`: the item index (given: the caller opens it, and starts its writer), and
+///    `configWatch`, the one watch of config.yaml (the namespace, then the sync, follow it);
 /// 2. `openFiles`: the files open through the mount, which the file system counts and the sync
 ///    engine asks about (as its `LocalFiles`);
 /// 3. `remoteChanges`: the stream of what the sync engine changes in the local copies;
@@ -16,6 +17,7 @@ import Logging
 public final class Drive: Sendable {
     public let home: DriveHome
     public let index: ItemIndex
+    public let configWatch: ConfigWatch
     public let openFiles: OpenFiles
     public let remoteChanges: RemoteChanges
     public let sync: Uploader
@@ -28,13 +30,17 @@ public final class Drive: Sendable {
                 subscribers: [any ChangeSubscriber] = [], probe: SyncProbe? = nil) {
         self.home = home
         self.index = index
+        configWatch = ConfigWatch(home: home)
         openFiles = OpenFiles()
         remoteChanges = RemoteChanges()
-        sync = Uploader(home: home, config: config, index: index, logger: logger, localFiles: openFiles, changes: remoteChanges,
+        sync = Uploader(home: home, config: config, index: index, logger: logger, configWatch: configWatch, localFiles: openFiles, changes: remoteChanges,
                         probe: probe, indexWriteError: { [index] in index.writeError })
         fs = DriveFileSystem(home: home, config: config, index: index, options: options, uploader: sync, openFiles: openFiles,
                              logger: logger, subscribers: subscribers)
         documents = DocumentService(fs: fs)
+        // A store added shows in the mount before its sync starts.
+        configWatch.subscribe(fs.namespace)
+        configWatch.subscribe(sync)
     }
 
     /// Starts the stores' sync: what a crash interrupted is recovered, workers and pollers run.

@@ -25,21 +25,15 @@ final class Namespace: Sendable {
     private let layout: Mutex<Layout>
     /// BackingRoot objects by key, kept across reloads so live inodes keep theirs.
     private let roots = Mutex<[String: BackingRoot]>([:])
-    private let lastCheck = Mutex<Double>(0)
-    /// Hears every reloaded config (the uploader starts and stops stores with it).
-    private let onReload: (@Sendable (DriveConfig, timespec) -> Void)?
+    /// The drive's one watch of config.yaml, asked whenever the layout is read.
+    private let configWatch: ConfigWatch
 
-    init(home: DriveHome, config: DriveConfig, onReload: (@Sendable (DriveConfig, timespec) -> Void)? = nil) {
+    init(home: DriveHome, config: DriveConfig, configWatch: ConfigWatch) {
         self.home = home
-        self.onReload = onReload
+        self.configWatch = configWatch
         self.layout = Mutex(Layout(config: config, topLevel: [:], topLevelOrder: [], appFolders: [:], configMTime: timespec()))
-        let l = build(config, mtime: Self.mtime(home.configPath))
+        let l = build(config, mtime: configWatch.mtime)
         layout.withLock { $0 = l }
-    }
-
-    static func mtime(_ path: String) -> timespec {
-        var st = stat()
-        return dd_stat(path, &st) == 0 ? st.st_mtim : timespec()
     }
 
     private func root(_ key: String, _ path: String) -> BackingRoot {
@@ -71,28 +65,10 @@ final class Namespace: Sendable {
         return Layout(config: config, topLevel: top, topLevelOrder: order, appFolders: apps, configMTime: mtime)
     }
 
-    /// The current layout, re-reading config.yaml if it changed (checked at most every 0.5 s).
-    /// A config that no longer parses keeps the last good layout (and is logged by the caller).
+    /// The current layout, config.yaml looked at first (ConfigWatch: at most every 0.5 s). A
+    /// config that no longer parses keeps the last good layout.
     func current() -> Layout {
-        let now = Date().timeIntervalSince1970
-        let due = lastCheck.withLock { last -> Bool in
-            if now - last < 0.5 { return false }
-            last = now
-            return true
-        }
-        if due {
-            let m = Self.mtime(home.configPath)
-            let old = layout.withLock { $0.configMTime }
-            if m.tv_sec != old.tv_sec || m.tv_nsec != old.tv_nsec {
-                if let config = try? home.loadConfig() {
-                    try? home.prepareFolders(for: config)
-                    let l = build(config, mtime: m)
-                    layout.withLock { $0 = l }
-                    onReload?(config, m)
-                    return l
-                }
-            }
-        }
+        configWatch.check()
         return layout.withLock { $0 }
     }
 
@@ -112,5 +88,14 @@ final class Namespace: Sendable {
         let top = RootKey(rootKey)?.shown(in: current().config)
         let base = top ?? rootKey
         return rel.isEmpty ? base : base + "/" + rel
+    }
+}
+
+extension Namespace: ConfigSubscriber {
+    /// A new config: its folders made, the layout built again (live nodes keep their roots).
+    func configChanged(_ config: DriveConfig, mtime: timespec) {
+        try? home.prepareFolders(for: config)
+        let l = build(config, mtime: mtime)
+        layout.withLock { $0 = l }
     }
 }

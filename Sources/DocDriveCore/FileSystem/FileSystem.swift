@@ -126,7 +126,7 @@ public final class DriveFileSystem: Sendable {
         self.index = index
         self.logger = logger
         // A store added while mounted shows in the mount and starts uploading at the same moment.
-        self.namespace = Namespace(home: home, config: config, onReload: { c, m in uploader.apply(c, mtime: m) })
+        self.namespace = Namespace(home: home, config: config, configWatch: uploader.configWatch)
         self.driveKey = try? DriveKey.load(from: home)
         self.thumbnails = Thumbnailer(home: home, logger: logger)
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))

@@ -33,6 +33,8 @@ public final class QueryEngine: Sendable {
     private let live = Mutex<[Int: LiveQuery]>([:])
     private let nextLive = Atomic<Int>(1)
     private let config: Mutex<DriveConfig>
+    /// The config changed since the loop last looked (ConfigWatch): a walk is owed.
+    private let configChanged = Atomic<Bool>(false)
     /// Counts finished passes of the loop (tests and `sync` wait on it).
     private let generation = Atomic<Int>(0)
     /// Set once the first walk is done.
@@ -208,8 +210,6 @@ public final class QueryEngine: Sendable {
         reconcile()
         ready.store(true, ordering: .releasing)
         var lastReconcile = Date().timeIntervalSince1970
-        var configMTime = Namespace.mtime(home.configPath)
-        var lastConfigCheck = 0.0
         var buf = [UInt8](repeating: 0, count: 256 * 1024)
         // A walk owed (inotify's queue overflowed, or the config changed): done once the drive
         // has been quiet for a poll interval, so that it never competes with the burst that
@@ -243,15 +243,7 @@ public final class QueryEngine: Sendable {
                 usleep(500_000)
             }
             let now = Date().timeIntervalSince1970
-            if now - lastConfigCheck > 1 {
-                lastConfigCheck = now
-                let m = Namespace.mtime(home.configPath)
-                if m.tv_sec != configMTime.tv_sec || m.tv_nsec != configMTime.tv_nsec, let c = try? home.loadConfig() {
-                    configMTime = m
-                    config.withLock { $0 = c }
-                    walkOwed = true
-                }
-            }
+            if configChanged.exchange(false, ordering: .acquiring) { walkOwed = true }
             if dirty.overflow {
                 logger.info("query index: inotify's queue overflowed; walking the folders again once the drive is quiet")
                 walkOwed = true
@@ -657,3 +649,12 @@ private func c_mallopt(_ param: Int32, _ value: Int32) -> Int32
 
 @_silgen_name("lgetxattr")
 private func c_lgetxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
+
+extension QueryEngine: ConfigSubscriber {
+    /// Apps or stores added or removed (ConfigWatch): their folders are walked once the drive is
+    /// quiet.
+    public func configChanged(_ config: DriveConfig, mtime: timespec) {
+        self.config.withLock { $0 = config }
+        configChanged.store(true, ordering: .releasing)
+    }
+}

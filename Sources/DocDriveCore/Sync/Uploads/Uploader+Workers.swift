@@ -25,7 +25,7 @@ extension Uploader {
                     retryWhereRemotesCameBack()
                     publishActivity()
                 }
-                if tick % 10 == 0 { reloadIfConfigChanged() }
+                if tick % 10 == 0 { configWatch.check() }
                 if tick % 20 == 0 { startHeldStores() }
             }
         }
@@ -119,18 +119,6 @@ extension Uploader {
     static func mtime(_ path: String) -> timespec {
         var st = stat()
         return lstat(path, &st) == 0 ? st.st_mtim : timespec()
-    }
-
-    /// Picks up stores added to or removed from config.yaml while mounted (cheap when the
-    /// file did not change: one stat). A config that does not parse changes nothing.
-    func reloadIfConfigChanged() {
-        let m = Self.mtime(home.configPath)
-        let changed = configSeen.withLock { seen -> Bool in
-            m.tv_sec != seen.tv_sec || m.tv_nsec != seen.tv_nsec
-        }
-        guard changed else { return }
-        guard let config = try? home.loadConfig() else { return }
-        apply(config, mtime: m)
     }
 
     /// Makes the running stores those of `config`: new ones start like at mount (comparison,
@@ -317,4 +305,9 @@ extension Uploader {
             jobsEnded.add(endings.count, ordering: .relaxed)
         }
     }
+}
+
+extension Uploader: ConfigSubscriber {
+    /// Stores added to or removed from config.yaml while mounted (ConfigWatch).
+    public func configChanged(_ config: DriveConfig, mtime: timespec) { apply(config, mtime: mtime) }
 }

@@ -127,6 +127,8 @@ public final class Uploader: Sendable {
     let downloads = Downloads()
     /// Filled placeholders keep showing their ctime (FilledTimes.swift).
     public let filledTimes = FilledTimes()
+    /// The drive's watch of config.yaml, asked at the ticks of the queue's thread.
+    let configWatch: ConfigWatch
     /// Which local files are open through the mount (the sync engine asks before it changes one).
     let localFiles: any LocalFiles
     /// Where the sync engine publishes what it changed in the local copies.
@@ -142,9 +144,10 @@ public final class Uploader: Sendable {
     public let statusMarks = StatusMarks()
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, logger: Logger,
-                localFiles: any LocalFiles, changes: RemoteChanges, probe: SyncProbe? = nil,
+                configWatch: ConfigWatch, localFiles: any LocalFiles, changes: RemoteChanges, probe: SyncProbe? = nil,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
         self.home = home
+        self.configWatch = configWatch
         self.localFiles = localFiles
         self.changes = changes
         self.probe = probe

@@ -91,7 +91,7 @@ final class SyncDevice: @unchecked Sendable {
         }
         probe.willQueueNoted = { [beforeQueueing] in beforeQueueing.runOnce() }
         probe.willCommitUploads = { [beforeCommit] paths in beforeCommit.action.withLock { $0 }?(paths) }
-        uploader = Uploader(home: home, config: config, index: index, logger: logger,
+        uploader = Uploader(home: home, config: config, index: index, logger: logger, configWatch: ConfigWatch(home: home),
                             localFiles: TestOpenFiles(cache: home.cachePath("shared"), openForWriting: openForWriting,
                                                       openedInTheWindow: openedInTheWindow),
                             changes: RemoteChanges(), probe: probe)

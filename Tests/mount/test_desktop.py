@@ -231,6 +231,51 @@ def test_the_status_socket_answers_states_conflicts_and_changes(desk):
         s.close()
 
 
+def thread_switches(pid: int, name: str) -> int:
+    """Voluntary context switches (wake-ups) of the daemon's thread named `name`."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        if (task / "comm").read_text().strip() == name:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    raise AssertionError(f"the daemon {pid} has no thread named {name}")
+
+
+@pytest.mark.timeout(120)
+def test_the_status_socket_pushes_and_sleeps_while_nothing_changes(desk):
+    # Given a subscriber of a store folder whose files are all synced
+    k = desk
+    s = StatusSocket(k)
+    try:
+        work = k.d.mnt / "Work" / "quiet"
+        work.mkdir()
+        (work / "a.txt").write_text("a\n")
+        deadline = time.monotonic() + 30
+        while s.ask("status", str(work / "a.txt"))[0][2] != "synced":
+            assert time.monotonic() < deadline, "a.txt was not uploaded within 30 s"
+            time.sleep(0.2)
+        assert s.ask("subscribe", str(work)) == []
+        pid = k.d.pid
+        time.sleep(1)
+        # When nothing changes for 3 seconds
+        before = thread_switches(pid, "status-look")
+        time.sleep(3)
+        after = thread_switches(pid, "status-look")
+        # Then the socket's thread slept through them (it looked every 0.4 s: 7 wake-ups)
+        assert after - before <= 1, f"the status thread woke {after - before} times in 3 s of nothing"
+        # And a change is still pushed to the subscriber
+        (work / "b.txt").write_text("b\n")
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (seen and seen[-1] == "synced"):
+            line = s.line()
+            if line[0] == "status" and line[1] == str(work / "b.txt"):
+                seen.append(line[2])
+        assert seen and seen[0] in ("pending", "uploading") and seen[-1] == "synced", seen
+    finally:
+        s.close()
+
+
 # --------------------------------------------------------------------------- desktop install
 
 def desktop_env(k: Desk, data: Path) -> dict:

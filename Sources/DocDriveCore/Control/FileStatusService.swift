@@ -74,6 +74,12 @@ public final class FileStatusService: Sendable {
     }
 
     /// The paths (relative to the mount root) marked as changed since the last call.
+    /// Waits until a path is marked or `timeout` seconds pass.
+    func waitForChanges(timeout: Double) { _ = fs.uploader.statusMarks.waitForMarks(timeout: timeout) }
+
+    /// Wakes the thread waiting in `waitForChanges`.
+    func wakeWaiter() { fs.uploader.statusMarks.wakeWaiter() }
+
     public func takeChanged() -> [String] {
         return fs.uploader.statusMarks.take().map { fs.namespace.displayPath(rootKey: $0.root, $0.path.description) }
     }
@@ -101,7 +107,24 @@ public final class StatusMarks: Sendable {
         marked.withLock { m in
             if m.count < Self.maxMarks { m.append((root, path)) }
         }
+        // The status socket's thread wakes for the first mark since it last looked (one signal
+        // however many marks follow before it looks).
+        if !signalled.exchange(true, ordering: .acquiringAndReleasing) { arrived.signal() }
     }
+
+    /// Set by the first mark since the last look; `arrived` is signalled then.
+    private let signalled = Atomic<Bool>(false)
+    private let arrived = DispatchSemaphore(value: 0)
+
+    /// Waits until a path is marked (true) or `timeout` seconds pass (false).
+    func waitForMarks(timeout: Double) -> Bool {
+        let got = arrived.wait(timeout: .now() + timeout) == .success
+        signalled.store(false, ordering: .releasing)
+        return got
+    }
+
+    /// Wakes whoever waits for marks (at stop).
+    func wakeWaiter() { arrived.signal() }
 
     func take() -> [(root: String, path: StorePath)] {
         marked.withLock { m in

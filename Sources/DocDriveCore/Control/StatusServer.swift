@@ -39,8 +39,11 @@ public final class StatusServer: Sendable {
     /// The open connections by number. Lock: leaf (a connection's own locks are never taken under it).
     private let connections = Mutex<[Int: Connection]>([:])
     private let nextNumber = Atomic<Int>(0)
-    /// How often the subscribers' files are looked at again (changes marked, passing states).
-    static let lookInterval: useconds_t = 400_000
+    /// How often the subscribers' files in a passing state (pending, uploading, downloading)
+    /// are looked at again, while there are any; a marked change wakes the look at once.
+    static let passingInterval = 0.4
+    /// A burst of marks is gathered this long before the look.
+    static let gather: useconds_t = 20_000
 
     public init(folder: String, mountpoint: String, home: DriveHome, service: FileStatusService, logger: Logger) throws(DriveError) {
         self.mountpoint = mountpoint
@@ -58,19 +61,23 @@ public final class StatusServer: Sendable {
 
     public func start() {
         listener.start(thread: "docdrive-status", connectionThread: "docdrive-status-conn") { [self] c in serve(c) }
-        let looker = Thread { [self] in
+        // Pushes: the thread sleeps until a path is marked (a save, a sync, a fill, a pin) and
+        // looks again only at subscribers' files in a passing state on a timer, and only while
+        // there are such files. An idle drive wakes it for nothing.
+        Sys.startThread("docdrive-status-look", kernelName: "status-look") { [self] in
             dd_background_thread()
             while !stopped.load(ordering: .relaxed) {
-                usleep(Self.lookInterval)
+                service.waitForChanges(timeout: anyPassing() ? Self.passingInterval : 3600)
+                guard !stopped.load(ordering: .relaxed) else { break }
+                usleep(Self.gather)
                 lookAgain()
             }
         }
-        looker.name = "docdrive-status-look"
-        looker.start()
     }
 
     public func stop() {
         stopped.store(true, ordering: .relaxed)
+        service.wakeWaiter()
         listener.stop()
         for c in connections.withLock({ Array($0.values) }) { shutdown(c.fd, Int32(SHUT_RDWR)) }
     }
@@ -157,6 +164,9 @@ public final class StatusServer: Sendable {
                 pending.removeSubrange(0...nl)
                 answer(line, on: conn)
             }
+            // A file just told in a passing state is looked at again on the timer: the looking
+            // thread, which may sleep until the next mark, learns so now.
+            if conn.told.withLock({ $0.values.contains { $0.passing } }) { service.wakeWaiter() }
             if pending.count > StatusProtocol.maxLine {
                 conn.send(StatusProtocol.line(["error", "The line is longer than \(StatusProtocol.maxLine / 1024 / 1024) MiB."]))
                 return
@@ -230,6 +240,11 @@ public final class StatusServer: Sendable {
 
     /// Tells each subscriber the new state of its files that changed: those marked since the
     /// last look, and those it was last told were passing (pending, uploading, downloading).
+    /// Whether a subscriber was last told a passing state of one of its files.
+    private func anyPassing() -> Bool {
+        connections.withLock { Array($0.values) }.contains { c in c.told.withLock { $0.values.contains { $0.passing } } }
+    }
+
     private func lookAgain() {
         let conns = connections.withLock { Array($0.values) }.filter { !$0.subscriptions.withLock { $0.isEmpty } }
         let changed = service.takeChanged()

@@ -149,7 +149,7 @@ struct Daemon {
                 if r.retryFailed == true { uploader.retryFailedNow() }
                 let queued = r.compare == true ? uploader.compareWithRecords() : 0
                 let (stores, polled) = uploader.pollAndWait(timeout: r.timeout ?? 120)
-                DriveFileSystem.waitForKernelNotices()  // what arrived shows when sync returns
+                fs.waitForKernelNotices()  // what arrived shows when sync returns
                 return SyncPollAnswer(stores: stores, idle: polled && queued == 0 && uploader.isIdle(since: mark))
             }
         case .indexError:

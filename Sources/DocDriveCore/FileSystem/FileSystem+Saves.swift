@@ -247,17 +247,14 @@ extension DriveFileSystem {
         guard let st = try? Sys.stat(fd: fd) else { return }
         let ids = table.nodeIDs(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
         guard !ids.isEmpty, let inv = kernelInvalidation else { return }
-        Self.kernelNotices.async {
+        kernelNotices.async {
             name.withCString { n in for id in ids { inv.entry(id, n) } }
         }
     }
 
-    /// Where entry invalidations wait for their folders' locks, in the order they were asked.
-    static let kernelNotices = DispatchQueue(label: "docdrive-kernel-notices")
-
     /// Returns once the entry invalidations asked so far were sent (for `docdrive sync`; never
     /// call it on a request thread).
-    public static func waitForKernelNotices() {
+    public func waitForKernelNotices() {
         kernelNotices.sync {}
     }
 

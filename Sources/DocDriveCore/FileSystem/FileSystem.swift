@@ -112,6 +112,9 @@ public final class DriveFileSystem: Sendable {
     let changes: ChangeFeed
     /// The files open through the mount (the sync engine asks the same).
     let openFiles: OpenFiles
+    /// Where entry invalidations wait for their folders' locks, in the order they were asked
+    /// (`invalidateLater`).
+    let kernelNotices = DispatchQueue(label: "docdrive-kernel-notices")
 
     /// Made by `Drive`, which owns the parts given here. `subscribers`: follow every change after
     /// the drive's own (see ChangeFeed).

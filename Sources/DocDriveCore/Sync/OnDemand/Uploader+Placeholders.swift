@@ -160,7 +160,7 @@ extension Uploader {
     /// again at the document's next save).
     public func publishPicture(root: String, item: String, _ png: [UInt8]) {
         guard let store = store(root) else { return }
-        Self.pictures.async { [logger] in
+        pictures.async { [logger] in
             do throws(DriveError) {
                 try store.remote.putPicture(item: item, png)
             } catch {
@@ -175,6 +175,4 @@ extension Uploader {
         guard let store = store(root) else { return nil }
         return try? store.remote.picture(item: item)
     }
-
-    static let pictures = DispatchQueue(label: "docdrive-pictures", qos: .utility)
 }

@@ -127,6 +127,8 @@ public final class Uploader: Sendable {
     let downloads = Downloads()
     /// Filled placeholders keep showing their ctime (FilledTimes.swift).
     public let filledTimes = FilledTimes()
+    /// Where pictures go to the remotes (`publishPicture`), one at a time.
+    let pictures = DispatchQueue(label: "docdrive-pictures", qos: .utility)
     /// The drive's watch of config.yaml, asked at the ticks of the queue's thread.
     let configWatch: ConfigWatch
     /// Which local files are open through the mount (the sync engine asks before it changes one).

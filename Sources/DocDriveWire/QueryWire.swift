@@ -7,7 +7,7 @@
 
 public enum QueryWire {
     /// The control protocol's version (`ControlProtocol.version` is this).
-    public static let protocolVersion = 2
+    public static let protocolVersion = 3
     /// The control socket's name in the drive's run folder (`DriveHome.controlSocketName`).
     public static let controlSocketName = "control.sock"
     /// The first byte of a raw answer (an error answer is a JSON line, which starts with "{").

@@ -70,8 +70,14 @@ struct Daemon {
         if !QueryEngine.isDisabled { queryEngine.start() }
         defer { queryEngine.stop() }
         let queries = QueryService(engine: queryEngine, mountpoint: mountpoint)
+        // `docdrive status`: for the stores of the config as it is now (the uploader follows it
+        // within half a second), from this process's memory and its index readers.
+        let driveStatus: @Sendable () -> DriveStatus = { [home, config] in
+            let stores = ((try? home.loadConfig(checkingRemotes: false)) ?? config).stores
+            return DriveStatus.gather(home: home, stores: stores, index: index, uploader: uploader, references: documents.references())
+        }
         let control = try ControlServer(home: home, logger: logger) { request, connection in
-            Self.answer(request, on: connection, fs: fs, documents: documents, queries: queries, uploader: uploader)
+            Self.answer(request, on: connection, fs: fs, documents: documents, queries: queries, uploader: uploader, status: driveStatus)
         }
         control.start()
         // File managers' emblems: the desktop status socket, where a runtime folder exists.
@@ -116,7 +122,7 @@ struct Daemon {
 
     /// Answers one request of the control socket (on the connection's own thread).
     static func answer(_ request: ControlRequest, on connection: ControlConnection, fs: DriveFileSystem, documents: DocumentService,
-                       queries: QueryService, uploader: Uploader) {
+                       queries: QueryService, uploader: Uploader, status: () -> DriveStatus) {
         switch request {
         case .open(let r):
             connection.answer { () throws(DriveError) in
@@ -138,8 +144,8 @@ struct Daemon {
             connection.answer { () throws(DriveError) in try documents.revokeGrant(app: r.app, path: r.path) }
         case .appClose(let r):
             connection.answer { () throws(DriveError) in try documents.closeApp(r.app) }
-        case .references:
-            connection.answer { ReferencesAnswer(references: documents.references()) }
+        case .status:
+            connection.answer { status() }
         case .syncPoll(let r):
             connection.answer { () -> SyncPollAnswer in
                 let mark = uploader.workMark()
@@ -152,8 +158,6 @@ struct Daemon {
                 fs.waitForKernelNotices()  // what arrived shows when sync returns
                 return SyncPollAnswer(stores: stores, idle: polled && queued == 0 && uploader.isIdle(since: mark))
             }
-        case .indexError:
-            connection.answer { IndexErrorAnswer(error: uploader.lastIndexWriteError()) }
         case .query(let q):
             queries.answer(q, on: connection)
         case .queryWatch(let q):

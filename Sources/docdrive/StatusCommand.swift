@@ -14,40 +14,20 @@ struct Status: ParsableCommand {
     @Flag(help: "Print JSON.") var json = false
     @Flag(help: "Redraw every half second until nothing is left to upload (or Ctrl-C).") var watch = false
 
-    /// One store's uploads, from the queue, its local copy and the daemon's activity file.
-    struct StoreUploads {
-        var config: StoreConfig
-        var counts: [UploadState: Int]
-        var bytesLeft: Int64
-        var failed: [(path: String, error: String)]
-        /// The workers the daemon runs the store with (nil when not mounted or not started yet).
-        var runningWorkers: Int?
-        var inFlight: [InFlightUpload]
-        /// The store keeps changing, so its uploads wait for a pause (see Uploader.holdUntil).
-        var held = false
-        var remote: RemoteState?
-        var conflicts: [ConflictRecord] = []
-        /// Files that deletes from the remote took from the local copy, kept a while
-        /// (`stores/NAME/deleted`), and the room they take.
-        var keptDeleted: (folder: String, files: Int, bytes: Int64) = ("", 0, 0)
-    }
-
-    /// Everything the report shows, read once per drawing.
+    /// Everything the report shows, read once per drawing: the config and the mount record read
+    /// here, the rest (`DriveStatus`) asked of the daemon, or read from the index without one.
     struct Snapshot {
         var config: DriveConfig
         var record: MountRecord?
-        var items = 0
-        var totals = [UploadState: Int]()
-        var stores = [StoreUploads]()
-        var indexWriteError: String?
-        /// Bytes free on the drive home's disk for new data (nil: cannot tell).
-        var homeDiskFree: Int64?
-        var waiting = 0
-        /// Reference entries and their state (asked of the daemon; empty when not mounted).
-        var references = [ReferenceRow]()
-        var device: DeviceIdentity?
-        /// Why the daemon could not be asked (another control protocol version).
+        var status: DriveStatus
+        /// Why the daemon could not be asked (another control protocol version, no answer): the
+        /// status is then read from the index.
         var daemonProblem: String?
+
+        /// Each store of the config with its status (an empty one if the answer lacks it).
+        var stores: [(config: StoreConfig, status: StoreStatus)] {
+            config.stores.map { c in (c, status.stores.first { $0.name == c.name } ?? StoreStatus(name: c.name)) }
+        }
     }
 
     func run() throws {
@@ -67,91 +47,58 @@ struct Status: ParsableCommand {
                 let text = Self.render(home, s, bars: tty)
                 print(tty ? "\u{1B}[H\u{1B}[2J" + text : text, terminator: "")
                 fflush(nil)  // all streams: stdout is not concurrency-safe to name
-                if s.waiting == 0 { break }
+                if s.status.waiting == 0 { break }
                 usleep(500_000)
             }
         }
     }
 
+    /// The daemon's status when one runs (a live mount record); else, or when it cannot answer
+    /// (one sentence says why), the same facts gathered here from the index opened read-only.
     static func snapshot(_ home: DriveHome) throws(DriveError) -> Snapshot {
         let config = try home.loadConfig()
-        var s = Snapshot(config: config, record: home.liveMountRecord())
-        s.device = try? home.device()
-        let activity = home.liveActivity()
-        s.indexWriteError = activity?.indexWriteError
-        s.homeDiskFree = Self.bytesFree(home.path)
-        var queue: UploadQueue?
-        var conflicts = [(root: String, ConflictRecord)]()
-        if FileManager.default.fileExists(atPath: home.indexPath), let index = try? ItemIndex(readingOnly: home.indexPath) {
-            s.items = ((try? index.counts()) ?? [:]).values.reduce(0, +)
-            queue = index.uploads
-            s.totals = (try? index.uploads.counts()) ?? [:]
-            s.waiting = (try? index.uploads.waitingCount()) ?? 0
-            conflicts = (try? index.bases.conflicts()) ?? []
-        }
-        if s.record != nil {
+        let record = home.liveMountRecord()
+        var problem: String?
+        if record != nil {
             do throws(DriveError) {
-                s.references = try ControlClient.call(home, ControlRequest.References(), timeout: 30).references
+                return Snapshot(config: config, record: record, status: try ControlClient.call(home, ControlRequest.Status(), timeout: 30))
             } catch where error.code == .protocolMismatch {
-                s.daemonProblem = error.message
-            } catch {}
-            // Asked of the daemon itself: on a full disk it cannot rewrite run/uploads.json.
-            if let answer = try? ControlClient.call(home, ControlRequest.IndexError(), timeout: 5) {
-                s.indexWriteError = answer.error
+                problem = error.message
+            } catch {
+                let why = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
+                problem = "The daemon could not be asked (\(why)); what follows is read from the index."
             }
         }
-        let failures = (try? queue?.failures()) ?? []
-        for c in config.stores {
-            let running = activity?.stores.first { $0.name == c.name }
-            s.stores.append(StoreUploads(
-                config: c,
-                counts: (try? queue?.counts(root: c.rootKey)) ?? [:],
-                bytesLeft: (try? queue?.bytesLeft(root: c.rootKey, cache: home.cachePath(c.name))) ?? 0,
-                failed: failures.filter { $0.root == c.rootKey }.map { ($0.path.description, $0.error) },
-                runningWorkers: running?.workers,
-                inFlight: activity?.uploads.filter { $0.store == c.name } ?? [],
-                held: running?.held ?? false, remote: running?.remote,
-                conflicts: conflicts.filter { $0.root == c.rootKey }.map(\.1)))
-            let kept = RecentlyDeleted.folder(ofStore: home.storePath(c.name))
-            let use = RecentlyDeleted.usage(of: kept)
-            s.stores[s.stores.count - 1].keptDeleted = (kept, use.files, use.bytes)
-        }
-        return s
+        let index = FileManager.default.fileExists(atPath: home.indexPath) ? try? ItemIndex(readingOnly: home.indexPath) : nil
+        return Snapshot(config: config, record: record, status: DriveStatus.gather(home: home, stores: config.stores, index: index),
+                        daemonProblem: problem)
     }
 
     /// Below this the drive home's disk counts as full: saves fail and the index cannot grow.
     static let fullBelow: Int64 = 1 << 20
 
-    /// Bytes the drive's user may still write on the disk of `path` (root may use the reserve).
-    static func bytesFree(_ path: String) -> Int64? {
-        var sv = statvfs()
-        guard statvfs(path, &sv) == 0 else { return nil }
-        let blocks = geteuid() == 0 ? sv.f_bfree : sv.f_bavail
-        return Int64(blocks) * Int64(sv.f_frsize)
-    }
-
-    static func homeDiskIsFull(_ s: Snapshot) -> Bool { (s.homeDiskFree ?? .max) < fullBelow }
+    static func homeDiskIsFull(_ s: Snapshot) -> Bool { (s.status.homeDiskFree ?? .max) < fullBelow }
 
     static func json(_ home: DriveHome, _ s: Snapshot) -> [String: Any] {
         let counts = { (c: [UploadState: Int]) in Dictionary(uniqueKeysWithValues: UploadState.allCases.map { ($0.rawValue, c[$0] ?? 0) }) }
         let inFlight = { (u: InFlightUpload) -> [String: Any] in ["store": u.store, "path": u.path, "done": u.done, "total": u.total,
                                                                          "direction": u.isDownload ? "down" : "up"] }
         var out: [String: Any] = [
-            "home": home.path, "config": home.configPath, "mounted": s.record != nil, "items": s.items,
-            "uploads": counts(s.totals),
-            "bytesLeft": s.stores.map(\.bytesLeft).reduce(0, +),
-            "inFlight": s.stores.flatMap(\.inFlight).map(inFlight),
+            "home": home.path, "config": home.configPath, "mounted": s.record != nil, "items": s.status.items,
+            "uploads": counts(s.status.uploads),
+            "bytesLeft": s.stores.map(\.status.bytesLeft).reduce(0, +),
+            "inFlight": s.stores.flatMap(\.status.inFlight).map(inFlight),
             "apps": s.config.apps.map { ["id": $0.id, "name": $0.name, "public": $0.isPublic] as [String: Any] },
-            "stores": s.stores.map { st -> [String: Any] in
+            "stores": s.stores.map { (c, st) -> [String: Any] in
                 var r: [String: Any] = [
-                    "name": st.config.name, "display": st.config.displayName, "remote": st.config.remote.summary,
-                    "workers": st.config.workers, "uploads": counts(st.counts), "bytesLeft": st.bytesLeft,
+                    "name": c.name, "display": c.displayName, "remote": c.remote.summary,
+                    "workers": c.workers, "uploads": counts(st.uploads), "bytesLeft": st.bytesLeft,
                     "failed": st.failed.map { ["path": $0.path, "error": $0.error] },
                     "inFlight": st.inFlight.map(inFlight),
                 ]
-                if let b = st.config.bandwidth { r["bandwidth"] = b }
-                r["content"] = st.config.content.rawValue
-                if let l = st.config.cacheLimit { r["cacheLimit"] = l }
+                if let b = c.bandwidth { r["bandwidth"] = b }
+                r["content"] = c.content.rawValue
+                if let l = c.cacheLimit { r["cacheLimit"] = l }
                 if let w = st.runningWorkers { r["runningWorkers"] = w }
                 r["held"] = st.held
                 if let rs = st.remote {
@@ -171,11 +118,11 @@ struct Status: ParsableCommand {
                 return r
             },
         ]
-        if let d = s.device { out["device"] = ["id": d.id, "name": d.name] }
-        if let e = s.indexWriteError { out["indexWriteError"] = e }
-        if let free = s.homeDiskFree { out["homeDiskFree"] = free }
+        if let d = s.status.device { out["device"] = ["id": d.id, "name": d.name] }
+        if let e = s.status.indexWriteError { out["indexWriteError"] = e }
+        if let free = s.status.homeDiskFree { out["homeDiskFree"] = free }
         out["homeDiskFull"] = homeDiskIsFull(s)
-        out["references"] = jsonObject(s.references)
+        out["references"] = jsonObject(s.status.references ?? [])
         if let p = s.daemonProblem { out["daemonProblem"] = p }
         if let r = s.record { out["mount"] = ["mountpoint": r.mountpoint, "pid": r.pid, "options": r.options, "started": r.started,
                                               "fileIO": r.fileIO ?? "unknown"] }
@@ -186,9 +133,9 @@ struct Status: ParsableCommand {
         var out = ""
         func line(_ l: String) { out += l + "\n" }
         line("Drive:   \(home.path)")
-        if let d = s.device { line("Device:  \(d.name) (id \(d.id))") }
+        if let d = s.status.device { line("Device:  \(d.name) (id \(d.id))") }
         if homeDiskIsFull(s) {
-            line("Disk:    the drive home's disk is full (\(bytes(s.homeDiskFree ?? 0)) free): saves fail with \"No space left on device\" and uploads wait until space is freed there")
+            line("Disk:    the drive home's disk is full (\(bytes(s.status.homeDiskFree ?? 0)) free): saves fail with \"No space left on device\" and uploads wait until space is freed there")
         }
         if let r = s.record {
             line("Mounted: \(r.mountpoint) (daemon pid \(r.pid), -o \(r.options)\(r.fileIO == "passthrough" ? ", file I/O passed through" : ""))")
@@ -201,14 +148,13 @@ struct Status: ParsableCommand {
         line("Apps:    \(s.config.apps.isEmpty ? "none" : "")")
         for a in s.config.apps { line("  \(a.id)  \"\(a.name)\"  \(a.isPublic ? "public" : "private")") }
         line("Stores:  \(s.config.stores.isEmpty ? "none" : "")")
-        for st in s.stores {
-            let c = st.config
+        for (c, st) in s.stores {
             let limit = (c.bandwidth.map { ", at most \(bytes($0))/s" } ?? "") + (c.content == .onDemand ? ", on demand" : "")
             line("  \(c.name)  \"\(c.displayName)\"  \(c.remote.summary)  (\(c.workers) worker\(c.workers == 1 ? "" : "s")\(limit))")
-            line("    \(UploadState.allCases.map { "\(st.counts[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", ")); \(bytes(st.bytesLeft)) left")
-            if homeDiskIsFull(s), (st.counts[.pending] ?? 0) + (st.counts[.uploading] ?? 0) > 0 {
+            line("    \(UploadState.allCases.map { "\(st.uploads[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", ")); \(bytes(st.bytesLeft)) left")
+            if homeDiskIsFull(s), (st.uploads[.pending] ?? 0) + (st.uploads[.uploading] ?? 0) > 0 {
                 line("    waiting: the drive home's disk is full, so the upload queue cannot be written")
-            } else if st.held, (st.counts[.pending] ?? 0) > 0 {
+            } else if st.held, (st.uploads[.pending] ?? 0) > 0 {
                 line("    waiting for a pause: files keep changing; uploads start \(seconds(c.writebackDelay)) after the last change")
             }
             if let rs = st.remote {
@@ -232,16 +178,16 @@ struct Status: ParsableCommand {
                 line(bars ? "    \(verb) " + progressBar(u) : "    \(verb) \(u.path): \(bytes(u.done)) of \(bytes(u.total))")
             }
         }
-        line("Items:   \(s.items) with a stable id in the index")
-        if let e = s.indexWriteError { line("Index:   the last write to the index failed: \(e)") }
-        if s.record != nil {
-            let bad = s.references.filter { $0.status != "ok" }
-            line("References: \(s.references.count)\(bad.isEmpty ? "" : ", \(bad.count) not working:")")
+        line("Items:   \(s.status.items) with a stable id in the index")
+        if let e = s.status.indexWriteError { line("Index:   the last write to the index failed: \(e)") }
+        if s.record != nil, let references = s.status.references {
+            let bad = references.filter { $0.status != "ok" }
+            line("References: \(references.count)\(bad.isEmpty ? "" : ", \(bad.count) not working:")")
             for r in bad {
                 line("  \(r.path)  \(r.status)  -> \(r.target ?? "?")")
             }
         }
-        line("Uploads: \(UploadState.allCases.map { "\(s.totals[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", "))")
+        line("Uploads: \(UploadState.allCases.map { "\(s.status.uploads[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", "))")
         return out
     }
 

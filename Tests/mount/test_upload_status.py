@@ -10,7 +10,11 @@ than workers, and as many when enough are waiting); bad `workers:`/`bandwidth:` 
 `store add --workers 65` fail with exit 4 and a line-precise sentence; a store added with
 `docdrive store add` while mounted shows in the mount and its files reach its remote without a
 remount; a store removed while mounted stops being uploaded, `docdrive sync` does not wait for
-it and the daemon lives on.
+it and the daemon lives on. Where status comes from: the daemon's answer on the control socket
+(no file it writes: with a folder where run/uploads.json was, the upload in flight and the
+workers still show), one sentence naming a daemon of another protocol version or one that does
+not answer with the rest read from the index, and with no daemon the index read without being
+changed.
 """
 from __future__ import annotations
 
@@ -216,3 +220,150 @@ def test_store_removed_while_mounted_stops_uploading(new_drive):
     write(d.mnt / "Work" / "still.txt", b"work goes on\n")
     sync(d, 30)
     assert (d.remote / "still.txt").read_bytes() == b"work goes on\n"
+
+
+# --------------------------------------------------------------------------- where status comes from
+
+def fake_daemon_socket(d, answer: bytes | None):
+    """Puts a socket that is not the daemon's at run/control.sock (the daemon's aside): it reads
+    a request line and answers `answer`, or closes without a word (None). Returns a function
+    that puts the daemon's socket back."""
+    import socket
+    import threading
+    run_dir = d.home / "run"
+    real, aside = run_dir / "control.sock", run_dir / "control.sock.daemon"
+    os.rename(real, aside)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        srv.bind(f"/proc/self/fd/{folder}/control.sock")  # the drive home's path may be longer than a socket's
+    finally:
+        os.close(folder)
+    srv.listen(8)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(5)
+                got = b""
+                while not got.endswith(b"\n"):
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+                if answer is not None:
+                    c.sendall(answer)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def restore():
+        stop.set()
+        srv.close()
+        t.join(5)
+        os.unlink(real)
+        os.rename(aside, real)
+    return restore
+
+
+@pytest.mark.timeout(120)
+def test_status_asks_the_daemon_not_a_file_it_wrote(new_drive):
+    """With the daemon mounted, `docdrive status` shows what the daemon holds in memory (the
+    upload in flight with its progress, the store's running workers) from its answer on the
+    control socket. Before, these came from run/uploads.json, which the daemon rewrote: with a
+    folder in that file's place (so that it cannot be written) status showed no upload in flight
+    and no workers. The daemon writes no such file any more."""
+    d = new_drive()
+    remote = add_store(d, "big", "--writeback", "0.2", "--bandwidth", "2M", "--workers", "3")
+    run_dir = d.home / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "uploads.json").mkdir()  # where the daemon used to publish its uploads: not writable as a file
+    d.mount()
+    data = os.urandom(12 << 20)  # about 6 s at 2 MB/s
+    write(d.mnt / "Big" / "movie.bin", data)
+
+    def moving():
+        s = store_status(d, "big")
+        f = [u for u in s["inFlight"] if u["path"] == "movie.bin"]
+        return (s, f[0]) if f and 0 < f[0]["done"] < f[0]["total"] else None
+
+    got = wait_until(moving, 20, 0.1)
+    assert got, f"no progress entry for movie.bin: {store_status(d, 'big')}\n{d.log_tail()}"
+    s, up = got
+    assert up["total"] == len(data) and up["direction"] == "up", up
+    assert s["runningWorkers"] == 3, s
+    assert s["uploads"]["uploading"] + s["uploads"]["pending"] >= 1 and s["bytesLeft"] > 0, s
+    top = status(d)
+    assert top["mounted"] is True and "daemonProblem" not in top, top
+    assert any(u["path"] == "movie.bin" for u in top["inFlight"]), top
+    text = d.cli("status", timeout=30).stdout
+    assert "uploading movie.bin:" in text and "could not be asked" not in text, text
+    sync(d, 60)
+    assert (remote / "movie.bin").read_bytes() == data
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("uploads")) == ["uploads.json"], os.listdir(run_dir)
+    assert (run_dir / "uploads.json").is_dir() and not any((run_dir / "uploads.json").iterdir())
+    assert d.unmount().returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_daemon_that_cannot_be_asked_is_named_and_the_rest_read_from_the_index(new_drive):
+    """A daemon of another control protocol version, or one that does not answer: `docdrive
+    status` says so in one sentence and shows the rest from the index (read-only)."""
+    d = new_drive()
+    d.mount()
+    write(d.mnt / "Work" / "a.txt", b"a\n")
+    sync(d, 30)
+    restore = fake_daemon_socket(d, b'{"version":2,"ok":true,"result":{"references":[]}}\n')
+    try:
+        s = status(d)
+        text = d.cli("status", timeout=30).stdout
+    finally:
+        restore()
+    mismatch = "This docdrive speaks control protocol 3 but the mounted daemon speaks 2; remount the drive after upgrading."
+    assert s["daemonProblem"] == mismatch and s["mounted"] is True, s
+    assert s["items"] >= 1 and s["uploads"]["synced"] >= 1, s
+    work = next(st for st in s["stores"] if st["name"] == "work")
+    assert "runningWorkers" not in work and "sync" not in work and work["uploads"]["synced"] >= 1, work
+    assert text.count(mismatch) == 1 and "References:" not in text, text
+    restore = fake_daemon_socket(d, None)
+    try:
+        s = status(d)
+    finally:
+        restore()
+    assert s["daemonProblem"].startswith("The daemon could not be asked (") and s["daemonProblem"].endswith(
+        "); what follows is read from the index."), s
+    assert s["uploads"]["synced"] >= 1, s
+    # The daemon's own socket answers again.
+    s = status(d)
+    assert "daemonProblem" not in s and next(st for st in s["stores"] if st["name"] == "work")["runningWorkers"] >= 1, s
+    assert d.unmount().returncode == 0
+
+
+@pytest.mark.timeout(90)
+def test_status_without_a_daemon_leaves_the_index_as_it_is(new_drive):
+    """With no daemon, `docdrive status` reads the index opened read-only: index.sqlite keeps
+    its bytes and its time (nothing migrated, nothing written), and what it shows is there."""
+    d = new_drive()
+    slow_remote = add_store(d, "slow", "--writeback", "60")
+    d.mount()
+    write(d.mnt / "Work" / "a.txt", b"a\n")
+    sync(d, 30)
+    (slow_remote / MARKER).unlink()  # the store's remote cannot be reached: its file stays queued
+    write(d.mnt / "Slow" / "later.bin", os.urandom(5000))
+    assert wait_until(lambda: store_status(d, "slow")["uploads"]["pending"] == 1, 10), store_status(d, "slow")
+    assert d.unmount().returncode == 0
+    index = d.home / "index.sqlite"
+    before = (index.stat().st_mtime_ns, index.read_bytes())
+    s = status(d)
+    text = d.cli("status", timeout=30).stdout
+    assert (index.stat().st_mtime_ns, index.read_bytes()) == before, "docdrive status changed index.sqlite"
+    assert s["mounted"] is False and "daemonProblem" not in s and s["items"] >= 2, s
+    slow = next(st for st in s["stores"] if st["name"] == "slow")
+    assert slow["uploads"]["pending"] + slow["uploads"]["failed"] == 1 and "runningWorkers" not in slow, slow
+    assert s["uploads"]["synced"] >= 1 and s["references"] == [] and s["inFlight"] == [], s
+    assert "Mounted: no" in text and "References:" not in text, text

@@ -163,12 +163,11 @@ class S3Device:
         return [s for s in st["stores"] if s["name"] == STORE][0]
 
     def in_flight(self, name: str) -> dict | None:
-        """The upload of `name` the daemon publishes in run/uploads.json (done, total), if any."""
-        try:
-            a = json.loads((self.d.home / "run" / "uploads.json").read_text())
-        except (FileNotFoundError, ValueError):
+        """The upload of `name` as the daemon tells `docdrive status --json` (done, total), if any."""
+        p = self.d.cli("status", "--json", timeout=60, check=False)
+        if p.returncode != 0:
             return None
-        return next((u for u in a.get("uploads", []) if u["store"] == STORE and u["path"].endswith(name)), None)
+        return next((u for u in json.loads(p.stdout)["inFlight"] if u["store"] == STORE and u["path"].endswith(name)), None)
 
     def tree(self) -> dict[bytes, bytes]:
         out = {}

@@ -335,7 +335,7 @@ enum FuzzControl {
         _ = try? ControlAnswer<FillAnswer>.decode(line)
         _ = try? ControlAnswer<EvictAnswer>.decode(line)
         _ = try? ControlAnswer<GrantsAnswer>.decode(line)
-        _ = try? ControlAnswer<ReferencesAnswer>.decode(line)
+        _ = try? ControlAnswer<DriveStatus>.decode(line)
         _ = try? ControlAnswer<ResolvedBookmark>.decode(line)
     }
 }
@@ -372,7 +372,7 @@ enum FuzzQueryWire {
     }
 }
 
-// MARK: the drive home's JSON files (device.json, run/mount.json, run/uploads.json)
+// MARK: the drive home's JSON files (device.json, run/mount.json)
 
 enum FuzzHomeJSON {
     static func run(_ b: [UInt8]) {
@@ -382,7 +382,6 @@ enum FuzzHomeJSON {
             _ = try? DeviceIdentity.checkedName(dev.name)
         }
         _ = try? JSONDecoder().decode(MountRecord.self, from: d)
-        _ = try? JSONDecoder().decode(UploadActivity.self, from: d)
         _ = DeviceIdentity.clean(String(decoding: b, as: UTF8.self))
     }
 }

@@ -184,8 +184,7 @@ enum Seeds {
             .bookmarkCreate(.init(app: "org.example.notes", path: "Notes/é/ü.txt")),
             .bookmarkResolve(.init(app: "org.example.notes", token: "eyJhIjoxfQ.c2ln")),
             .grantsList(.init(app: "org.example.notes")), .grantsRevoke(.init(app: "org.example.notes", path: "Work/a.odt")),
-            .appClose(.init(app: "org.example.notes")), .references(.init()), .syncPoll(.init(timeout: 12.5, retryFailed: true, compare: false)),
-            .indexError(.init()),
+            .appClose(.init(app: "org.example.notes")), .status(.init()), .syncPoll(.init(timeout: 12.5, retryFailed: true, compare: false)),
             .query(.init(expr: ["kind:image", "size>1M", "-draft"], scopes: ["documents", "folder:Work/x"], sort: .size,
                          descending: false, limit: 10, count: true, pathsOnly: true, raw: true)),
             .queryWatch(.init(expr: ["zebra"], scopes: ["Work"], sort: .name, descending: true)),
@@ -194,6 +193,11 @@ enum Seeds {
         var control = requests.map { [UInt8]($0.line()) }
         control.append([UInt8](ControlAnswer.ok(QueryAnswer(items: [QueryItem(path: "/m/Work/a.odt", name: "a.odt", kind: "document", size: 12, modified: 1.8e9)], count: 1)).line()))
         control.append([UInt8](ControlAnswer.ok(FillAnswer(path: "Work/a", size: Int64.max)).line()))
+        control.append([UInt8](ControlAnswer.ok(DriveStatus(items: 3, uploads: [.pending: 1, .synced: 2], waiting: 1, stores: [
+            StoreStatus(name: "work", uploads: [.pending: 1], bytesLeft: 12, runningWorkers: 4,
+                        inFlight: [InFlightUpload(store: "work", path: "a b/é.bin", done: 1, total: 12)], held: true,
+                        remote: RemoteState(lastPoll: 1.8e9, devices: ["laptop"])),
+        ], references: [ReferenceRow(app: "x", path: "Notes/a.odt", status: "ok")], homeDiskFree: 1 << 30)).line()))
         control.append([UInt8](ControlAnswer<QueryAnswer>.failed(DriveError(.notFound, "No such file.")).line()))
         control.append(Array(#"{"version":1,"command":"sync-poll","timeout":1e308}"#.utf8))
         out.append(("control", control))
@@ -207,13 +211,12 @@ enum Seeds {
                                    QueryWire.rawAnswer(mountpoint: "/m", count: 3, paths: []),
                                    Array(ControlRequest.Query(expr: ["a\"b\\c\u{1}"], limit: 5).fastPathLine().utf8)]))
 
-        // home-json: device.json, run/mount.json, run/uploads.json as the program writes them.
+        // home-json: device.json and run/mount.json as the program writes them.
         var home = [[UInt8]]()
         let pretty = JSONEncoder()
         pretty.outputFormatting = [.prettyPrinted, .sortedKeys]
         if let d = try? pretty.encode(DeviceIdentity(id: "5f2a9c0e1b7d4e3f8a6c9b0d2e4f6a8c", name: "laptop")) { home.append([UInt8](d)) }
         if let d = try? JSONEncoder().encode(MountRecord(pid: 4242, mountpoint: "/home/u/Drive", started: 1.8e9, options: "uring", fileIO: "passthrough")) { home.append([UInt8](d)) }
-        home.append(Array(#"{"pid":4242,"stores":[{"name":"work","workers":4,"bandwidth":1048576,"held":false}],"uploads":[],"indexWriteError":null}"#.utf8))
         out.append(("home-json", home))
 
         // mountinfo: this machine's table, and lines with escapes.

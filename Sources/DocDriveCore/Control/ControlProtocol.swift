@@ -6,12 +6,14 @@ import Foundation
 
 /// The wire format: one JSON object per line, a request's fields beside its command.
 ///
-///     {"version":2,"command":"app-close","app":"org.example.notes"}
-///     {"version":2,"ok":true,"result":{"app":"org.example.notes","removed":2}}
-///     {"version":2,"ok":false,"code":"notFound","error":"There is no app \"x\" (see `docdrive app list`)."}
+///     {"version":3,"command":"app-close","app":"org.example.notes"}
+///     {"version":3,"ok":true,"result":{"app":"org.example.notes","removed":2}}
+///     {"version":3,"ok":false,"code":"notFound","error":"There is no app \"x\" (see `docdrive app list`)."}
 ///
 /// Version 1 was the dictionaries before these types; it had no "version" field, so a message
-/// without one is version 1. A daemon and a command of different versions do nothing but say so.
+/// without one is version 1. Version 3 answers `status` with one `DriveStatus`, where version 2
+/// had `references` and `index-error` and the daemon's run/uploads.json. A daemon and a command
+/// of different versions do nothing but say so.
 public enum ControlProtocol {
     /// Kept in DocDriveWire, which the `docdrive` front shares.
     public static let version = QueryWire.protocolVersion
@@ -38,9 +40,8 @@ public enum ControlRequest: Equatable, Sendable {
     case grantsList(GrantsList)
     case grantsRevoke(GrantsRevoke)
     case appClose(AppClose)
-    case references(References)
+    case status(Status)
     case syncPoll(SyncPoll)
-    case indexError(IndexError)
     case query(Query)
     /// The current results, then a line per batch of changes (`QueryAnswer`), until the command goes.
     case queryWatch(Query)
@@ -60,9 +61,8 @@ public enum ControlRequest: Equatable, Sendable {
         case .grantsList: "grants-list"
         case .grantsRevoke: "grants-revoke"
         case .appClose: "app-close"
-        case .references: "references"
+        case .status: "status"
         case .syncPoll: "sync-poll"
-        case .indexError: "index-error"
         case .query: "query"
         case .queryWatch: "query-watch"
         case .pin: "pin"
@@ -82,9 +82,8 @@ public enum ControlRequest: Equatable, Sendable {
         case .grantsList(let r): r
         case .grantsRevoke(let r): r
         case .appClose(let r): r
-        case .references(let r): r
+        case .status(let r): r
         case .syncPoll(let r): r
-        case .indexError(let r): r
         case .query(let r), .queryWatch(let r): r
         case .pin(let r): r
         case .fill(let r): r
@@ -191,11 +190,13 @@ extension ControlRequest {
         public var request: ControlRequest { .appClose(self) }
     }
 
-    /// Every reference entry and its state (for `docdrive status`).
-    public struct References: ControlCommand {
-        public typealias Answer = ReferencesAnswer
+    /// Everything `docdrive status` shows besides the config and the mount record, gathered by
+    /// the daemon from its memory and its index (`DriveStatus.gather`), for the stores of the
+    /// config as it reads it now.
+    public struct Status: ControlCommand {
+        public typealias Answer = DriveStatus
         public init() {}
-        public var request: ControlRequest { .references(self) }
+        public var request: ControlRequest { .status(self) }
     }
 
     /// Pins (keeps on this device, also what is added later) or unpins a store file or folder
@@ -239,13 +240,6 @@ extension ControlRequest {
             self.compare = compare
         }
         public var request: ControlRequest { .syncPoll(self) }
-    }
-
-    /// The daemon's last failed write to the index (it cannot rewrite run/uploads.json on a full disk).
-    public struct IndexError: ControlCommand {
-        public typealias Answer = IndexErrorAnswer
-        public init() {}
-        public var request: ControlRequest { .indexError(self) }
     }
 
     /// `docdrive query`: the expression's words, the scopes as `QueryService.scope` reads them.
@@ -350,11 +344,6 @@ public struct AppCloseAnswer: Codable, Equatable, Sendable {
     public init(app: String, removed: Int) { (self.app, self.removed) = (app, removed) }
 }
 
-public struct ReferencesAnswer: Codable, Equatable, Sendable {
-    public var references: [ReferenceRow]
-    public init(references: [ReferenceRow]) { self.references = references }
-}
-
 /// A reference entry: "ok", or what is wrong with it (`ReferenceProblem`); item and target are
 /// unknown for an invalid one.
 public struct ReferenceRow: Codable, Equatable, Sendable {
@@ -409,11 +398,6 @@ public struct SyncPollAnswer: Codable, Equatable, Sendable {
         self.stores = stores
         self.idle = idle
     }
-}
-
-public struct IndexErrorAnswer: Codable, Equatable, Sendable {
-    public var error: String?
-    public init(error: String?) { self.error = error }
 }
 
 /// A query's answer: its items, only their paths (`pathsOnly`), or only their count (`count`).
@@ -498,9 +482,8 @@ extension ControlRequest: Codable {
         case "grants-list": self = .grantsList(try GrantsList(from: decoder))
         case "grants-revoke": self = .grantsRevoke(try GrantsRevoke(from: decoder))
         case "app-close": self = .appClose(try AppClose(from: decoder))
-        case "references": self = .references(try References(from: decoder))
+        case "status": self = .status(try Status(from: decoder))
         case "sync-poll": self = .syncPoll(try SyncPoll(from: decoder))
-        case "index-error": self = .indexError(try IndexError(from: decoder))
         case "query": self = .query(try Query(from: decoder))
         case "query-watch": self = .queryWatch(try Query(from: decoder))
         case "pin": self = .pin(try Pin(from: decoder))
@@ -528,7 +511,7 @@ extension ControlRequest: Codable {
         case .pin(let r): ["path": r.path]
         case .fill(let r): ["path": r.path]
         case .evict(let r): ["path": r.path]
-        case .grantsList, .references, .syncPoll, .indexError, .query, .queryWatch: [:]
+        case .grantsList, .status, .syncPoll, .query, .queryWatch: [:]
         }
     }
 

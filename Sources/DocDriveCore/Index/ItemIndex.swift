@@ -380,17 +380,11 @@ public final class ItemIndex: Sendable {
         }
     }
 
-    /// Number of items known, per root (for reports: waits for what is queued).
-    public func counts() throws(DriveError) -> [String: Int] {
-        flush()
+    /// Number of items with a stable id, as written (`docdrive status`): read through the
+    /// readers, so it neither writes what is queued nor waits for the write lock.
+    public func itemCount() throws(DriveError) -> Int {
         do {
-            return try pool.read { db in
-                var r = [String: Int]()
-                for row in try Row.fetchAll(db, sql: "SELECT root, COUNT(*) AS n FROM item GROUP BY root") {
-                    r[row["root"]] = row["n"]
-                }
-                return r
-            }
+            return try readers.readStatement { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM item") ?? 0 }
         } catch {
             throw DriveError(.index, "The index cannot be read: \(error).", underlying: error)
         }

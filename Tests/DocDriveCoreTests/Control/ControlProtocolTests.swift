@@ -20,10 +20,9 @@ final class ControlProtocolTests: XCTestCase {
         .grantsList(.init()),
         .grantsRevoke(.init(app: "org.example.notes", path: "Work/a.odt")),
         .appClose(.init(app: "org.example.notes")),
-        .references(.init()),
+        .status(.init()),
         .syncPoll(.init(timeout: 12.5)),
         .syncPoll(.init()),
-        .indexError(.init()),
         .query(.init(expr: ["kind:image", "size>1M", "-draft"], scopes: ["documents", "folder:Work/x"], sort: .size,
                      descending: false, limit: 10, count: true, pathsOnly: true, raw: true)),
         .query(.init(expr: [])),
@@ -46,9 +45,8 @@ final class ControlProtocolTests: XCTestCase {
         "grants-list": ["app"],
         "grants-revoke": ["app", "path"],
         "app-close": ["app"],
-        "references": [],
+        "status": [],
         "sync-poll": ["timeout"],
-        "index-error": [],
         "query": ["expr", "in", "sort", "descending", "limit", "count", "pathsOnly", "raw"],
         "query-watch": ["expr", "in", "sort", "descending", "limit", "count", "pathsOnly", "raw"],
         "pin": ["path", "on"],
@@ -92,7 +90,7 @@ final class ControlProtocolTests: XCTestCase {
         let open = try Self.object(Self.requests[0].line())
         XCTAssertEqual(Set(open.keys), Self.keys["open"]!.union(["version", "command"]))
         XCTAssertEqual(open["as"] as? String, "Mine.odt")
-        let query = try Self.object(Self.requests[15].line())
+        let query = try Self.object(Self.requests.first { $0.command == "query" }!.line())
         XCTAssertEqual(Set(query.keys), Self.keys["query"]!.union(["version", "command"]))
         XCTAssertEqual(query["in"] as? [String], ["documents", "folder:Work/x"])
         XCTAssertEqual(query["sort"] as? String, "size")
@@ -123,14 +121,9 @@ final class ControlProtocolTests: XCTestCase {
         try roundTrip(GrantsAnswer(grants: []), keys: ["grants"])
         try roundTrip(RevokeAnswer(app: "x", revoked: "Work/a.odt", item: "i1"), keys: ["app", "revoked", "item"])
         try roundTrip(AppCloseAnswer(app: "x", removed: 3), keys: ["app", "removed"])
-        try roundTrip(ReferencesAnswer(references: [ReferenceRow(app: "x", path: "Notes/a.odt", status: "ok", item: "i1", target: "Work/a.odt"),
-                                                    ReferenceRow(app: "x", path: "Notes/b.odt", status: "invalid")]),
-                      keys: ["references"])
         let offline = RemoteState(offlineSince: 1_763_000_000, offlineReason: "The remote does not answer.", devices: ["laptop"])
         try roundTrip(SyncPollAnswer(stores: ["work": offline, "photos": RemoteState(lastPoll: 1_763_000_001.5)]), keys: ["stores"])
         try roundTrip(SyncPollAnswer(stores: ["work": RemoteState()], idle: true), keys: ["stores", "idle"])
-        try roundTrip(IndexErrorAnswer(error: "disk full"), keys: ["error"])
-        try roundTrip(IndexErrorAnswer(error: nil), keys: [])
         let item = QueryItem(path: "Work/a.png", name: "a.png", kind: "image", size: 1 << 40, modified: 1_763_000_000.125,
                              external: true, store: "work", app: "org.example.notes", event: "+")
         try roundTrip(QueryAnswer(items: [item, QueryItem(path: "Work/gone.png", event: "-")]), keys: ["items"])
@@ -146,6 +139,47 @@ final class ControlProtocolTests: XCTestCase {
         XCTAssertEqual(Set(found.keys), ["path", "name", "kind", "size", "modified", "store"])
         let row = try Self.object(JSONEncoder().encode(SyncPollAnswer(stores: ["w": RemoteState()])))
         XCTAssertEqual(Set(try XCTUnwrap((row["stores"] as? [String: Any])?["w"] as? [String: Any]).keys), ["devices"])
+    }
+
+    /// A store's status as a daemon answers it: every field set.
+    static func busyStore() throws -> StoreStatus {
+        let conflict = try JSONDecoder().decode(ConflictRecord.self, from: Data(#"""
+            {"store":"work","path":"Reports/q3.odt","copy":"Reports/q3 (conflict from beta).odt","device":"beta","time":1763000000.5}
+            """#.utf8))
+        var remote = RemoteState(lastPoll: 1_763_000_001.25, devices: ["beta", "laptop"])
+        remote.polls = 12
+        remote.cacheBytes = 1 << 30
+        return StoreStatus(name: "work", uploads: [.pending: 2, .uploading: 1, .synced: 40, .failed: 1], bytesLeft: 3 << 20,
+                           failed: [FailedUpload(path: "big.iso", error: "The remote refused it.")], runningWorkers: 4,
+                           inFlight: [InFlightUpload(store: "work", path: "movie.bin", done: 1 << 20, total: 24 << 20),
+                                      InFlightUpload(store: "work", path: "Photos/é.jpg", done: 0, total: 9, direction: .down)],
+                           held: true, remote: remote, conflicts: [conflict],
+                           keptDeleted: KeptDeleted(folder: "/home/u/.docdrive/stores/work/deleted", files: 3, bytes: 12_288))
+    }
+
+    func testTheDriveStatusRoundTripsAsOneAnswer() throws {
+        // A daemon's answer: every field set; a store's queue counts keyed by the states' names.
+        let full = DriveStatus(items: 1234, uploads: [.pending: 2, .uploading: 1, .synced: 40, .failed: 1], waiting: 3,
+                               stores: [try Self.busyStore(), StoreStatus(name: "photos")],
+                               device: DeviceIdentity.make(name: "laptop"), indexWriteError: "database or disk is full",
+                               references: [ReferenceRow(app: "x", path: "Notes/a.odt", status: "ok", item: "i1", target: "Work/a.odt"),
+                                            ReferenceRow(app: "x", path: "Notes/b.odt", status: "invalid")],
+                               homeDiskFree: 1 << 40)
+        try roundTrip(full, keys: ["items", "uploads", "waiting", "stores", "device", "indexWriteError", "references", "homeDiskFree"])
+        let result = try XCTUnwrap(Self.object(ControlAnswer.ok(full).line())["result"] as? [String: Any])
+        XCTAssertEqual(result["uploads"] as? [String: Int], ["pending": 2, "uploading": 1, "synced": 40, "failed": 1])
+        let stores = try XCTUnwrap(result["stores"] as? [[String: Any]])
+        XCTAssertEqual(Set(stores[0].keys), ["name", "uploads", "bytesLeft", "failed", "runningWorkers", "inFlight", "held", "remote",
+                                             "conflicts", "keptDeleted"])
+        XCTAssertEqual((stores[0]["inFlight"] as? [[String: Any]])?.map { $0["direction"] as? String }, ["up", "down"])
+        // A store the daemon does not run, and the status gathered without a daemon: what is
+        // unknown is left out.
+        XCTAssertEqual(Set(stores[1].keys), ["name", "uploads", "bytesLeft", "failed", "inFlight", "held", "conflicts", "keptDeleted"])
+        try roundTrip(DriveStatus(), keys: ["items", "uploads", "waiting", "stores"])
+        // A state this command does not know is an answer it cannot read, said in one sentence.
+        let unknown = Data(#"{"version":\#(ControlProtocol.version),"ok":true,"result":{"items":0,"uploads":{"teleported":1},"waiting":0,"stores":[]}}"#.utf8)
+        let e = Self.error { () throws(DriveError) in try ControlAnswer<DriveStatus>.decode(unknown).get() }
+        XCTAssertEqual(e?.message, "The daemon's answer could not be read (did it stop?).")
     }
 
     func testTheErrorAnswerCarriesItsCodeAndSentence() throws {
@@ -184,7 +218,7 @@ final class ControlProtocolTests: XCTestCase {
             XCTAssertEqual(e?.message, "This docdrive speaks control protocol \(ControlProtocol.version) but the mounted daemon speaks 1; remount the drive after upgrading.")
         }
         // An answer that is not one (a daemon that stopped half-way) is said as such.
-        for bad in ["", #"{"version":2,"ok":true,"result":{"removed":"#, "=2\u{0}/mnt\u{0}"] {
+        for bad in ["", #"{"version":3,"ok":true,"result":{"removed":"#, "=2\u{0}/mnt\u{0}"] {
             let e = Self.error { () throws(DriveError) in try ControlAnswer<AppCloseAnswer>.decode(Data(bad.utf8)).get() }
             XCTAssertEqual(e?.code, .io, bad)
             XCTAssertEqual(e?.message, "The daemon's answer could not be read (did it stop?).")
@@ -193,15 +227,15 @@ final class ControlProtocolTests: XCTestCase {
 
     func testUnknownCommandsAndMissingFieldsGetOneSentence() {
         let cases: [(String, String)] = [
-            (#"{"version":2,"command":"format-disk"}"#, "Unknown request \"format-disk\"."),
-            (#"{"version":2,"app":"x"}"#, "The request names no command."),
-            (#"{"version":2,"command":"app-close"}"#, "The request lacks app."),
-            (#"{"version":2,"command":"open","app":"x","path":"Work/a"}"#, "The request lacks noRename."),
-            (#"{"version":2,"command":"query","expr":[],"in":[],"limit":"ten","count":false,"pathsOnly":false,"raw":false}"#,
+            (#"{"version":3,"command":"format-disk"}"#, "Unknown request \"format-disk\"."),
+            (#"{"version":3,"app":"x"}"#, "The request names no command."),
+            (#"{"version":3,"command":"app-close"}"#, "The request lacks app."),
+            (#"{"version":3,"command":"open","app":"x","path":"Work/a"}"#, "The request lacks noRename."),
+            (#"{"version":3,"command":"query","expr":[],"in":[],"limit":"ten","count":false,"pathsOnly":false,"raw":false}"#,
              "The request's limit is not valid."),
-            (#"{"version":2,"command":"query","expr":[],"in":[],"sort":"colour","count":false,"pathsOnly":false,"raw":false}"#,
+            (#"{"version":3,"command":"query","expr":[],"in":[],"sort":"colour","count":false,"pathsOnly":false,"raw":false}"#,
              "The request's sort is not valid."),
-            (#"{"version":"2","command":"references"}"#, "The request's version is not valid."),
+            (#"{"version":"3","command":"status"}"#, "The request's version is not valid."),
         ]
         for (line, sentence) in cases {
             let e = Self.error { () throws(DriveError) in try ControlRequest.decode(Data(line.utf8)) }
@@ -209,7 +243,7 @@ final class ControlProtocolTests: XCTestCase {
             XCTAssertEqual(e?.message, sentence, line)
         }
         // An empty text is missing too, as it always was (`docdrive open --app "" ...` exits 4).
-        for line in [#"{"version":2,"command":"app-close","app":""}"#, #"{"version":2,"command":"move","app":"x","path":"a","to":"","noRename":false}"#] {
+        for line in [#"{"version":3,"command":"app-close","app":""}"#, #"{"version":3,"command":"move","app":"x","path":"a","to":"","noRename":false}"#] {
             let e = Self.error { () throws(DriveError) in try ControlRequest.decode(Data(line.utf8)) }
             XCTAssertEqual(e?.code, .invalidName, line)
             XCTAssertEqual(e?.message, line.contains("move") ? "The request lacks to." : "The request lacks app.", line)
@@ -219,9 +253,9 @@ final class ControlProtocolTests: XCTestCase {
     func testAnyBytesGetOneSentenceAndNoCrash() {
         let notJSON = "The request is not one JSON object on one line."
         var inputs: [Data] = [
-            Data(), Data("{".utf8), Data(#"{"version":2,"command":"open","app":"#.utf8), Data("null".utf8), Data("[]".utf8),
+            Data(), Data("{".utf8), Data(#"{"version":3,"command":"open","app":"#.utf8), Data("null".utf8), Data("[]".utf8),
             Data("42".utf8), Data(#""app-close""#.utf8), Data([0xFF, 0xFE, 0x00, 0x7B]), Data([0]),
-            Data(#"{"version":2,"command":"app-close","app":"\#u{FFFD}"#.utf8) + Data([0xC3]) + Data(#""}"#.utf8),
+            Data(#"{"version":3,"command":"app-close","app":"\#u{FFFD}"#.utf8) + Data([0xC3]) + Data(#""}"#.utf8),
             Data(String(repeating: "[", count: ControlProtocol.maxRequest).utf8),
             Data(String(repeating: #"{"a":"#, count: ControlProtocol.maxRequest / 5).utf8),
         ]
@@ -239,11 +273,11 @@ final class ControlProtocolTests: XCTestCase {
 
     func testAnOversizedLineIsRefusedUnread() throws {
         let padded = { (n: Int) -> Data in
-            var d = Data(#"{"version":2,"command":"references"}"#.utf8)
+            var d = Data(#"{"version":3,"command":"status"}"#.utf8)
             d.append(Data(repeating: 0x20, count: n - d.count))
             return d
         }
-        XCTAssertEqual(try ControlRequest.decode(padded(ControlProtocol.maxRequest)), .references(.init()))
+        XCTAssertEqual(try ControlRequest.decode(padded(ControlProtocol.maxRequest)), .status(.init()))
         let e = Self.error { () throws(DriveError) in try ControlRequest.decode(padded(ControlProtocol.maxRequest + 1)) }
         XCTAssertEqual(e?.code, .badRequest)
         XCTAssertEqual(e?.message, "The request is longer than 64 KiB.")
@@ -297,10 +331,10 @@ final class ControlProtocolTests: XCTestCase {
         let oversized = Data(repeating: 0x41, count: ControlProtocol.maxRequest + 10_000)
         let junk: [(Data, DriveError.Code)] = [
             (Data("garbage\n".utf8), .badRequest), (Data([0xFF, 0x00, 0x0A]), .badRequest), (oversized, .badRequest),
-            (Data(#"{"version":2,"command":"app-cl"#.utf8), .badRequest),  // truncated, then closed
+            (Data(#"{"version":3,"command":"app-cl"#.utf8), .badRequest),  // truncated, then closed
             (Data(), .badRequest),  // nothing, then closed
             (Data(#"{"command":"app-close","app":"x"}"#.utf8 + [0x0A]), .protocolMismatch),
-            (Data(#"{"version":2,"command":"nope"}"#.utf8 + [0x0A]), .badRequest),
+            (Data(#"{"version":3,"command":"nope"}"#.utf8 + [0x0A]), .badRequest),
         ]
         for (bytes, code) in junk {
             let answer = try Self.exchange(home, bytes)

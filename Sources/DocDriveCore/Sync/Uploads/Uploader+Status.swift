@@ -1,5 +1,5 @@
 // Uploader+Status: what the commands and the status ask of the stores: a poll now, the remotes'
-// states, retries, the activity published for `docdrive status`, a file's FileState.
+// states, retries, what `docdrive status` shows of the running stores, a file's FileState.
 import CDocDriveSys
 import Crypto
 import Foundation
@@ -103,26 +103,16 @@ extension Uploader {
         return (try? queue.waitingCount()) == 0
     }
 
-    /// Rewrites run/uploads.json when what it says changed (called every 250 ms), so that
-    /// `docdrive status` can show progress; an idle daemon leaves it unchanged.
-    func publishActivity() {
-        let now = inFlight.withLock { Array($0.values) }.sorted { ($0.store, $0.path) < ($1.store, $1.path) }
-        let time = Date().timeIntervalSince1970
-        let settings = allStores().values.map {
-            StoreActivity(name: $0.config.name, workers: $0.config.workers, bandwidth: $0.config.bandwidth,
-                          held: holdUntil($0, now: time) != nil, remote: $0.sync.state.withLock { $0 })
-        }.sorted { $0.name < $1.name }
-        let a = UploadActivity(pid: getpid(), stores: settings, uploads: now, indexWriteError: lastIndexWriteError())
-        let fresh = published.withLock { last -> Bool in
-            if last == a { return false }
-            last = a
-            return true
-        }
-        if fresh { home.writeActivity(a) }
+    /// What the daemon runs of each store, by name (`docdrive status`): its workers, whether
+    /// a burst of changes holds its uploads back, its remote as the last poll found it.
+    func runningStores() -> [String: (workers: Int, held: Bool, remote: RemoteState)] {
+        let now = Date().timeIntervalSince1970
+        return Dictionary(allStores().values.map {
+            ($0.config.name, (workers: $0.config.workers, held: holdUntil($0, now: now) != nil, remote: $0.sync.state.withLock { $0 }))
+        }, uniquingKeysWith: { a, _ in a })
     }
 
     /// The last failed write to the index or the upload queue, until a write works again.
-    /// Asked through the control socket too: run/uploads.json cannot be rewritten on a full disk.
     public func lastIndexWriteError() -> String? { indexWriteError() ?? queue.writeError }
 
     /// The files being uploaded now, with their progress.

@@ -21,10 +21,7 @@ extension Uploader {
                 usleep(50_000)
                 commitNoted()
                 tick += 1
-                if tick % 5 == 0 {
-                    retryWhereRemotesCameBack()
-                    publishActivity()
-                }
+                if tick % 5 == 0 { retryWhereRemotesCameBack() }
                 if tick % 10 == 0 { configWatch.check() }
                 if tick % 20 == 0 { startHeldStores() }
             }
@@ -234,7 +231,6 @@ extension Uploader {
         }
         commitNoted()
         try? queue.recoverInterrupted()
-        home.removeActivity()
         let c = (try? queue.counts()) ?? [:]
         return (c[.pending] ?? 0) + (c[.failed] ?? 0)
     }

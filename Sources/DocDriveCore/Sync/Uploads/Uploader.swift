@@ -139,9 +139,6 @@ public final class Uploader: Sendable {
     let probe: SyncProbe?
     let index: ItemIndex
     let device: DeviceIdentity
-    /// The last activity written to run/uploads.json (only the committer thread writes it).
-    /// Lock: leaf.
-    let published = Mutex<UploadActivity?>(nil)
     /// Paths whose state may have changed, for the desktop status socket (FileStatusService).
     public let statusMarks = StatusMarks()
 

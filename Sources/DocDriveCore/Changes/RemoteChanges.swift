@@ -2,7 +2,6 @@
 // (another device, or a foreign tool writing the bucket), published once as a typed value; the
 // mount's kernel cache and the thumbnails subscribe. The mount's own changes go through
 // ChangeFeed on the request thread.
-import Synchronization
 
 /// One change the sync engine made in a store's local copy, published after it is made, on the
 /// sync's worker thread.
@@ -26,23 +25,11 @@ public protocol RemoteChangeSubscriber: AnyObject, Sendable {
 /// engine) and subscribe to it (the file system, once mounted): a change published before a
 /// subscriber came has nothing to tell it (before the mount there is no kernel cache).
 public final class RemoteChanges: Sendable {
-    /// Held weakly: a subscriber's life is its owner's. Lock: leaf.
-    private let subscribers = Mutex<[WeakSubscriber]>([])
-
-    private struct WeakSubscriber: @unchecked Sendable {
-        weak var value: (any RemoteChangeSubscriber)?
-    }
+    private let subscribers = WeakSubscribers<any RemoteChangeSubscriber>()
 
     public init() {}
 
-    public func subscribe(_ s: any RemoteChangeSubscriber) {
-        subscribers.withLock { list in
-            list.removeAll { $0.value == nil }
-            list.append(WeakSubscriber(value: s))
-        }
-    }
+    public func subscribe(_ s: any RemoteChangeSubscriber) { subscribers.add(s) }
 
-    func publish(_ change: RemoteChange) {
-        for s in subscribers.withLock({ $0 }) { s.value?.changed(change) }
-    }
+    func publish(_ change: RemoteChange) { subscribers.forEach { $0.changed(change) } }
 }

@@ -30,11 +30,7 @@ public final class ConfigWatch: Sendable {
     private let seen: Mutex<Seen>
     /// A check is telling the subscribers now.
     private let checking = Atomic<Bool>(false)
-    /// Held weakly: a subscriber's life is its owner's. Leaf.
-    private let subscribers = Mutex<[WeakSubscriber]>([])
-    private struct WeakSubscriber: @unchecked Sendable {
-        weak var value: (any ConfigSubscriber)?
-    }
+    private let subscribers = WeakSubscribers<any ConfigSubscriber>()
     /// How often the file is looked at, at most.
     static let interval = 0.5
 
@@ -52,12 +48,7 @@ public final class ConfigWatch: Sendable {
     /// The time of the config file the subscribers last heard of.
     public var mtime: timespec { seen.withLock { $0.mtime } }
 
-    public func subscribe(_ s: any ConfigSubscriber) {
-        subscribers.withLock { list in
-            list.removeAll { $0.value == nil }
-            list.append(WeakSubscriber(value: s))
-        }
-    }
+    public func subscribe(_ s: any ConfigSubscriber) { subscribers.add(s) }
 
     /// Looks at the file if it was not looked at in the last half second (`now`: at once); a
     /// changed file that parses goes to every subscriber.
@@ -77,6 +68,6 @@ public final class ConfigWatch: Sendable {
             return true
         }
         guard changed, let config = try? home.loadConfig() else { return }
-        for s in subscribers.withLock({ $0 }) { s.value?.configChanged(config, mtime: m) }
+        subscribers.forEach { $0.configChanged(config, mtime: m) }
     }
 }

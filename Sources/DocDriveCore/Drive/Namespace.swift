@@ -16,7 +16,6 @@ final class Namespace: Sendable {
         var topLevelOrder: [String]
         /// App id -> its three folders.
         var appFolders: [String: [String: BackingRoot]]
-        var configMTime: timespec
     }
 
     static let appFolderNames = ["Documents", "Data", "Inbox"]
@@ -31,8 +30,8 @@ final class Namespace: Sendable {
     init(home: DriveHome, config: DriveConfig, configWatch: ConfigWatch) {
         self.home = home
         self.configWatch = configWatch
-        self.layout = Mutex(Layout(config: config, topLevel: [:], topLevelOrder: [], appFolders: [:], configMTime: timespec()))
-        let l = build(config, mtime: configWatch.mtime)
+        self.layout = Mutex(Layout(config: config, topLevel: [:], topLevelOrder: [], appFolders: [:]))
+        let l = build(config)
         layout.withLock { $0 = l }
     }
 
@@ -45,7 +44,7 @@ final class Namespace: Sendable {
         }
     }
 
-    private func build(_ config: DriveConfig, mtime: timespec) -> Layout {
+    private func build(_ config: DriveConfig) -> Layout {
         var top = [String: BackingRoot](), order = [String](), apps = [String: [String: BackingRoot]]()
         for app in config.apps {
             var folders = [String: BackingRoot]()
@@ -62,7 +61,7 @@ final class Namespace: Sendable {
             top[store.displayName] = root(store.rootKey, home.cachePath(store.name))
             order.append(store.displayName)
         }
-        return Layout(config: config, topLevel: top, topLevelOrder: order, appFolders: apps, configMTime: mtime)
+        return Layout(config: config, topLevel: top, topLevelOrder: order, appFolders: apps)
     }
 
     /// The current layout, config.yaml looked at first (ConfigWatch: at most every 0.5 s). A
@@ -95,7 +94,7 @@ extension Namespace: ConfigSubscriber {
     /// A new config: its folders made, the layout built again (live nodes keep their roots).
     func configChanged(_ config: DriveConfig, mtime: timespec) {
         try? home.prepareFolders(for: config)
-        let l = build(config, mtime: mtime)
+        let l = build(config)
         layout.withLock { $0 = l }
     }
 }

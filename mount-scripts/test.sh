@@ -36,6 +36,9 @@ python3 -c 'import pytest, pytest_timeout' 2>/dev/null \
 # SeaweedFS for the S3 tests (they start and stop it themselves, on loopback only).
 DOCDRIVE_WEED=$(install_weed)
 export DOCDRIVE_WEED
+# Every state's invariants are checked, in the unit tests and in the daemons the tests start
+# (Sources/DocDriveCore/Support/Invariants.swift): a broken one stops the test where it broke.
+export DOCDRIVE_CHECKS=1
 
 bin=$(build_release)
 

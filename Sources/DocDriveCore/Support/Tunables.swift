@@ -18,6 +18,9 @@ public struct Tunables: Sendable {
     public var noThumbnailCache: Bool
     /// XDG_CACHE_HOME, else HOME/.cache: where the freedesktop thumbnail cache is.
     public var cacheHome: String?
+    /// DOCDRIVE_CHECKS=1: the states' invariants are checked in a release build too
+    /// (Invariants.swift); the test suite sets it.
+    public var checks: Bool
 
     /// The settings `environment` gives; a value that does not parse is left at its default.
     public init(environment env: [String: String]) {
@@ -26,6 +29,7 @@ public struct Tunables: Sendable {
         fillCommitQuiet = env["DOCDRIVE_FILL_COMMIT_QUIET"].flatMap(Double.init).flatMap { $0 >= 0 && $0.isFinite ? $0 : nil } ?? 1.0
         queryIndexOff = env["DOCDRIVE_QUERY_INDEX"] == "off"
         noThumbnailCache = env["DOCDRIVE_NO_THUMBNAIL_CACHE"] == "1"
+        checks = env["DOCDRIVE_CHECKS"] == "1"
         cacheHome = env["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? env["HOME"].map { $0 + "/.cache" }
     }
 

@@ -291,6 +291,13 @@ def test_export_copies_and_leaves_the_original(docs):
     assert Path(r2["copy_absolute"]) == docs.store / "out 2.txt"
     assert doc.read_bytes() == b"export me\n" and xattr(doc, "user.docdrive.external") in ("0", "ENODATA")
     assert sorted(os.listdir(docs.app_backing)) == ["out.txt"]
+    # the copies are the store's like any saved file: noted for upload when made (not found
+    # later by the safety net that looks again at a file with no record), and they reach its remote
+    assert xattr(copy, "user.docdrive.status") == "pending"
+    docs.cli("sync", "--timeout", "60")
+    assert f"{docs.name}/out.txt had nothing waiting" not in docs.drive.log_tail(n=100_000), docs.drive.log_tail()
+    assert (docs.drive.remote / docs.name / "out.txt").read_bytes() == b"export me\n"
+    assert (docs.drive.remote / docs.name / "out 2.txt").read_bytes() == b"export me\n"
 
 
 @pytest.mark.parametrize("args,needle", [

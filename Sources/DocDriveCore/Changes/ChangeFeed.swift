@@ -1,5 +1,6 @@
-// ChangeFeed: every mutating file operation publishes what it changed once; the kernel's node
-// table, the item index and the uploader subscribe, in one order written down here.
+// ChangeFeed: what a mutating file operation changed (FileChange), published once on the drive's
+// stream (DriveChanges), and the three subscribers every stream has: the kernel's node table, the
+// item index and the upload scheduler.
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -32,43 +33,19 @@ public enum FileChange {
                                oldTarget: stat, newIno: Int64, folderIno: Int64)
 }
 
-/// What follows the changes. Called on the publishing thread, a FUSE request thread: no wait
-/// for the network, a transaction or a lock that is not a leaf.
-public protocol ChangeSubscriber: Sendable {
-    func changed(_ change: FileChange, in fs: DriveFileSystem)
-}
-
-/// The subscribers, fixed when the file system is made, in this order:
-/// 1. `KernelNodes`: the node table and the caches of paths and identities, so that every
-///    later reader (the kernel's next lookup, a reference's target) sees the new names;
-/// 2. `IndexRecorder`: the item index (ids follow renames and saves), before
-/// 3. `UploadNotes`: the uploader, whose workers read the index for the items they sync;
-/// 4. whatever the caller added (tests, later the query's stitching).
-struct ChangeFeed: Sendable {
-    let subscribers: [any ChangeSubscriber]
-
-    init(adding extra: [any ChangeSubscriber] = []) {
-        subscribers = [KernelNodes(), IndexRecorder(), UploadNotes()] + extra
-    }
-
-    @inline(__always)
-    func publish(_ change: FileChange, in fs: DriveFileSystem) {
-        for s in subscribers { s.changed(change, in: fs) }
-    }
-}
-
 extension DriveFileSystem {
-    /// Publishes a change an operation made (see ChangeFeed).
+    /// Publishes a change an operation made (see DriveChanges).
     @inline(__always)
     func publish(_ change: FileChange) {
-        changes.publish(change, in: self)
+        changes.publish(.mount(change, in: self))
     }
 }
 
 /// The kernel's view: nodes of removed, renamed and replaced files, the folder-path cache, the
 /// references' identity generation.
-struct KernelNodes: ChangeSubscriber {
-    func changed(_ change: FileChange, in fs: DriveFileSystem) {
+struct KernelNodes: DriveChangeSubscriber {
+    func changed(_ change: DriveChange) {
+        guard case let .mount(change, fs) = change else { return }
         switch change {
         case .created(_, _, _, _, let reclaiming):
             if reclaiming != nil { fs.identityChanges.add(1, ordering: .relaxed) }
@@ -103,10 +80,18 @@ struct KernelNodes: ChangeSubscriber {
     }
 }
 
-/// The item index: ids for new items, kept across renames and editors' saves.
-struct IndexRecorder: ChangeSubscriber {
-    func changed(_ change: FileChange, in fs: DriveFileSystem) {
-        let index = fs.index
+/// The item index: ids for new items, kept across renames and editors' saves, and the places the
+/// sync engine gave items of the remote.
+struct IndexRecorder: DriveChangeSubscriber {
+    let index: ItemIndex
+
+    func changed(_ change_: DriveChange) {
+        let change: FileChange
+        switch change_ {
+        case .mount(let c, _): change = c
+        case .remote(.item(let event)): index.record(event); return
+        case .remote, .document: return
+        }
         switch change {
         case let .created(parent, name, ino, kind, reclaiming):
             if let reclaiming {
@@ -140,9 +125,18 @@ struct IndexRecorder: ChangeSubscriber {
     }
 }
 
-/// The uploader: which store paths changed (see FileSystem+Changes).
-struct UploadNotes: ChangeSubscriber {
-    func changed(_ change: FileChange, in fs: DriveFileSystem) {
+/// The upload scheduler: which store paths changed, through the mount (see FileSystem+Changes) or
+/// by a document mode.
+struct UploadNotes: DriveChangeSubscriber {
+    func changed(_ change_: DriveChange) {
+        let change: FileChange, fs: DriveFileSystem
+        switch change_ {
+        case let .mount(c, f): (change, fs) = (c, f)
+        case let .document(d, fs):
+            fs.uploader.noteChanged(root: d.root.key, path: d.rel)  // nothing for an app's container
+            return
+        case .remote: return
+        }
         let uploader = fs.uploader
         switch change {
         case let .created(parent, name, _, kind, _):

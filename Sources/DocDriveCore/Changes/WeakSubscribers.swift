@@ -1,4 +1,4 @@
-// WeakSubscribers: the subscribers of a stream of the drive's (RemoteChanges, ConfigWatch), held
+// WeakSubscribers: the subscribers of the config's watch (ConfigWatch), held
 // weakly (a subscriber's life is its owner's) and told in the order they subscribed.
 import Synchronization
 

@@ -30,6 +30,12 @@ public final class DocumentService: Sendable {
         var parent: String { rel.contains("/") ? String(rel[..<rel.lastIndex(of: "/")!]) : "" }
     }
 
+    /// Publishes that the mode made, replaced or removed `place`, whose folder is open as
+    /// `folder` (DriveChanges: the kernel forgets its entry, a store's upload is scheduled).
+    func published(_ place: Place, in folder: Int32) {
+        fs.changes.publish(.document(DocumentChange(root: place.root, rel: place.rel, folder: folder, name: place.name), in: fs))
+    }
+
     /// "Work/report.odt", "Notes/x", ".by-app/ID/Data/y" (relative to the mount root).
     func place(_ userPath: String) throws(DriveError) -> Place {
         let parts = userPath.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
@@ -315,8 +321,8 @@ public final class DocumentService: Sendable {
                                        created: Date().timeIntervalSince1970)
         let shownName = try writeReference(payload, into: dirfd, names: Self.candidates(name), noRename: noRename, shown: display(dest))
         try grant(app: app, root: src.rootKey, item: id, path: src.rel)
-        fs.invalidateEntry(folder: dirfd, name: shownName)
         let ref = Place(root: docs, rel: joined(folder, shownName))
+        published(ref, in: dirfd)
         logger.info("open: \(app) got a reference \(display(ref)) to \(path)")
         return ReferenceAnswer(reference: display(ref), target: display(src), item: id, app: app)
     }
@@ -363,7 +369,7 @@ public final class DocumentService: Sendable {
             _ = unlinkat(dirfd, name, 0)  // untracked, it would never be removed
             throw error
         }
-        fs.invalidateEntry(folder: dirfd, name: name)
+        published(Place(root: inbox, rel: name), in: dirfd)
         return CopyAnswer(copy: display(Place(root: inbox, rel: name)), source: display(src), app: app)
     }
 
@@ -449,9 +455,8 @@ public final class DocumentService: Sendable {
         if copied { _ = unlinkat(srcDir, aside, 0) }
         _ = fsync(srcDir)
         try grant(app: app, root: dst.rootKey, item: id, path: target.rel)
-        fs.uploader.noteChanged(root: dst.rootKey, path: target.rel)
-        fs.invalidateEntry(folder: srcDir, name: src.name)
-        fs.invalidateEntry(folder: dstDir, name: newName)
+        published(src, in: srcDir)
+        published(target, in: dstDir)
         logger.info("move: \(path) of \(app) is now \(display(target)); a reference stays in its place")
         return ReferenceAnswer(reference: display(src), target: display(target), item: id, app: app)
     }
@@ -470,8 +475,7 @@ public final class DocumentService: Sendable {
         let name = try link(tmp: copy, into: dstDir, names: Self.candidates(src.name), noRename: noRename, shown: display(dst))
         _ = fsync(dstDir)
         let target = Place(root: dst.root, rel: joined(dst.rel, name))
-        fs.uploader.noteChanged(root: dst.rootKey, path: target.rel)
-        fs.invalidateEntry(folder: dstDir, name: name)
+        published(target, in: dstDir)
         return CopyAnswer(copy: display(target), source: display(src), app: app)
     }
 
@@ -490,7 +494,7 @@ public final class DocumentService: Sendable {
                 let dfd = Glibc.open(inbox.path, O_RDONLY | Sys.O_DIRECTORY | Sys.O_CLOEXEC)
                 if dfd >= 0 {
                     if unlinkat(dfd, name, 0) == 0 { removed += 1 }
-                    fs.invalidateEntry(folder: dfd, name: name)
+                    published(Place(root: inbox, rel: name), in: dfd)
                     Sys.close(dfd)
                 }
             }

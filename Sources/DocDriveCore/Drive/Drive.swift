@@ -8,35 +8,39 @@ import Logging
 ///    `configWatch`, the one watch of config.yaml (the namespace, then the sync, follow it);
 /// 2. `openFiles`: the files open through the mount, which the file system counts and the sync
 ///    engine asks about (as its `LocalFiles`);
-/// 3. `remoteChanges`: the stream of what the sync engine changes in the local copies;
+/// 3. `changes`: the drive's one stream of changes (DriveChanges), with the node table, the
+///    index and the upload scheduler as its first subscribers;
 /// 4. `sync`: every store's sync, uploads and files on demand (the `Uploader`), publishing
-///    into 3 and asking 2;
-/// 5. `fs`: the file system over all of it, which subscribes to 3;
-/// 6. `documents`: the document modes, over 5.
+///    into 3 and asking 2; its status marks subscribe to 3;
+/// 5. `fs`: the file system over all of it, publishing into 3 and subscribing to it (the kernel's
+///    cache of what changed behind the mount, pictures), then the maker's subscribers;
+/// 6. `documents`: the document modes, over 5, publishing into 3.
 /// The coordinator is the sync's (`sync.coordinator`), shared with the file system.
 public final class Drive: Sendable {
     public let home: DriveHome
     public let index: ItemIndex
     public let configWatch: ConfigWatch
     public let openFiles: OpenFiles
-    public let remoteChanges: RemoteChanges
+    public let changes: DriveChanges
     public let sync: Uploader
     public let fs: DriveFileSystem
     public let documents: DocumentService
 
-    /// `subscribers`: follow every change of the mount after the drive's own (ChangeFeed);
+    /// `subscribers`: follow every change after the drive's own parts (DriveChanges);
     /// `probe`: a test's moments in the sync engine.
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions = .init(), logger: Logger,
-                subscribers: [any ChangeSubscriber] = [], probe: SyncProbe? = nil) {
+                subscribers: [any DriveChangeSubscriber] = [], probe: SyncProbe? = nil) {
         self.home = home
         self.index = index
         configWatch = ConfigWatch(home: home)
         openFiles = OpenFiles()
-        remoteChanges = RemoteChanges()
-        sync = Uploader(home: home, config: config, index: index, logger: logger, configWatch: configWatch, localFiles: openFiles, changes: remoteChanges,
+        changes = DriveChanges(index: index)
+        sync = Uploader(home: home, config: config, index: index, logger: logger, configWatch: configWatch, localFiles: openFiles, changes: changes,
                         probe: probe, indexWriteError: { [index] in index.writeError })
+        changes.subscribe(sync.statusMarks)
         fs = DriveFileSystem(home: home, config: config, index: index, options: options, uploader: sync, openFiles: openFiles,
-                             logger: logger, subscribers: subscribers)
+                             changes: changes, logger: logger)
+        for s in subscribers { changes.subscribe(s) }
         documents = DocumentService(fs: fs)
         // A store added shows in the mount before its sync starts.
         configWatch.subscribe(fs.namespace)

@@ -1,5 +1,6 @@
 // FileSystem+Changes: what the file system tells the uploader (which store paths changed), and
-// what it does with the sync engine's changes (RemoteChanges).
+// what it does with the changes made behind the mount, by the sync engine and the document modes
+// (DriveChanges).
 import CDocDriveSys
 import Foundation
 import Synchronization
@@ -202,12 +203,15 @@ extension DriveFileSystem {
     }
 }
 
-/// What the sync engine changed in the local copies (RemoteChanges), on its worker: the kernel
-/// forgets its cached entry, and a document that arrived gets its picture.
-extension DriveFileSystem: RemoteChangeSubscriber {
-    public func changed(_ change: RemoteChange) {
+/// What the sync engine changed in the local copies, on its worker, and what a document mode
+/// changed in a backing folder: the kernel forgets its cached entry, and a document that arrived
+/// gets its picture.
+extension DriveFileSystem: DriveChangeSubscriber {
+    public func changed(_ change: DriveChange) {
         switch change {
-        case let .entry(folder, name):
+        case .mount:
+            return  // the stream's first three subscribers (ChangeFeed)
+        case let .remote(.entry(_, path, folder)):
             // Before the mount there is no kernel cache to drop (a store just joined makes its
             // placeholders then, one change each).
             guard kernelInvalidation != nil else { return }
@@ -216,9 +220,13 @@ extension DriveFileSystem: RemoteChangeSubscriber {
             defer { close(fd) }
             // Never waited for on the sync's worker: a request may hold the folder while it
             // waits for that worker (a placeholder's open, for its download).
-            invalidateLater(folder: fd, name: name)
-        case let .arrived(root, path, id, downloaded):
+            invalidateLater(folder: fd, name: String(decoding: path.lastName, as: UTF8.self))
+        case let .remote(.arrived(root, path, id, downloaded)):
             pictureArrived(root: root, path, id: id, downloaded: downloaded)
+        case .remote(.item):
+            return
+        case let .document(d, _):
+            invalidateEntry(folder: d.folder, name: d.name)
         }
     }
 }

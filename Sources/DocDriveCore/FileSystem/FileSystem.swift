@@ -108,19 +108,18 @@ public final class DriveFileSystem: Sendable {
     /// Bumped when an item's content moves to another file (an editor's save): references
     /// resolve their targets again.
     let identityChanges = Atomic<UInt64>(0)
-    /// What follows each change an operation makes (see ChangeFeed).
-    let changes: ChangeFeed
+    /// The drive's stream, where each change an operation makes is published (DriveChanges).
+    let changes: DriveChanges
     /// The files open through the mount (the sync engine asks the same).
     let openFiles: OpenFiles
     /// Where entry invalidations wait for their folders' locks, in the order they were asked
     /// (`invalidateLater`).
     let kernelNotices = DispatchQueue(label: "docdrive-kernel-notices")
 
-    /// Made by `Drive`, which owns the parts given here. `subscribers`: follow every change after
-    /// the drive's own (see ChangeFeed).
+    /// Made by `Drive`, which owns the parts given here.
     init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions, uploader: Uploader,
-         openFiles: OpenFiles, logger: Logger, subscribers: [any ChangeSubscriber]) {
-        self.changes = ChangeFeed(adding: subscribers)
+         openFiles: OpenFiles, changes: DriveChanges, logger: Logger) {
+        self.changes = changes
         self.openFiles = openFiles
         self.uploader = uploader
         self.coordinator = uploader.coordinator
@@ -135,9 +134,9 @@ public final class DriveFileSystem: Sendable {
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))
         table.addPermanent(Inode(nodeID: Self.byAppID, kind: .byApp))
         loadGrants()
-        // What the sync engine changes in the local copies reaches the kernel's cache and the
-        // thumbnails (RemoteChanges).
-        uploader.changes.subscribe(self)
+        // What the sync engine and the document modes change in the backing folders reaches the
+        // kernel's cache, and a document that arrived gets its picture (DriveChanges).
+        changes.subscribeWeakly(self)
     }
 
     /// Closes every backing descriptor (after unmount).

@@ -5,7 +5,7 @@ import GRDB
 import Synchronization
 
 /// A change the file system reports; the index applies them in order, in batched transactions.
-public enum ItemEvent: Sendable {
+public enum ItemEvent: Sendable, Equatable {
     /// A new item at (root, ino): it gets a fresh id (made when the event is, so that the index
     /// can answer for it before the event is written), replacing whatever a reused inode number had.
     case created(root: String, ino: Int64, parentIno: Int64, name: String, kind: ItemKind, id: String = ItemIndex.newID())

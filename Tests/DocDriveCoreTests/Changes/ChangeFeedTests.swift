@@ -6,10 +6,11 @@ import Synchronization
 import XCTest
 
 /// Writes down each change as one line: the case and the names it carries.
-final class ChangeRecorder: ChangeSubscriber {
+final class ChangeRecorder: DriveChangeSubscriber {
     let lines = Mutex<[String]>([])
 
-    func changed(_ change: FileChange, in fs: DriveFileSystem) {
+    func changed(_ change: DriveChange) {
+        guard case let .mount(change, _) = change else { return }
         let line: String
         switch change {
         case let .created(_, name, _, kind, reclaiming):

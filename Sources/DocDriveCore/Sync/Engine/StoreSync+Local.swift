@@ -137,7 +137,7 @@ extension StoreSync {
         let id = r.meta.itemID ?? localID(LocalItem(path: r.path, kind: kind, st: now))
         try bases.put(root: key, BaseRow(path: r.path, id: id, kind: kind, localToken: placedToken ?? FolderRemote.version(now), remoteToken: r.version,
                                          parent: r.meta.parent))
-        if kind == .file, let id { changes.publish(.arrived(root: key, path: r.path, id: id, downloaded: !asPlaceholder)) }
+        if kind == .file, let id { changes.publish(.remote(.arrived(root: key, path: r.path, id: id, downloaded: !asPlaceholder))) }
     }
 
     /// Both sides changed: the local copy stays (it is uploaded over the remote version next,
@@ -322,7 +322,7 @@ extension StoreSync {
                 throw DriveError(.io, "\(error)")
             }
         }
-        index.record(.removed(root: key, ino: Int64(l.st.st_ino)))
+        recordItem(.removed(root: key, ino: Int64(l.st.st_ino)))
         told(l.path)
         try bases.remove(root: key, path: l.path)
         return .removed
@@ -341,7 +341,7 @@ extension StoreSync {
         if let st = Beneath.stat(dst, to.lastName) {
             var pst = stat()
             if fstat(dst, &pst) == 0 {
-                index.record(.renamed(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: String(decoding: to.lastName, as: UTF8.self)))
+                recordItem(.renamed(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: String(decoding: to.lastName, as: UTF8.self)))
             }
         }
         told(from)

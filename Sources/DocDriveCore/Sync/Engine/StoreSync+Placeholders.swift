@@ -90,7 +90,7 @@ extension StoreSync {
                       let made = Beneath.stat(dir.fd, r.path.lastName) else { continue }
                 st = made
                 rows.append(BaseRow(path: r.path, id: id, kind: .folder, localToken: "", remoteToken: r.version))
-                index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: name, kind: .directory, id: id))
+                recordItem(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: name, kind: .directory, id: id))
             } else {
                 guard let tmp = prepared ?? (try? placeholderFile(r)) else { continue }
                 let moved = Beneath.withCName(r.path.lastName) { dd_renameat2(AT_FDCWD, tmp.path, dir.fd, $0, UInt32(dd_RENAME_NOREPLACE)) }
@@ -99,14 +99,14 @@ extension StoreSync {
                 if moved != 0 { unlink(tmp.path) }
                 guard ok else { continue }
                 rows.append(BaseRow(path: r.path, id: id, kind: .file, localToken: FolderRemote.version(st), remoteToken: r.version, parent: r.meta.parent))
-                index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: name, kind: .file, id: id))
+                recordItem(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: name, kind: .file, id: id))
                 if let shown = r.path.string, let c = SyncDecision.conflictCopy(shown) {
                     try? bases.addConflict(root: key, ConflictRecord(store: self.name, path: c.original, copy: shown,
                                                                      device: c.device, time: Date().timeIntervalSince1970))
                 }
             }
             told(r.path)
-            if r.kind == .file, !pending.contains(r.path) { changes.publish(.arrived(root: key, path: r.path, id: id, downloaded: false)) }
+            if r.kind == .file, !pending.contains(r.path) { changes.publish(.remote(.arrived(root: key, path: r.path, id: id, downloaded: false))) }
             placed.insert(r.path)
             if rows.count >= 2000, !flush() { return placed }
         }
@@ -260,11 +260,11 @@ extension StoreSync {
             rows.append(BaseRow(path: path, id: id, kind: r.kind, localToken: r.kind == .file ? FolderRemote.version(st) : "",
                                 remoteToken: r.version, parent: r.meta.parent))
             if let rid = r.meta.itemID, !w.sameID {
-                index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: String(decoding: name, as: UTF8.self),
+                recordItem(.created(root: key, ino: Int64(st.st_ino), parentIno: dir.ino, name: String(decoding: name, as: UTF8.self),
                                       kind: r.kind == .folder ? .directory : .file, id: rid))
             }
             told(path)
-            if r.kind == .file, let id { changes.publish(.arrived(root: key, path: path, id: id, downloaded: false)) }
+            if r.kind == .file, let id { changes.publish(.remote(.arrived(root: key, path: path, id: id, downloaded: false))) }
             if rows.count >= 2000 { flush() }
         }
         flush()
@@ -281,7 +281,7 @@ extension StoreSync {
         defer { close(dir) }
         guard let st = Self.unchangedPlaceholder(dir, path.lastName, of: r.version, localToken: localToken),
               Beneath.withCName(path.lastName, { unlinkat(dir, $0, 0) }) == 0 else { return false }
-        index.record(.removed(root: key, ino: Int64(st.st_ino)))
+        recordItem(.removed(root: key, ino: Int64(st.st_ino)))
         told(path)
         return true
     }

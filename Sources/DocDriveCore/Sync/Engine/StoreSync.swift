@@ -92,8 +92,8 @@ final class StoreSync: Sendable {
     let logger: Logger
     /// Which local files are open through the mount.
     let localFiles: any LocalFiles
-    /// Where the changes made here for the remote are published.
-    let changes: RemoteChanges
+    /// Where the changes made here for the remote are published (the drive's stream).
+    let changes: DriveChanges
     /// A test's moments (nil in a drive).
     let probe: SyncProbe?
     let limit: BandwidthLimit?
@@ -172,7 +172,7 @@ final class StoreSync: Sendable {
     init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
          index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
          content: StoreConfig.ContentMode = .allLocal, cacheLimit: Int64? = nil,
-         localFiles: any LocalFiles, changes: RemoteChanges, probe: SyncProbe? = nil,
+         localFiles: any LocalFiles, changes: DriveChanges, probe: SyncProbe? = nil,
          progress: @escaping @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void,
          statusMarks: StatusMarks = StatusMarks()) {
         self.key = key
@@ -287,10 +287,15 @@ final class StoreSync: Sendable {
     }
 
     /// A path the sync engine changed behind the mount: the kernel forgets what it knew of it,
-    /// and a file manager listening on the status socket is told its new state.
+    /// and a file manager listening on the status socket is told its new state (their
+    /// subscriptions to `.entry`).
     func told(_ path: StorePath) {
-        changes.publish(.entry(folder: folderPath(path), name: String(decoding: path.lastName, as: UTF8.self)))
-        statusMarks.mark(root: key, path: path)
+        changes.publish(.remote(.entry(root: key, path: path, folder: folderPath(path))))
+    }
+
+    /// Where an item of the local copy is now and which it is: published for the item index.
+    func recordItem(_ event: ItemEvent) {
+        changes.publish(.remote(.item(event)))
     }
 
     /// Records in the item index that `name` in `dir` is now the item `id`.
@@ -306,9 +311,9 @@ final class StoreSync: Sendable {
             if let rootIno = cacheInode(), let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path {
                 try? queue.enqueue(root: key, path: StorePath(p), due: 0)
             }
-            index.record(.created(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: name, kind: kind, id: id))
+            recordItem(.created(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: name, kind: kind, id: id))
         } else if let old {
-            index.record(.replaced(root: key, ino: Int64(st.st_ino), oldIno: Int64(old.st_ino), parentIno: Int64(pst.st_ino), name: name))
+            recordItem(.replaced(root: key, ino: Int64(st.st_ino), oldIno: Int64(old.st_ino), parentIno: Int64(pst.st_ino), name: name))
         }
     }
 

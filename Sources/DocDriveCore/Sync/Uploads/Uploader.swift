@@ -134,7 +134,7 @@ public final class Uploader: Sendable {
     /// Which local files are open through the mount (the sync engine asks before it changes one).
     let localFiles: any LocalFiles
     /// Where the sync engine publishes what it changed in the local copies.
-    public let changes: RemoteChanges
+    public let changes: DriveChanges
     /// A test's moments (nil in a drive).
     let probe: SyncProbe?
     let index: ItemIndex
@@ -143,7 +143,7 @@ public final class Uploader: Sendable {
     public let statusMarks = StatusMarks()
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, logger: Logger,
-                configWatch: ConfigWatch, localFiles: any LocalFiles, changes: RemoteChanges, probe: SyncProbe? = nil,
+                configWatch: ConfigWatch, localFiles: any LocalFiles, changes: DriveChanges, probe: SyncProbe? = nil,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
         self.home = home
         self.configWatch = configWatch

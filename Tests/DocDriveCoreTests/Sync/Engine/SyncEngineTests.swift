@@ -94,7 +94,7 @@ final class SyncDevice: @unchecked Sendable {
         uploader = Uploader(home: home, config: config, index: index, logger: logger, configWatch: ConfigWatch(home: home),
                             localFiles: TestOpenFiles(cache: home.cachePath("shared"), openForWriting: openForWriting,
                                                       openedInTheWindow: openedInTheWindow),
-                            changes: RemoteChanges(), probe: probe)
+                            changes: DriveChanges(index: index), probe: probe)
         uploader.start()
     }
 

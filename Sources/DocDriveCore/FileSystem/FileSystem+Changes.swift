@@ -210,7 +210,7 @@ extension DriveFileSystem: DriveChangeSubscriber {
     public func changed(_ change: DriveChange) {
         switch change {
         case .mount:
-            return  // the stream's first three subscribers (ChangeFeed)
+            return  // the stream's first three subscribers (Changes/FileChange.swift)
         case let .remote(.entry(_, path, folder)):
             // Before the mount there is no kernel cache to drop (a store just joined makes its
             // placeholders then, one change each).

@@ -1,4 +1,4 @@
-// ChangeFeed: what a mutating file operation changed (FileChange), published once on the drive's
+// FileChange: what a mutating file operation changed, published once on the drive's
 // stream (DriveChanges), and the three subscribers every stream has: the kernel's node table, the
 // item index and the upload scheduler.
 #if canImport(Glibc)

@@ -77,13 +77,13 @@ extension Uploader {
 
     /// Whether the store reads placeholders ahead: on demand, no cache limit (nothing is
     /// downloaded that was not asked for on a device short of space), `readahead: on`.
-    func readsAhead(_ store: Store) -> Bool {
+    func readsAhead(_ store: StoreRuntime) -> Bool {
         store.config.readahead && store.config.content == .onDemand && store.config.cacheLimit == nil
     }
 
     /// Downloads `list` ahead, and what each end lets go next; a failure ends the sequence
     /// (offline, or the remote changed).
-    private func fetchAhead(_ root: String, _ store: Store, _ list: [Readahead.Candidate]) {
+    private func fetchAhead(_ root: String, _ store: StoreRuntime, _ list: [Readahead.Candidate]) {
         for c in list {
             fill(root: root, path: c.path, ahead: true) { [self] e in
                 fetchAhead(root, store, store.sync.readahead.finished(c, failed: e != nil))
@@ -114,7 +114,7 @@ extension Uploader {
         return try storeOf(root).sync.files(under: path).first?.size ?? 0
     }
 
-    private func storeOf(_ root: String) throws(DriveError) -> Store {
+    private func storeOf(_ root: String) throws(DriveError) -> StoreRuntime {
         guard let s = store(root) else { throw DriveError(.notFound, "That store is not in the config (or its remote cannot be used).") }
         return s
     }

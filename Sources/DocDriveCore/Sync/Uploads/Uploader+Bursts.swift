@@ -26,7 +26,7 @@ extension Uploader {
     /// after its last save (its entry's due time), so repeated saves of a document still become
     /// one upload. Nil when nothing holds the uploads back; otherwise when the hold would end if
     /// nothing happened meanwhile.
-    func holdUntil(_ store: Store, now: Double) -> Double? {
+    func holdUntil(_ store: StoreRuntime, now: Double) -> Double? {
         guard !draining.load(ordering: .relaxed) else { return nil }
         let changed = Double(store.lastChange.load(ordering: .relaxed)) / 1000
         let quietAt = changed + store.config.writebackDelay
@@ -39,7 +39,7 @@ extension Uploader {
     /// How long the drive must be idle for a burst to be over: a quarter of the write-back
     /// delay (0.5 s by default); for a bulk burst (`bulkBurst` changes or more: a `cp -r`, a
     /// `tar x`, which ask something of the mount every few microseconds) 0.2 s, if shorter.
-    static func idleEnds(_ store: Store) -> Double {
+    static func idleEnds(_ store: StoreRuntime) -> Double {
         let quarter = store.config.writebackDelay / 4
         return store.burstSize.load(ordering: .relaxed) >= bulkBurst ? min(0.2, quarter) : quarter
     }
@@ -49,20 +49,20 @@ extension Uploader {
 
     /// Whether the store's last burst had `bulkBurst` changes or more and ended because the
     /// drive went idle (its write-back delay since its last change has not passed yet).
-    func endedBulkBurst(_ store: Store, now: Double) -> Bool {
+    func endedBulkBurst(_ store: StoreRuntime, now: Double) -> Bool {
         let changed = Double(store.lastChange.load(ordering: .relaxed)) / 1000
         return now < changed + store.config.writebackDelay && store.burstSize.load(ordering: .relaxed) >= Self.bulkBurst
     }
 
     /// How long past its due time a burst may hold an entry back: ten write-back delays (20 s
     /// by default), so a store that never stops changing still uploads, a little behind.
-    static func longestHold(_ store: Store) -> Double { 10 * store.config.writebackDelay }
+    static func longestHold(_ store: StoreRuntime) -> Double { 10 * store.config.writebackDelay }
 
     /// Sleeps while a burst holds `store`'s uploads back: until it has been quiet for its
     /// write-back delay (or the drive idle, see `holdUntil`), until `limit`, or until the
     /// uploader stops or drains. Polls a clock and
     /// an atomic every 20 ms at most; the queue's signals, which every save sends, do not wake it.
-    func sleepThroughBurst(_ store: Store, until limit: Double) {
+    func sleepThroughBurst(_ store: StoreRuntime, until limit: Double) {
         while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
             let now = Date().timeIntervalSince1970
             guard let hold = holdUntil(store, now: now) else { return }
@@ -74,7 +74,7 @@ extension Uploader {
 
     /// Makes the remote and the local copy agree on one job's path (SyncDecision decides which
     /// way); says how it ended.
-    func upload(_ job: UploadJob, _ store: Store, _ key: String, _ batch: UploadBatch) -> UploadQueue.Ending {
+    func upload(_ job: UploadJob, _ store: StoreRuntime, _ key: String, _ batch: UploadBatch) -> UploadQueue.Ending {
         do throws(DriveError) {
             switch try store.sync.sync(job.path, batch: batch) {
             case .removed: return .removed
@@ -107,13 +107,13 @@ extension Uploader {
     /// At start (and when a file with several names was saved): queues every local path that
     /// differs from what this device and the remote last agreed on, then looks at the remote.
     /// Nothing is removed on either side here: each queued path is decided on its own.
-    func reconcile(_ key: String, _ store: Store) {
+    func reconcile(_ key: String, _ store: StoreRuntime) {
         guard let start = startReconcile(key, store, placingEarly: false) else { return }
         finishReconcile(key, store, start)
     }
 
     /// `reconcile` up to the first step of its poll (StoreSync.startPoll); nil when stopping.
-    func startReconcile(_ key: String, _ store: Store, placingEarly: Bool) -> StoreSync.PollStart? {
+    func startReconcile(_ key: String, _ store: StoreRuntime, placingEarly: Bool) -> StoreSync.PollStart? {
         store.sync.compareLocal { stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) }
         // What failed before goes again now (its remote may be back, its file gone).
         _ = try? queue.makeDue(.all, root: key)
@@ -121,7 +121,7 @@ extension Uploader {
         return store.sync.startPoll(placingEarly: placingEarly)
     }
 
-    func finishReconcile(_ key: String, _ store: Store, _ start: StoreSync.PollStart) {
+    func finishReconcile(_ key: String, _ store: StoreRuntime, _ start: StoreSync.PollStart) {
         store.sync.finishPoll(start)
         trimMalloc()
         try? queue.remove(root: key, path: Self.wholeStore)
@@ -130,7 +130,7 @@ extension Uploader {
 
     /// Looks at the remote every `poll` seconds (at once when `docdrive sync` asks) for what
     /// other devices changed; less often when a look takes long (`nextPoll`).
-    func startPoller(_ key: String, _ store: Store, finishing first: StoreSync.PollStart?) {
+    func startPoller(_ key: String, _ store: StoreRuntime, finishing first: StoreSync.PollStart?) {
         let t = Thread { [self] in
             dd_background_thread()
             Sys.nameThisThread("poll-\(store.config.name)")

@@ -42,7 +42,7 @@ extension Uploader {
 
     /// Keeps `store` offline with the reason `why`: nothing of it starts (no comparison, no
     /// poll, no upload), its local copy is served as it is and its changes wait in the queue.
-    func hold(_ key: String, _ store: Store, _ why: String) {
+    func hold(_ key: String, _ store: StoreRuntime, _ why: String) {
         let now = Date().timeIntervalSince1970
         store.sync.state.withLock { $0.offlineSince = now; $0.offlineReason = why }
         held.withLock { $0[key] = store }
@@ -51,7 +51,7 @@ extension Uploader {
 
     /// Starts the held stores whose marker is gone (`docdrive store retry`).
     func startHeldStores() {
-        let retried = held.withLock { h -> [(String, Store)] in
+        let retried = held.withLock { h -> [(String, StoreRuntime)] in
             guard !h.isEmpty else { return [] }
             let still = CrashGuard.held(home)
             let gone = h.filter { still[$0.value.config.name] == nil }
@@ -68,11 +68,11 @@ extension Uploader {
     /// Queues the whole-store comparison, then compares and starts the workers: at once when
     /// the remote is reachable (and `inBackground` is false), else on a thread that waits for it.
     /// The calling thread works for the store meanwhile (CrashGuard).
-    func startStore(_ key: String, _ store: Store, inBackground: Bool) {
+    func startStore(_ key: String, _ store: StoreRuntime, inBackground: Bool) {
         CrashGuard.working(for: store.config.name) { startStoreNow(key, store, inBackground: inBackground) }
     }
 
-    func startStoreNow(_ key: String, _ store: Store, inBackground: Bool) {
+    func startStoreNow(_ key: String, _ store: StoreRuntime, inBackground: Bool) {
         // An entry for the whole store stands in the queue until the local copy has been
         // compared with the remote, so `docdrive sync` waits for that too.
         try? queue.enqueue(root: key, path: Self.wholeStore, due: 0)
@@ -126,8 +126,8 @@ extension Uploader {
             guard mtime.tv_sec != seen.tv_sec || mtime.tv_nsec != seen.tv_nsec else { return }
             seen = mtime
             let wanted = Dictionary(config.stores.map { ($0.rootKey, $0) }, uniquingKeysWith: { a, _ in a })
-            var started = [(String, Store, Bool)](), ended = [(String, Store, Bool)]()
-            var s = storesCopies[0].stores.withLock { $0 }
+            var started = [(String, StoreRuntime, Bool)](), ended = [(String, StoreRuntime, Bool)]()
+            var s = stores.current()
             do {
                 for (key, old) in s where wanted[key] != old.config {
                     s[key] = nil
@@ -140,7 +140,7 @@ extension Uploader {
                     started.append((key, r, previous == nil || previous?.config.remote != c.remote))
                 }
             }
-            setStores(s)
+            stores.set(s)
             for (key, old, removed) in ended {
                 old.stopped.store(true, ordering: .relaxed)
                 queue.work.signal()
@@ -186,7 +186,7 @@ extension Uploader {
     static let wholeStore = StorePath.store
 
     /// Clears the temporary files a crash left (no worker of ours is writing yet).
-    func prepare(_ key: String, _ store: Store) {
+    func prepare(_ key: String, _ store: StoreRuntime) {
         store.sync.removeStaleDownloads()
         store.sync.recentlyDeleted.sweep(force: true)
         let stale = store.remote.removeStaleUploads()
@@ -194,7 +194,7 @@ extension Uploader {
     }
 
     /// `finishing`: the first poll, begun (`startReconcile`), which the poller finishes first.
-    func startWorkers(_ key: String, _ store: Store, finishing first: StoreSync.PollStart? = nil) {
+    func startWorkers(_ key: String, _ store: StoreRuntime, finishing first: StoreSync.PollStart? = nil) {
         let n = store.config.workers
         logger.info("store \(store.config.name): \(n) upload worker\(n == 1 ? "" : "s")\(store.limit.map { ", at most \($0.bytesPerSecond) bytes/s" } ?? "")")
         for i in 0..<n where !stopping.load(ordering: .relaxed) {
@@ -241,7 +241,7 @@ extension Uploader {
     /// the next ones.
     static let batchSize = 16
 
-    func work(_ key: String, _ store: Store) {
+    func work(_ key: String, _ store: StoreRuntime) {
         dd_background_thread()  // uploads yield the CPU and the disk to what the user is doing
         running.add(1, ordering: .relaxed)
         defer { running.subtract(1, ordering: .relaxed) }

@@ -13,64 +13,13 @@ import Glibc
 /// file is uploaded, a deleted one removed, a renamed folder walked. So saves, deletes and
 /// renames need no separate operations, and a crash loses nothing a re-walk cannot find.
 public final class Uploader: Sendable {
-    /// A store as the uploader runs it. Replaced (and the old one stopped) when its config
-    /// changes; stopped when it leaves the config.
-    final class Store: Sendable {
-        let config: StoreConfig
-        let cache: String
-        let remote: any Remote
-        /// The two-way sync of this store with its remote.
-        let sync: StoreSync
-        let limit: BandwidthLimit?
-        /// Set when the store left the config or was replaced: its workers finish their file and end.
-        let stopped = Atomic<Bool>(false)
-        /// When a path of the store last changed (a save, a removal, a rename), in milliseconds
-        /// since the epoch: a burst of changes holds the uploads back (see `holdUntil`).
-        let lastChange = Atomic<Int64>(0)
-        /// Changes in the burst that `lastChange` ends (each within a write-back delay of the
-        /// one before): a bulk burst (`bulkBurst` or more) that ended goes up at once.
-        let burstSize = Atomic<Int>(0)
-        /// Runs the readahead's bookkeeping (a folder's scan included) off the request
-        /// threads, one thing at a time.
-        let readaheadWork: DispatchQueue
-        /// How many placeholders of the store download at once: twice its upload workers (8
-        /// by default), as rclone's checkers (8) are twice its transfers (4). A download is
-        /// waited for by a program; an upload is not.
-        var downloadSlots: Int { 2 * config.workers }
-
-        init(config: StoreConfig, cache: String, remote: any Remote, sync: StoreSync, limit: BandwidthLimit?) {
-            self.config = config
-            self.cache = cache
-            self.remote = remote
-            self.sync = sync
-            self.limit = limit
-            self.readaheadWork = DispatchQueue(label: "docdrive-readahead-\(config.name)")
-        }
-    }
-
     /// The drive's coordinator: every upload reads its file inside a for-uploading intent.
     public let coordinator = Coordinator()
     /// How busy the mount is (its FUSE adapter tells): a burst's uploads go once it is idle.
     public let activity = MountActivity()
     let home: DriveHome
-    /// The running stores by root key; read on every save, twice, and changed only when the
-    /// config changes. So it is kept in several copies, each under its own lock: a thread reads
-    /// the copy its thread id picks (with one lock, the saves of 8 parallel writers waited for
-    /// each other there), and a change (under `configSeen`, or at init) writes every copy, one
-    /// after the other. A thread always reads the same copy, so it never sees a store come
-    /// back after it saw it go. Lock: leaf (one copy at a time).
-    final class StoresCopy: Sendable {
-        let stores = Mutex<[String: Store]>([:])
-    }
-    let storesCopies: [StoresCopy] = (0..<16).map { _ in StoresCopy() }
-    /// The copy this thread reads.
-    var storesHere: StoresCopy {
-        storesCopies[Int((UInt64(pthread_self()) &* 0x9E37_79B9_7F4A_7C15) >> 60)]
-    }
-    /// Makes every copy `s`.
-    func setStores(_ s: [String: Store]) {
-        for c in storesCopies { c.stores.withLock { $0 = s } }
-    }
+    /// The stores running now (RunningStores).
+    let stores = RunningStores()
     /// The config file's mtime the store list was last built from. Lock: serializes reloads
     /// (held while stores start or stop; never taken under another lock).
     let configSeen = Mutex<timespec>(timespec())
@@ -110,7 +59,7 @@ public final class Uploader: Sendable {
     let stopping = Atomic<Bool>(false)
     /// Stores held offline because a fault killed the daemon while it worked on them
     /// (CrashGuard: their states are written there), by root key. Lock: leaf.
-    let held = Mutex<[String: Store]>([:])
+    let held = Mutex<[String: StoreRuntime]>([:])
     /// Set at unmount: what is queued goes now, burst or not.
     let draining = Atomic<Bool>(false)
     let running = Atomic<Int>(0)
@@ -159,13 +108,13 @@ public final class Uploader: Sendable {
         self.queue = queue
         self.logger = logger
         self.indexWriteError = indexWriteError
-        var s = [String: Store]()
+        var s = [String: StoreRuntime]()
         for store in config.stores { if let r = makeStore(store) { s[store.rootKey] = r } }
-        setStores(s)
+        stores.set(s)
         configSeen.withLock { $0 = Self.mtime(home.configPath) }
     }
 
-    func makeStore(_ config: StoreConfig) -> Store? {
+    func makeStore(_ config: StoreConfig) -> StoreRuntime? {
         let remote: any Remote
         switch config.remote {
         case .folder(let path):
@@ -198,12 +147,12 @@ public final class Uploader: Sendable {
                              },
                              progressDone: { [unowned self] path in _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) } },
                              statusMarks: statusMarks)
-        return Store(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)
+        return StoreRuntime(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)
     }
 
-    func store(_ rootKey: String) -> Store? { storesHere.stores.withLock { $0[rootKey] } }
+    func store(_ rootKey: String) -> StoreRuntime? { stores.store(rootKey) }
 
-    func allStores() -> [String: Store] { storesHere.stores.withLock { $0 } }
+    func allStores() -> [String: StoreRuntime] { stores.all() }
 
     /// Whether files under this root key are uploaded (stores are; app containers are not).
     public func uploads(_ rootKey: String) -> Bool { store(rootKey) != nil }

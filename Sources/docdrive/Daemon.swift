@@ -165,7 +165,7 @@ struct Daemon {
         case .pin(let r):
             connection.answer { () throws(DriveError) in
                 let (root, path) = try documents.storeItem(r.path)
-                let files = try uploader.pin(root: root, path: path, on: r.on)
+                let files = try uploader.onDemand.pin(root: root, path: path, on: r.on)
                 let prefix = r.path.split(separator: "/").first.map(String.init) ?? ""
                 return PinAnswer(files: files.count, toFill: files.filter(\.placeholder).map {
                     FileSize(path: prefix + "/" + $0.path.description, size: $0.size)
@@ -174,12 +174,12 @@ struct Daemon {
         case .fill(let r):
             connection.answer { () throws(DriveError) in
                 let (root, path) = try documents.storeItem(r.path)
-                return FillAnswer(path: r.path, size: try uploader.fillAndWait(root: root, path: path))
+                return FillAnswer(path: r.path, size: try uploader.onDemand.fillAndWait(root: root, path: path))
             }
         case .evict(let r):
             connection.answer { () throws(DriveError) in
                 let (root, path) = try documents.storeItem(r.path)
-                return try uploader.evict(root: root, path: path)
+                return try uploader.onDemand.evict(root: root, path: path)
             }
         }
     }

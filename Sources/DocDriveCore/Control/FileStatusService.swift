@@ -41,7 +41,7 @@ public final class FileStatusService: Sendable {
             return (.local, false)
         }
         if path.isEmpty { return (uploader.storeState(root: place.root.key), false) }
-        let pinned = uploader.isPinned(root: place.root.key, path: path)
+        let pinned = uploader.onDemand.isPinned(root: place.root.key, path: path)
         let dir = dirFD
         let state = uploader.fileState(root: place.root.key, path: path, isFile: isFile,
                                        isPlaceholder: { Placeholder.isPlaceholder(dir, path.lastName) })

@@ -107,7 +107,7 @@ extension DriveFileSystem {
                 let clear = { _ = dd_removexattr_path(nfd, Placeholder.attribute) }
                 if let root = contentRoot ?? n.root, root.isStore,
                    let path = storePath(fd: nfd, root: root), !path.isEmpty {
-                    guard uploader.takePlaceholder(root: root.key, path: path, clear) else { throw .ioError }
+                    guard uploader.onDemand.takePlaceholder(root: root.key, path: path, clear) else { throw .ioError }
                 } else {
                     clear()
                 }

@@ -36,7 +36,7 @@ extension DriveFileSystem {
     /// `Uploader.settleFill`, with a sentence in the log when the file's content cannot be
     /// written to the disk (the writable open or truncate then fails with EIO).
     func settleFill(_ uploader: Uploader, root: BackingRoot, fd: Int32) -> Bool {
-        if uploader.settleFill(root: root.key, fd: fd) { return true }
+        if uploader.onDemand.settleFill(root: root.key, fd: fd) { return true }
         let reason = String(cString: strerror(errno))
         let store = RootKey(root.key)?.storeName ?? root.key
         let what = storePath(fd: fd, root: root).map { "\(store)/\($0)" } ?? "a file of store \(store)"
@@ -189,7 +189,7 @@ extension DriveFileSystem {
             guard lstat(backing, &st) == 0, lstat((backing as NSString).deletingLastPathComponent, &pst) == 0 else { return nil }
             return try? index.itemID(root: root.key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino),
                                      name: (rel as NSString).lastPathComponent, kind: .file)
-        }, publish: { item, png in uploader.publishPicture(root: key, item: item, png) })
+        }, publish: { item, png in uploader.onDemand.publishPicture(root: key, item: item, png) })
     }
 
     /// A document of another device arrived in a store: its picture comes from the store's
@@ -199,7 +199,7 @@ extension DriveFileSystem {
               let root = namespace.root(key: key) else { return }
         let uploader = uploader
         thumbnails.arrived(backing: root.path + "/" + rel, shown: namespace.displayPath(rootKey: key, rel), item: id,
-                           downloaded: downloaded) { uploader.picture(root: key, item: id) }
+                           downloaded: downloaded) { uploader.onDemand.picture(root: key, item: id) }
     }
 }
 

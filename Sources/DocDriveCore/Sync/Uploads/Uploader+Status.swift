@@ -127,7 +127,7 @@ extension Uploader {
     /// The state of a store file (FileState.ofStoreFile); `isFile`: the path is a regular file
     /// here; `isPlaceholder` tells whether its content is not here.
     public func fileState(root: String, path: StorePath, isFile: Bool, isPlaceholder: () -> Bool) -> FileState {
-        FileState.ofStoreFile(filling: isFilling(root: root, path: path),
+        FileState.ofStoreFile(filling: onDemand.isFilling(root: root, path: path),
                               inConflict: index.bases.inConflict(root: root, path: path.description),
                               noted: isNoted(root: root, path: path),
                               queued: (try? queue.state(root: root, path: path))?.0,

@@ -19,7 +19,7 @@ public final class Uploader: Sendable {
     public let activity = MountActivity()
     let home: DriveHome
     /// The stores running now (RunningStores).
-    let stores = RunningStores()
+    let stores: RunningStores
     /// The config file's mtime the store list was last built from. Lock: serializes reloads
     /// (held while stores start or stop; never taken under another lock).
     let configSeen = Mutex<timespec>(timespec())
@@ -71,13 +71,8 @@ public final class Uploader: Sendable {
     let compareScheduled = Mutex<Set<String>>([])
     /// Files being copied, by upload number, with their progress. Lock: leaf.
     let inFlight = Mutex<[String: InFlightUpload]>([:])
-    /// Placeholders asked for or being filled now, with who waits for each: one download per
-    /// file, however many opens wait for it, a few per store at once (Downloads.swift).
-    let downloads = Downloads()
-    /// Filled placeholders keep showing their ctime (FilledTimes.swift).
-    public let filledTimes = FilledTimes()
-    /// Where pictures go to the remotes (`publishPicture`), one at a time.
-    let pictures = DispatchQueue(label: "docdrive-pictures", qos: .utility)
+    /// Content on demand: placeholders' downloads, readahead, pins, evictions, pictures.
+    public let onDemand: FilesOnDemand
     /// The drive's watch of config.yaml, asked at the ticks of the queue's thread.
     let configWatch: ConfigWatch
     /// Which local files are open through the mount (the sync engine asks before it changes one).
@@ -89,11 +84,15 @@ public final class Uploader: Sendable {
     let index: ItemIndex
     let device: DeviceIdentity
     /// Paths whose state may have changed, for the desktop status socket (FileStatusService).
-    public let statusMarks = StatusMarks()
+    public let statusMarks: StatusMarks
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, logger: Logger,
                 configWatch: ConfigWatch, localFiles: any LocalFiles, changes: DriveChanges, probe: SyncProbe? = nil,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
+        let stores = RunningStores(), statusMarks = StatusMarks()
+        self.stores = stores
+        self.statusMarks = statusMarks
+        self.onDemand = FilesOnDemand(stores: stores, statusMarks: statusMarks, logger: logger)
         self.home = home
         self.configWatch = configWatch
         self.localFiles = localFiles

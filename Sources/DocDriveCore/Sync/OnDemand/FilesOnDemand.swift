@@ -1,10 +1,33 @@
-// Uploader+Placeholders: the drive's side of content on demand. Opens of placeholders wait for
-// one download per file (on a store's download thread, never a FUSE request thread, a few at
-// once: Downloads.swift), and the control commands pin, unpin and evict.
+// FilesOnDemand: the drive's side of content on demand. Opens of placeholders wait for one
+// download per file (on a store's download thread, never a FUSE request thread, a few at once:
+// Downloads.swift), downloads ahead, filled files' times, the control commands pin, unpin, fill
+// and evict, and documents' pictures on the remotes. A part of the sync service (`Uploader`),
+// over the same running stores.
 import Foundation
+import Logging
 import Synchronization
 
-extension Uploader {
+public final class FilesOnDemand: Sendable {
+    let stores: RunningStores
+    /// Paths whose state may have changed, for the desktop status socket.
+    let statusMarks: StatusMarks
+    let logger: Logger
+    /// Placeholders asked for or being filled now, with who waits for each: one download per
+    /// file, however many opens wait for it, a few per store at once (Downloads.swift).
+    let downloads = Downloads()
+    /// Filled placeholders keep showing their ctime (FilledTimes.swift).
+    public let filledTimes = FilledTimes()
+    /// Where pictures go to the remotes (`publishPicture`), one at a time.
+    let pictures = DispatchQueue(label: "docdrive-pictures", qos: .utility)
+
+    init(stores: RunningStores, statusMarks: StatusMarks, logger: Logger) {
+        self.stores = stores
+        self.statusMarks = statusMarks
+        self.logger = logger
+    }
+
+    func store(_ rootKey: String) -> StoreRuntime? { stores.store(rootKey) }
+
     /// The indexer or thumbnailer `pid` runs when the store `root` refuses it placeholders'
     /// content (`indexers: skip`), else nil.
     public func refusedIndexer(_ root: String, pid: Int32) -> String? {
@@ -154,7 +177,7 @@ extension Uploader {
 
 // MARK: pictures
 
-extension Uploader {
+extension FilesOnDemand {
     /// Keeps a document's picture on its store's remote for the other devices (RemotePictures),
     /// on a queue of its own; a remote that cannot take it now is logged (the picture is made
     /// again at the document's next save).

@@ -90,7 +90,7 @@ extension DriveFileSystem {
         let location = removal ? folderPaths.location(of: parent.nodeID) { storeLocation(parent) } : storeLocation(parent)
         switch location {
         case .at(let dir):
-            uploader.noteChanged(root: root.key, path: dir.appending(UnsafeRawBufferPointer(start: name, count: strlen(name))), madeFolder: made)
+            uploader.scheduler.noteChanged(root: root.key, path: dir.appending(UnsafeRawBufferPointer(start: name, count: strlen(name))), madeFolder: made)
         case .tooLong: uploader.noteChangedSomewhere(root: root.key)
         case .unknown: return
         }
@@ -102,7 +102,7 @@ extension DriveFileSystem {
         guard let root = file.contentRoot else { return }
         switch storeLocation(fd: file.fd, root: root) {
         case .at(let path) where !path.isEmpty:
-            uploader.noteChanged(root: root.key, path: path)
+            uploader.scheduler.noteChanged(root: root.key, path: path)
             if let links, links > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
             if let rel = path.string, Thumbnailer.hasPicture(rel) { pictureSaved(root: root, rel) }
         case .tooLong: uploader.noteChangedSomewhere(root: root.key)

@@ -66,7 +66,7 @@ extension Uploader {
         for (key, store) in allStores() {
             var found = [StorePath]()
             let n = store.sync.compareLocal(unexpected: { [self] p in
-                guard !isNoted(root: key, path: p), (try? queue.state(root: key, path: p))?.0 ?? .synced == .synced else { return false }
+                guard !scheduler.isNoted(root: key, path: p), (try? queue.state(root: key, path: p))?.0 ?? .synced == .synced else { return false }
                 if found.count < 5 { found.append(p) }
                 return true
             }) { stopping.load(ordering: .relaxed) || store.stopped.load(ordering: .relaxed) }
@@ -97,9 +97,7 @@ extension Uploader {
     /// aside), noted or made. `docdrive sync` ends after a round whose polls found nothing and
     /// that was idle so (a poll that queued paths leaves them waiting, or their jobs ended).
     public func isIdle(since mark: Int) -> Bool {
-        guard jobsEnded.load(ordering: .relaxed) == mark,
-              noted.withLock({ $0.waiting.isEmpty && $0.writing.isEmpty }),
-              madeFolders.withLock({ $0.isEmpty }) else { return false }
+        guard jobsEnded.load(ordering: .relaxed) == mark, scheduler.isEmpty() else { return false }
         return (try? queue.waitingCount()) == 0
     }
 
@@ -129,7 +127,7 @@ extension Uploader {
     public func fileState(root: String, path: StorePath, isFile: Bool, isPlaceholder: () -> Bool) -> FileState {
         FileState.ofStoreFile(filling: onDemand.isFilling(root: root, path: path),
                               inConflict: index.bases.inConflict(root: root, path: path.description),
-                              noted: isNoted(root: root, path: path),
+                              noted: scheduler.isNoted(root: root, path: path),
                               queued: (try? queue.state(root: root, path: path))?.0,
                               unrecorded: { isFile && unrecorded(root: root, path: path) },
                               isPlaceholder: { isFile && isPlaceholder() })
@@ -155,7 +153,7 @@ extension Uploader {
         }
         if due {
             logger.warning("store \(store(root)?.config.name ?? root): \(path) had nothing waiting and no record of being on the remote; it is looked at again.")
-            noteChanged(root: root, path: path)
+            scheduler.noteChanged(root: root, path: path)
         }
         return true
     }

@@ -19,7 +19,7 @@ extension Uploader {
             var tick = 0
             while !stopping.load(ordering: .relaxed) {
                 usleep(50_000)
-                commitNoted()
+                scheduler.commitNoted()
                 tick += 1
                 if tick % 5 == 0 { retryWhereRemotesCameBack() }
                 if tick % 10 == 0 { configWatch.check() }
@@ -213,7 +213,7 @@ extension Uploader {
     /// how many entries are left waiting (they go on at the next mount).
     public func stop(drainFor seconds: Double) -> Int {
         draining.store(true, ordering: .relaxed)
-        commitNoted()
+        scheduler.commitNoted()
         _ = try? queue.makeDue(.all)
         // Wait while something is uploading, ready to go, or put back for a moment (a busy
         // path, `activeCount`); an entry that failed again waits for its back-off, which an
@@ -229,7 +229,7 @@ extension Uploader {
             store.remote.finishCleanup()
             store.sync.fills.commitNow()
         }
-        commitNoted()
+        scheduler.commitNoted()
         try? queue.recoverInterrupted()
         let c = (try? queue.counts()) ?? [:]
         return (c[.pending] ?? 0) + (c[.failed] ?? 0)

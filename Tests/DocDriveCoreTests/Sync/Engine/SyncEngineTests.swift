@@ -115,7 +115,7 @@ final class SyncDevice: @unchecked Sendable {
         let bytes = Array(text.utf8)
         XCTAssertEqual(Foundation.write(fd, bytes, bytes.count), bytes.count)
         close(fd)
-        uploader.noteChanged(root: rootKey, path: path)
+        uploader.scheduler.noteChanged(root: rootKey, path: path)
     }
 
     /// Renames `from` to `to` (as the mount does: the index follows the item; `noted`: the
@@ -136,7 +136,7 @@ final class SyncDevice: @unchecked Sendable {
     }
 
     func note(_ path: String) {
-        uploader.noteChanged(root: rootKey, path: path)
+        uploader.scheduler.noteChanged(root: rootKey, path: path)
     }
 
     /// Deletes `path` (as the mount does: its item is gone from the index).
@@ -144,7 +144,7 @@ final class SyncDevice: @unchecked Sendable {
         var st = stat()
         if lstat(cache + "/" + path, &st) == 0 { index.record(.removed(root: rootKey, ino: Int64(st.st_ino))) }
         unlink(cache + "/" + path)
-        uploader.noteChanged(root: rootKey, path: path)
+        uploader.scheduler.noteChanged(root: rootKey, path: path)
     }
 
     func read(_ path: String) -> String? {

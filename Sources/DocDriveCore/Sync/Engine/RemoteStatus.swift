@@ -1,0 +1,112 @@
+// RemoteStatus: what `docdrive status` shows of a store's remote (RemoteState), and the bytes of
+// content the store keeps here as last counted.
+import Synchronization
+
+/// A store's `RemoteState` (its last poll, offline or not and why, the devices seen, the last
+/// download problem, the content kept here), and `cacheUse`: the bytes of content an on-demand
+/// store with a cache limit keeps here as last counted (nil before the first count, and in a
+/// store without a limit), which each download adds to.
+///
+/// Lock: a leaf, held for a look or a change only.
+package final class RemoteStatus: Sendable {
+    package struct State {
+        package var remote = RemoteState()
+        package var cacheUse: Int64? = nil
+
+        package init() {}
+    }
+
+    private let state = Mutex(State())
+
+    package init() {}
+
+    /// What `docdrive status` shows.
+    package var remote: RemoteState { state.withLock { $0.remote } }
+
+    /// The bytes of content kept here as last counted (nil: not counted).
+    package var cacheUse: Int64? { state.withLock { $0.cacheUse } }
+
+    // MARK: polls and offline
+
+    /// A poll listed the remote at `time`, which wrote what `devices` names: the store is
+    /// online. Returns whether it was offline.
+    package func polled(at time: Double, devices: [String]) -> Bool {
+        state.withLock { s in
+            let was = s.remote.offlineSince != nil
+            s.remote.offlineSince = nil
+            s.remote.offlineReason = nil
+            s.remote.lastPoll = time
+            s.remote.polls = (s.remote.polls ?? 0) + 1
+            s.remote.devices = devices
+            return was
+        }
+    }
+
+    /// A poll ended at `time` at the remote's fingerprint (nothing changed).
+    package func polledUnchanged(at time: Double) {
+        state.withLock { s in
+            s.remote.lastPoll = time
+            s.remote.polls = (s.remote.polls ?? 0) + 1
+        }
+    }
+
+    /// The remote could not be listed at `time`, for `reason`: offline since then, or still
+    /// offline since earlier. Returns whether it was online.
+    package func unreachable(at time: Double, _ reason: String) -> Bool {
+        state.withLock { s in
+            let was = s.remote.offlineSince == nil
+            if was { s.remote.offlineSince = time }
+            s.remote.offlineReason = reason
+            return was
+        }
+    }
+
+    /// The store is held offline from `time` for `reason` (`Uploader.hold`).
+    package func held(at time: Double, _ reason: String) {
+        state.withLock { s in
+            s.remote.offlineSince = time
+            s.remote.offlineReason = reason
+        }
+    }
+
+    /// The store held offline starts again (`docdrive store retry`).
+    package func retried() {
+        state.withLock { s in
+            s.remote.offlineSince = nil
+            s.remote.offlineReason = nil
+        }
+    }
+
+    // MARK: downloads
+
+    /// A fill ended: `problem` (nil: it succeeded) is the store's download problem; a remote
+    /// that could not be reached (`unreachable`, at `time`) makes the store offline for
+    /// `reason` if it was online.
+    package func fillEnded(problem: String?, unreachable: Bool = false, at time: Double = 0, reason: String = "") {
+        state.withLock { s in
+            s.remote.downloadProblem = problem
+            if problem != nil, unreachable, s.remote.offlineSince == nil {
+                s.remote.offlineSince = time
+                s.remote.offlineReason = reason
+            }
+        }
+    }
+
+    /// A download put `bytes` of content here: added to what was counted (if it was).
+    package func cacheGrew(by bytes: Int64) {
+        state.withLock { s in
+            guard let use = s.cacheUse else { return }
+            s.cacheUse = use + bytes
+            s.remote.cacheBytes = use + bytes
+        }
+    }
+
+    /// The content kept here was counted: `bytes`.
+    package func cacheCounted(_ bytes: Int64) {
+        state.withLock { s in
+            s.cacheUse = bytes
+            s.remote.cacheBytes = bytes
+        }
+    }
+}
+

@@ -8,6 +8,11 @@ import Synchronization
 /// was recorded once: it is not an upload a stop kept from its record
 /// (`StoreSync.ownUnrecordedUpload`). In memory: a restart forgets them.
 ///
+/// Rules (`State.broken`, checked after every change):
+/// * at most `limit` (10,000) files are kept: the table is emptied when full (a file forgotten
+///   only loses that one check);
+/// * every version kept is a file's local version, never empty (a folder's is).
+///
 /// Lock: a leaf, held for a look-up or a change only.
 package final class DroppedBases: Sendable {
     /// The most files kept.
@@ -30,6 +35,7 @@ package final class DroppedBases: Sendable {
         state.withLock { s in
             if s.versions.count >= Self.limit { s.versions.removeAll() }
             s.versions[path] = version
+            Invariants.check(s)
         }
     }
 
@@ -41,3 +47,16 @@ package final class DroppedBases: Sendable {
     package var count: Int { state.withLock { $0.versions.count } }
 }
 
+// MARK: rules
+
+extension DroppedBases.State: CheckedState {
+    package var broken: String? {
+        if versions.count > DroppedBases.limit { return "DroppedBases: \(versions.count) files kept, more than \(DroppedBases.limit)" }
+        if let (p, _) = versions.first(where: { $0.value.isEmpty }) { return "DroppedBases: \(p) is kept with an empty version" }
+        return nil
+    }
+}
+
+extension DroppedBases: CheckedState {
+    package var broken: String? { state.withLock { $0.broken } }
+}

@@ -18,6 +18,16 @@ import Synchronization
 /// * `unshown`: how many objects the last listing left unshown (`RemoteListing.unshown`),
 ///   logged when it changes, not at every poll.
 ///
+/// Rules (`State.broken`, checked after every change):
+/// * `quiet.row` is at most `quietPollsInARow` (then a whole poll comes);
+/// * before the first listing (`paths` nil) no id, no duplicate and no quiet poll is known;
+/// * every listed id's path is among the listed paths (both come from one listing);
+/// * a duplicate id has at least two paths, in byte order;
+/// * `unshown` is not negative.
+/// (`ids`' folders, sorted out at the first question after a listing, `inFolder`, are a cache
+/// of the same listing: filling it changes no rule, and is not checked, which would cost a
+/// look at every id per folder asked about.)
+///
 /// Lock: a leaf, held for a look-up or a change only; a listing's tables are made before it is
 /// taken.
 package final class ListingMemory: Sendable {
@@ -47,6 +57,7 @@ package final class ListingMemory: Sendable {
         state.withLock { s in
             s.ids = ids
             s.paths = paths
+            Invariants.check(s)
         }
     }
 
@@ -70,6 +81,7 @@ package final class ListingMemory: Sendable {
         state.withLock { s in
             let changed = s.unshown != count
             s.unshown = count
+            Invariants.check(s)
             return changed
         }
     }
@@ -93,6 +105,7 @@ package final class ListingMemory: Sendable {
                 }
             }
             s.duplicates = next
+            Invariants.check(s)
             return due
         }
     }
@@ -101,6 +114,7 @@ package final class ListingMemory: Sendable {
     package func forgetDuplicates(at paths: [StorePath]) {
         state.withLock { s in
             for p in paths { s.duplicates = s.duplicates.filter { !$0.value.paths.contains(p) } }
+            Invariants.check(s)
         }
     }
 
@@ -113,6 +127,7 @@ package final class ListingMemory: Sendable {
         state.withLock { s in
             guard let q = s.quiet, q.fingerprint == fingerprint, q.bases == bases, q.row < Self.quietPollsInARow else { return false }
             s.quiet?.row += 1
+            Invariants.check(s)
             return true
         }
     }
@@ -121,6 +136,7 @@ package final class ListingMemory: Sendable {
     package func forgetQuiet() {
         state.withLock { s in
             s.quiet = nil
+            Invariants.check(s)
         }
     }
 
@@ -128,7 +144,37 @@ package final class ListingMemory: Sendable {
     package func foundNothing(fingerprint: [UInt8], bases: UInt64) {
         state.withLock { s in
             s.quiet = (fingerprint, bases, 0)
+            Invariants.check(s)
         }
     }
 }
 
+// MARK: rules
+
+extension ListingMemory.State: CheckedState {
+    package var broken: String? {
+        if let q = quiet, q.row < 0 || q.row > ListingMemory.quietPollsInARow {
+            return "ListingMemory: \(q.row) quiet polls in a row, more than \(ListingMemory.quietPollsInARow)"
+        }
+        guard let paths else {
+            if !ids.isEmpty { return "ListingMemory: ids known before the first listing" }
+            if !duplicates.isEmpty { return "ListingMemory: duplicate ids known before the first listing" }
+            if quiet != nil { return "ListingMemory: a quiet poll before the first listing" }
+            return unshown < 0 ? "ListingMemory: \(unshown) objects unshown" : nil
+        }
+        var notListed: StorePath?
+        ids.forEachPath { p in if notListed == nil, !paths.contains(p.hashValue) { notListed = p } }
+        if let notListed { return "ListingMemory: the listed id at \(notListed) is not among the listed paths" }
+        for (id, d) in duplicates {
+            if d.paths.count < 2 { return "ListingMemory: the duplicate id \(id) is at \(d.paths.count) path\(d.paths.count == 1 ? "" : "s")" }
+            for k in d.paths.indices.dropFirst() where !d.paths[k - 1].bytes.lexicographicallyPrecedes(d.paths[k].bytes) {
+                return "ListingMemory: the paths of the duplicate id \(id) are not in byte order (\(d.paths[k - 1]), \(d.paths[k]))"
+            }
+        }
+        return unshown < 0 ? "ListingMemory: \(unshown) objects unshown" : nil
+    }
+}
+
+extension ListingMemory: CheckedState {
+    package var broken: String? { state.withLock { $0.broken } }
+}

@@ -11,6 +11,12 @@ import Synchronization
 ///   written. Another create found in its place before a listing showed it was made by a
 ///   writer that never saw it (`SyncDecision.createdOver`). In memory: a restart forgets them.
 ///
+/// Rules (`State.broken`, checked after every change):
+/// * no mark is ahead of the polls started (`polls`): a count is taken from it, and it only
+///   grows;
+/// * at most `limit` (10,000) creates are kept: the table is emptied when full, as if a listing
+///   had shown them all (a file not shown only loses the `createdOver` check).
+///
 /// Lock: a leaf, held for a look-up or a change only (the poll counts are atomics, read under it).
 package final class ListingWaits: Sendable {
     /// The most unlisted creates kept.
@@ -38,6 +44,7 @@ package final class ListingWaits: Sendable {
             if let at = s.noticed[path] { return at }
             let now = s.polls.started
             s.noticed[path] = now
+            Invariants.check(s)
             return now
         }
     }
@@ -46,6 +53,7 @@ package final class ListingWaits: Sendable {
     package func decided(_ path: StorePath) {
         state.withLock { s in
             guard s.noticed.removeValue(forKey: path) != nil else { return }
+            Invariants.check(s)
         }
     }
 
@@ -61,6 +69,7 @@ package final class ListingWaits: Sendable {
                 if s.creates.count >= Self.limit { s.creates.removeAll() }
                 s.creates[path] = (version, s.polls.started)
             }
+            Invariants.check(s)
         }
     }
 
@@ -76,6 +85,7 @@ package final class ListingWaits: Sendable {
     package func forgetCreate(at path: StorePath) {
         state.withLock { s in
             _ = s.creates.removeValue(forKey: path)
+            Invariants.check(s)
         }
     }
 
@@ -91,7 +101,27 @@ package final class ListingWaits: Sendable {
                 if r.version == c.version { return false }
                 return done < c.polls || (r.kind == .file && r.meta.parent == RemoteMeta.created)
             }
+            Invariants.check(s)
         }
     }
 }
 
+// MARK: rules
+
+extension ListingWaits.State: CheckedState {
+    package var broken: String? {
+        if creates.count > ListingWaits.limit { return "ListingWaits: \(creates.count) unlisted creates kept, more than \(ListingWaits.limit)" }
+        let started = polls.started
+        if let (p, at) = noticed.first(where: { $0.value > started }) {
+            return "ListingWaits: \(p) waits for a listing since poll \(at), but \(started) polls started"
+        }
+        if let (p, c) = creates.first(where: { $0.value.polls > started }) {
+            return "ListingWaits: the create at \(p) was made at poll \(c.polls), but \(started) polls started"
+        }
+        return nil
+    }
+}
+
+extension ListingWaits: CheckedState {
+    package var broken: String? { state.withLock { $0.broken } }
+}

@@ -9,6 +9,12 @@ import Synchronization
 /// SeaweedFS answers the second of two conditional writes of one key after a retry of its own,
 /// a second later.)
 ///
+/// Rules (`State.broken`, checked after every change):
+/// * no two held paths overlap: none is held twice, none is above another (the store itself,
+///   the empty path, is above every path). A claim that overlaps a held path, or another path
+///   of the same claim, is refused whole;
+/// * the store itself is never a folder being made (it is there before any worker runs).
+///
 /// Lock: a leaf, held for the check and the change only (no system call, nothing else taken).
 package final class PathClaims: Sendable {
     package struct State {
@@ -41,6 +47,7 @@ package final class PathClaims: Sendable {
                 if paths[..<k].contains(where: { Self.overlaps($0, p) }) { return false }
             }
             s.held.append(contentsOf: paths)
+            Invariants.check(s)
             return true
         }
     }
@@ -49,6 +56,7 @@ package final class PathClaims: Sendable {
     package func release(_ paths: [StorePath]) {
         state.withLock { s in
             for p in paths { if let i = s.held.firstIndex(of: p) { s.held.remove(at: i) } }
+            Invariants.check(s)
         }
     }
 
@@ -61,6 +69,7 @@ package final class PathClaims: Sendable {
     package func startMaking(_ folder: StorePath) -> Bool {
         state.withLock { s in
             let started = s.making.insert(folder).inserted
+            Invariants.check(s)
             return started
         }
     }
@@ -74,7 +83,32 @@ package final class PathClaims: Sendable {
     package func doneMaking(_ folder: StorePath) {
         state.withLock { s in
             _ = s.making.remove(folder)
+            Invariants.check(s)
         }
     }
 }
 
+// MARK: rules
+
+extension PathClaims.State: CheckedState {
+    package var broken: String? {
+        let all = Set(held)
+        if all.count != held.count {
+            let twice = held.first { p in held.filter { $0 == p }.count > 1 }!
+            return "PathClaims: \(twice) is held twice"
+        }
+        for p in held {
+            var above = p
+            while !above.isEmpty {
+                above = above.folder
+                if all.contains(above) { return "PathClaims: \(p) is held while \(above.isEmpty ? "the store" : above.description) is held too (held paths overlap)" }
+            }
+        }
+        if making.contains(.store) { return "PathClaims: the store itself is a folder being made" }
+        return nil
+    }
+}
+
+extension PathClaims: CheckedState {
+    package var broken: String? { state.withLock { $0.broken } }
+}

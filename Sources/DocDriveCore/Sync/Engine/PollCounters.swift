@@ -8,6 +8,12 @@ import Synchronization
 /// poll is wanted now (`want`: `docdrive sync`, a path waiting for a listing), which the
 /// poller takes (`takeWanted`).
 ///
+/// Rules (`broken`, checked after every change):
+/// * ended <= started: a poll ends after it starts;
+/// * quiet <= ended: a quiet poll is counted once it ended.
+/// (Polls may overlap, a reconcile's beside the poller's, so started may be ahead of ended by
+/// more than one.)
+///
 /// No lock: each count is one atomic, read without waiting by `docdrive sync` and the workers.
 /// A poll's end adds to ended before quiet, and a reader loads quiet, then ended, then started
 /// (sequentially consistent), so that the rules hold for any reader at any time.
@@ -31,12 +37,14 @@ package final class PollCounters: Sendable {
     /// A poll starts.
     package func start() {
         startedCount.add(1, ordering: .sequentiallyConsistent)
+        Invariants.check(self)
     }
 
     /// A poll ended; `quiet`: at the remote's fingerprint.
     package func end(quiet: Bool) {
         endedCount.add(1, ordering: .sequentiallyConsistent)
         if quiet { quietCount.add(1, ordering: .sequentiallyConsistent) }
+        Invariants.check(self)
     }
 
     /// Asks the poller for a poll now.
@@ -46,3 +54,13 @@ package final class PollCounters: Sendable {
     package func takeWanted() -> Bool { wanted.exchange(false, ordering: .relaxed) }
 }
 
+// MARK: rules
+
+extension PollCounters: CheckedState {
+    package var broken: String? {
+        let q = quiet, e = ended, s = started  // in this order (see the declaration)
+        if e > s { return "PollCounters: \(e) polls ended of \(s) started" }
+        if q > e { return "PollCounters: \(q) quiet polls of \(e) ended" }
+        return nil
+    }
+}

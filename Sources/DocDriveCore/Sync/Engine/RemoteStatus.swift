@@ -7,6 +7,12 @@ import Synchronization
 /// store with a cache limit keeps here as last counted (nil before the first count, and in a
 /// store without a limit), which each download adds to.
 ///
+/// Rules (`State.broken`, checked after every change):
+/// * offline since a time and offline for a reason come together (both or neither);
+/// * the last poll's time and the count of polls come together, the count at least 1;
+/// * the bytes shown (`RemoteState.cacheBytes`) are the bytes counted (`cacheUse`), never
+///   negative.
+///
 /// Lock: a leaf, held for a look or a change only.
 package final class RemoteStatus: Sendable {
     package struct State {
@@ -38,6 +44,7 @@ package final class RemoteStatus: Sendable {
             s.remote.lastPoll = time
             s.remote.polls = (s.remote.polls ?? 0) + 1
             s.remote.devices = devices
+            Invariants.check(s)
             return was
         }
     }
@@ -47,6 +54,7 @@ package final class RemoteStatus: Sendable {
         state.withLock { s in
             s.remote.lastPoll = time
             s.remote.polls = (s.remote.polls ?? 0) + 1
+            Invariants.check(s)
         }
     }
 
@@ -57,6 +65,7 @@ package final class RemoteStatus: Sendable {
             let was = s.remote.offlineSince == nil
             if was { s.remote.offlineSince = time }
             s.remote.offlineReason = reason
+            Invariants.check(s)
             return was
         }
     }
@@ -66,6 +75,7 @@ package final class RemoteStatus: Sendable {
         state.withLock { s in
             s.remote.offlineSince = time
             s.remote.offlineReason = reason
+            Invariants.check(s)
         }
     }
 
@@ -74,6 +84,7 @@ package final class RemoteStatus: Sendable {
         state.withLock { s in
             s.remote.offlineSince = nil
             s.remote.offlineReason = nil
+            Invariants.check(s)
         }
     }
 
@@ -89,6 +100,7 @@ package final class RemoteStatus: Sendable {
                 s.remote.offlineSince = time
                 s.remote.offlineReason = reason
             }
+            Invariants.check(s)
         }
     }
 
@@ -98,6 +110,7 @@ package final class RemoteStatus: Sendable {
             guard let use = s.cacheUse else { return }
             s.cacheUse = use + bytes
             s.remote.cacheBytes = use + bytes
+            Invariants.check(s)
         }
     }
 
@@ -106,7 +119,30 @@ package final class RemoteStatus: Sendable {
         state.withLock { s in
             s.cacheUse = bytes
             s.remote.cacheBytes = bytes
+            Invariants.check(s)
         }
     }
 }
 
+// MARK: rules
+
+extension RemoteStatus.State: CheckedState {
+    package var broken: String? {
+        if (remote.offlineSince == nil) != (remote.offlineReason == nil) {
+            return remote.offlineSince == nil ? "RemoteStatus: offline for a reason, but since no time" : "RemoteStatus: offline since a time, but for no reason"
+        }
+        if (remote.lastPoll == nil) != (remote.polls == nil) {
+            return remote.lastPoll == nil ? "RemoteStatus: \(remote.polls!) polls, but no last poll" : "RemoteStatus: a last poll, but no count of polls"
+        }
+        if let n = remote.polls, n < 1 { return "RemoteStatus: \(n) polls counted, with a last poll" }
+        if remote.cacheBytes != cacheUse {
+            return "RemoteStatus: \(remote.cacheBytes.map(String.init) ?? "no") bytes of content shown, \(cacheUse.map(String.init) ?? "none") counted"
+        }
+        if let u = cacheUse, u < 0 { return "RemoteStatus: \(u) bytes of content counted" }
+        return nil
+    }
+}
+
+extension RemoteStatus: CheckedState {
+    package var broken: String? { state.withLock { $0.broken } }
+}

@@ -75,6 +75,15 @@ public struct ListedIDs: Sendable {
         return others[id]  // a UUID whose path did not fit in `paths`
     }
 
+    /// Whether no id was listed.
+    public var isEmpty: Bool { entries.isEmpty && others.isEmpty }
+
+    /// Calls `body` with the path of every listed id, in no particular order.
+    public func forEachPath(_ body: (StorePath) -> Void) {
+        for e in entries { body(path(of: e)) }
+        for p in others.values { body(p) }
+    }
+
     /// The listed paths (with an id) directly in `folder`, in no particular order.
     public mutating func inFolder(_ folder: StorePath) -> [StorePath] {
         if let byFolder { return byFolder[folder] ?? [] }

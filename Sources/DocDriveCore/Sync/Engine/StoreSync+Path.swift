@@ -46,24 +46,19 @@ extension StoreSync {
     /// and this device's sync of the path fails naming what is in the way).
     func newHereID(_ path: StorePath, _ local: LocalItem?, _ base: BaseRow?, firstTry: Bool) throws(DriveError) -> String? {
         guard firstTry, base == nil, let l = local, l.kind == .file, !l.placeholder,
-              listed.withLock({ $0.map { !$0.contains(path.hashValue) } }) == true,
+              lastListing.wasNotListed(path) == true,
               let id = localID(l), try bases.base(root: key, id: id) == nil,
-              remoteIDs.withLock({ $0[id] }) == nil else { return nil }
+              lastListing.path(ofID: id) == nil else { return nil }
         return id
     }
 
-    /// Whether the remote was listed (the poll's listing, `remoteIDs`) since this path was first
+    /// Whether the remote was listed (the poll's listing, `lastListing`) since this path was first
     /// found needing it: if not, a poll is asked for, and the path waits for it (`.busy`).
     func listedSinceNoticed(_ path: StorePath) -> Bool {
-        let mark = noticed.withLock { m in
-            if let at = m[path] { return at }
-            let now = pollsStarted.load(ordering: .relaxed)
-            m[path] = now
-            return now
-        }
+        let mark = waits.noticed(path)
         // Polls run one at a time: once more have ended than had started, one started since.
-        if polls.load(ordering: .relaxed) >= mark + 1 { return true }
-        pollWanted.store(true, ordering: .relaxed)
+        if polls.ended >= mark + 1 { return true }
+        polls.want()
         return false
     }
 
@@ -106,7 +101,7 @@ extension StoreSync {
     func renamedHereOntoNothing(_ path: StorePath, _ l: LocalItem, base: inout BaseRow?, remoteItem: inout RemoteItem?) throws(DriveError) -> SyncOutcome? {
         guard let id = localID(l), base?.id != id else { return nil }
         let old = try baseOfItem(id, elsewhereThan: path)
-        let listed = remoteIDs.withLock { $0[id] }
+        let listed = lastListing.path(ofID: id)
         guard old != nil || (listed != nil && listed != path) else { return nil }
         if let old {
             // Still there locally as this item, or as the very file the base knows (the mount
@@ -145,7 +140,7 @@ extension StoreSync {
         // Gone from where this device knew it on the remote: moved by another device too, or
         // deleted there. Which one, a listing made since tells.
         guard listedSinceNoticed(path) else { return .busy }
-        guard let to = remoteIDs.withLock({ $0[id] }), to != path, try localItem(to) == nil,
+        guard let to = lastListing.path(ofID: id), to != path, try localItem(to) == nil,
               let r = try remote.item(at: to), r.meta.itemID == id else { return nil }
         guard tryLock([to]) else { return .busy }
         defer { unlock([to]) }
@@ -170,7 +165,7 @@ extension StoreSync {
     /// One decision for `path` (its lock held); a path decided is no longer waiting for a listing.
     func syncOnce(_ path: StorePath, firstTry: Bool = false, batch: UploadBatch? = nil) throws(DriveError) -> SyncOutcome {
         let outcome = try syncLocked(path, firstTry: firstTry, batch: batch)
-        if outcome != .busy { noticed.withLock { _ = $0.removeValue(forKey: path) } }
+        if outcome != .busy { waits.decided(path) }
         return outcome
     }
 
@@ -204,13 +199,10 @@ extension StoreSync {
         return nil
     }
 
-    /// `droppedBases` gains `b` (a file's base dropped because the remote no longer has it).
+    /// `dropped` gains `b` (a file's base dropped because the remote no longer has it).
     func noteDropped(_ b: BaseRow) {
         guard b.kind == .file, !b.localToken.isEmpty else { return }
-        droppedBases.withLock { m in
-            if m.count >= 10_000 { m.removeAll() }
-            m[b.path] = b.localToken
-        }
+        dropped.note(b.path, version: b.localToken)
     }
 
     /// Where the file of base `b`, gone from `path` here and on the remote, is now on both: the
@@ -218,7 +210,7 @@ extension StoreSync {
     /// this device's copy, with no base there (this device and another moved it to the same
     /// place). Nil when it is not such a file.
     func sameMoveElsewhere(_ b: BaseRow, from path: StorePath) -> StorePath? {
-        guard b.kind == .file, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
+        guard b.kind == .file, let id = b.id, let to = lastListing.path(ofID: id), to != path,
               (try? bases.base(root: key, path: to)) == nil,
               let l = try? localItem(to), l.kind == .file, !l.placeholder,
               (try? index.knownItemID(root: key, ino: Int64(l.st.st_ino))) == id,
@@ -272,7 +264,7 @@ extension StoreSync {
             return .busy
         }
         // Renamed on another device: nothing here on the remote, but the item is elsewhere there.
-        if remoteItem == nil, local != nil, let b = base, let id = b.id, let to = remoteIDs.withLock({ $0[id] }), to != path,
+        if remoteItem == nil, local != nil, let b = base, let id = b.id, let to = lastListing.path(ofID: id), to != path,
            let r = try remote.item(at: to), r.meta.itemID == id, try localItem(to) == nil {
             guard tryLock([to]) else { return .busy }
             defer { unlock([to]) }
@@ -302,7 +294,7 @@ extension StoreSync {
             return .busy
         }
         var syncBase = base?.base
-        if let b = base, b.kind == .file, unlistedCreates.withLock({ $0[path]?.version }) == b.remoteToken { syncBase?.unlistedCreate = true }
+        if let b = base, b.kind == .file, waits.unlistedCreate(at: path) == b.remoteToken { syncBase?.unlistedCreate = true }
         let item = SyncItem(local: local?.entry, base: syncBase,
                             // (The version a remote version was written over: for a version of the
                             // base's item only; another item moved here tells nothing about the
@@ -375,7 +367,7 @@ extension StoreSync {
             } else if let b = item.base, let r = item.remote, !item.localBusy, SyncDecision.createdOver(b, r) {
                 logger.warning("store \(name): \(path): this device's new file was replaced on \(remote.displayName) by \(remoteItem!.meta.deviceName ?? "another device")'s, made at the same moment under the same name (the server let both creates succeed); both are kept")
             }
-            if item.base?.unlistedCreate == true { unlistedCreates.withLock { _ = $0.removeValue(forKey: path) } }
+            if item.base?.unlistedCreate == true { waits.forgetCreate(at: path) }
             try conflict(local!, remoteItem!, base: base)
             return .synced
         }

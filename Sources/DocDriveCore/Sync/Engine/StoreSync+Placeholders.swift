@@ -11,17 +11,12 @@ extension StoreSync {
     /// the remote could not be reached); a success clears it.
     func noteFill(_ path: StorePath, _ failure: DriveError?) {
         guard let failure else {
-            state.withLock { $0.downloadProblem = nil }
+            status.fillEnded(problem: nil)
             return
         }
         logger.error("store \(name): \(path) could not be downloaded: \(failure.message)")
-        state.withLock { s in
-            s.downloadProblem = "\(path): \(failure.message)"
-            if failure.code == .unreachable, s.offlineSince == nil {
-                s.offlineSince = Date().timeIntervalSince1970
-                s.offlineReason = failure.message
-            }
-        }
+        status.fillEnded(problem: "\(path): \(failure.message)", unreachable: failure.code == .unreachable,
+                         at: Date().timeIntervalSince1970, reason: failure.message)
     }
 
     /// Makes the placeholders of remote files (and the folders they are in) that are new to
@@ -531,12 +526,7 @@ extension StoreSync {
 
     /// A file's content is here now: its blocks count in the cache's use (when counted).
     private func countCached(blocks: blkcnt_t) {
-        if let use = cacheUse.withLock({ u -> Int64? in
-            if u != nil { u! += Int64(blocks) * 512 }
-            return u
-        }) {
-            state.withLock { $0.cacheBytes = use }
-        }
+        status.cacheGrew(by: Int64(blocks) * 512)
     }
 
     /// Under the store's `cache-limit`: when the content kept here (the blocks of the files
@@ -545,7 +535,7 @@ extension StoreSync {
     /// system's atime option says), never `keeping` (the file just downloaded).
     func keepUnderCacheLimit(keeping: StorePath) {
         guard let limit = cacheLimit else { return }
-        if let use = cacheUse.withLock({ $0 }), use <= limit { return }
+        if let use = status.cacheUse, use <= limit { return }
         guard let cachefd = try? openCache() else { return }
         defer { close(cachefd) }
         var kept = [(path: StorePath, bytes: Int64, used: Int)]()
@@ -563,8 +553,7 @@ extension StoreSync {
                 evicted += 1
             }
         }
-        cacheUse.withLock { $0 = total }
-        state.withLock { $0.cacheBytes = total }
+        status.cacheCounted(total)
         if evicted > 0 { logger.info("store \(name): evicted \(evicted) file\(evicted == 1 ? "" : "s") to stay under its cache limit (\(total) of \(limit) bytes kept)") }
         if total > limit { logger.warning("store \(name): \(total) bytes kept, over its cache limit of \(limit): what is left is changed, open or pinned") }
     }

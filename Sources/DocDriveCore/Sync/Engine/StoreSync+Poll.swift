@@ -65,16 +65,12 @@ extension StoreSync {
     /// `finishPoll` does the rest. (A later poll places what is new with its metadata read:
     /// a few items, and nobody waits for it.)
     func startPoll(placingEarly: Bool) -> PollStart {
-        pollsStarted.add(1, ordering: .relaxed)
+        polls.start()
         do {
             guard placingEarly, content == .onDemand else {
                 let fingerprint = try remote.fingerprint()
                 let generation = bases.generation
-                if let fingerprint, quiet.withLock({ q in
-                    guard let r = q, r.fingerprint == fingerprint, r.bases == generation, r.row < Self.quietPollsInARow else { return false }
-                    q?.row += 1
-                    return true
-                }) {
+                if let fingerprint, lastListing.endsQuietly(fingerprint: fingerprint, bases: generation) {
                     return PollStart(unchangedAt: fingerprint)
                 }
                 return PollStart(listing: .success(noteUnshown(try remote.listQuickly())), early: [], fingerprint: fingerprint)
@@ -108,7 +104,7 @@ extension StoreSync {
     @discardableResult
     func noteUnshown(_ listing: RemoteListing) -> RemoteListing {
         let n = listing.unshownCount
-        guard unshownLogged.exchange(n, ordering: .relaxed) != n, n > 0 else { return listing }
+        guard lastListing.noteUnshown(n), n > 0 else { return listing }
         let some = listing.unshown.map { "\"" + $0.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7F ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined() + "\"" }
         logger.warning("store \(name): \(n) object\(n == 1 ? "" : "s") on \(remote.displayName) \(n == 1 ? "has a name" : "have names") with a control character that another tool wrote as it is (\(some.joined(separator: ", "))\(n > some.count ? ", ..." : "")); DocDrive writes such names escaped, so \(n == 1 ? "it is" : "they are") not shown here and left on the remote untouched (rename \(n == 1 ? "it" : "them") there to show \(n == 1 ? "it" : "them"))")
         return listing
@@ -123,17 +119,13 @@ extension StoreSync {
     /// compared with its item as it comes; what is left is a mark per item.
     @discardableResult
     func finishPoll(_ start: PollStart) -> Int {
-        defer { polls.add(1, ordering: .relaxed) }
+        defer { polls.end(quiet: start.unchanged) }
         if start.unchanged {
-            quietPolls.add(1, ordering: .relaxed)
-            state.withLock { s in
-                s.lastPoll = Date().timeIntervalSince1970
-                s.polls = (s.polls ?? 0) + 1
-            }
+            status.polledUnchanged(at: Date().timeIntervalSince1970)
             return 0
         }
         // Kept again below only if this poll finds nothing to do.
-        quiet.withLock { $0 = nil }
+        lastListing.forgetQuiet()
         let items: [RemoteItem]
         let early: Set<StorePath>
         do {
@@ -142,12 +134,7 @@ extension StoreSync {
             items = try remote.complete((consume listed).get())  // the listing's items completed in place
         } catch {
             let now = Date().timeIntervalSince1970
-            let wasOnline = state.withLock { s -> Bool in
-                let was = s.offlineSince == nil
-                if was { s.offlineSince = now }
-                s.offlineReason = error.message
-                return was
-            }
+            let wasOnline = status.unreachable(at: now, error.message)
             if wasOnline { logger.warning("store \(name): offline: \(error.message)") }
             return 0
         }
@@ -164,23 +151,16 @@ extension StoreSync {
             }
         }
         if !early.isEmpty { completePlaceholders(early, items, at: at) }
-        let wasOffline = state.withLock { s -> Bool in
-            let was = s.offlineSince != nil
-            s.offlineSince = nil
-            s.offlineReason = nil
-            s.lastPoll = Date().timeIntervalSince1970
-            s.polls = (s.polls ?? 0) + 1
-            s.devices = RemoteState.deviceNames(items.lazy.map(\.meta))  // no copy of every item's metadata
-            return was
-        }
+        let wasOffline = status.polled(at: Date().timeIntervalSince1970,
+                                       devices: RemoteState.deviceNames(items.lazy.map(\.meta)))  // no copy of every item's metadata
         if wasOffline {
             logger.info("store \(name): the remote answers again")
             _ = try? queue.makeDue(.all, root: key)
         }
-        remoteIDs.withLock { $0 = ListedIDs(byID: byID) }  // kept: the ids in 16 bytes each, not the listing's strings
-        listedCreates(items, at: at, done: polls.load(ordering: .relaxed))
+        // Kept: the ids in 16 bytes each, not the listing's strings.
+        lastListing.listed(ids: ListedIDs(byID: byID), paths: Set(items.map(\.path.hashValue)))
+        waits.listed(items, at: at, done: polls.ended)
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
-        listed.withLock { $0 = Set(items.map(\.path.hashValue)) }
         var changed = Set<StorePath>()
         // Per item: whether a base has its path; the ids of the items that a base has too.
         var known = [Bool](repeating: false, count: items.count)
@@ -227,7 +207,7 @@ extension StoreSync {
         let batch = changed.sorted { $0.bytes.count < $1.bytes.count }.map { (key, $0, now) }
         try? queue.enqueueAll(batch, keepingRetries: true)
         if let fingerprint = start.fingerprint, batch.isEmpty, !placedNew, several.isEmpty, early.isEmpty, !wasOffline {
-            quiet.withLock { $0 = (fingerprint, basesRead, 0) }
+            lastListing.foundNothing(fingerprint: fingerprint, bases: basesRead)
         }
         return batch.count
     }
@@ -240,21 +220,7 @@ extension StoreSync {
     /// paths for `duplicateGrace` seconds (a move between its copy and its delete is not
     /// healed). Returns the paths to decide again (each device then takes the new id).
     func healDuplicateIDs(_ found: [String: [RemoteItem]], now: Double) -> [StorePath] {
-        let due = duplicateIDs.withLock { seen -> [(String, [RemoteItem])] in
-            var due = [(String, [RemoteItem])]()
-            var next = [String: (paths: [StorePath], since: Double)]()
-            for (id, items) in found {
-                let paths = items.map(\.path).sorted { $0.bytes.lexicographicallyPrecedes($1.bytes) }
-                if let s = seen[id], s.paths == paths {
-                    next[id] = s
-                    if now - s.since >= DuplicateIDs.grace { due.append((id, items)) }
-                } else {
-                    next[id] = (paths, now)
-                }
-            }
-            seen = next
-            return due
-        }
+        let due = lastListing.duplicatesDue(found, now: now, grace: DuplicateIDs.grace)
         var healed = [StorePath]()
         for (id, items) in due {
             let sorted = items.sorted { $0.path.bytes.lexicographicallyPrecedes($1.path.bytes) }
@@ -275,7 +241,7 @@ extension StoreSync {
                 }
             }
         }
-        if !healed.isEmpty { duplicateIDs.withLock { s in for p in healed { s = s.filter { !$0.value.paths.contains(p) } } } }
+        if !healed.isEmpty { lastListing.forgetDuplicates(at: healed) }
         return healed
     }
 

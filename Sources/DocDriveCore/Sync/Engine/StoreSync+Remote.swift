@@ -22,11 +22,11 @@ extension StoreSync {
         guard !folder.isEmpty, try bases.base(root: key, path: folder) == nil else { return }
         // One worker makes it; another that needs it waits, then finds its base. (A worker
         // waits only for a folder at or above its own, so waits never go round in a circle.)
-        guard makingFolders.withLock({ $0.insert(folder).inserted }) else {
-            while makingFolders.withLock({ $0.contains(folder) }) { usleep(2_000) }
+        guard claims.startMaking(folder) else {
+            while claims.isMaking(folder) { usleep(2_000) }
             return try ensureRemoteFolders(folder)
         }
-        defer { _ = makingFolders.withLock { $0.remove(folder) } }
+        defer { claims.doneMaking(folder) }
         try ensureRemoteFolders(folder.folder)
         guard let l = try localItem(folder), l.kind == .folder else { return }
         let id = localID(l)
@@ -41,7 +41,7 @@ extension StoreSync {
     /// base or the last listing has it), if it does.
     func placeElsewhere(_ id: String, than path: StorePath) throws(DriveError) -> StorePath? {
         var places = Set<StorePath>()
-        if let p = remoteIDs.withLock({ $0[id] }), p != path { places.insert(p) }
+        if let p = lastListing.path(ofID: id), p != path { places.insert(p) }
         if let b = try baseOfItem(id, elsewhereThan: path) { places.insert(b.path) }
         for p in places where try remote.item(at: p)?.meta.itemID == id { return p }
         return nil
@@ -170,27 +170,7 @@ extension StoreSync {
     /// Keeps (or forgets) the upload `r` at `path` among the creates no listing has shown yet (a
     /// create names `RemoteMeta.created` as its parent; a remote that names no parent never has one).
     func notePossiblyUnlisted(_ path: StorePath, _ r: RemoteItem) {
-        let polls = pollsStarted.load(ordering: .relaxed)
-        unlistedCreates.withLock { m in
-            guard r.meta.parent == RemoteMeta.created else { m.removeValue(forKey: path); return }
-            if m.count >= 10_000 { m.removeAll() }
-            m[path] = (r.version, polls)
-        }
-    }
-
-    /// What the listing of a poll (`items`, `at`) tells of the creates no listing had shown: one
-    /// it shows is seen; one a listing made after it (`done` polls had ended before this one)
-    /// shows replaced by another create is kept for its path's decision, and otherwise forgotten.
-    func listedCreates(_ items: [RemoteItem], at: [StorePath: Int], done: Int) {
-        unlistedCreates.withLock { m in
-            guard !m.isEmpty else { return }
-            m = m.filter { path, c in
-                guard let k = at[path] else { return done < c.polls }
-                let r = items[k]
-                if r.version == c.version { return false }
-                return done < c.polls || (r.kind == .file && r.meta.parent == RemoteMeta.created)
-            }
-        }
+        waits.uploaded(path, version: r.version, isCreate: r.meta.parent == RemoteMeta.created)
     }
 
     /// Makes the uploads `batch` holds durable on the remote (one flush of each folder they
@@ -230,7 +210,7 @@ extension StoreSync {
             l.placeholder && b.remoteToken == r.version && b.localToken == l.token && b.id != r.meta.itemID
         } ?? false } ?? false
         guard let made = Self.ownUnrecorded(r, base: placedAgain ? nil : base, device: device.id),
-              droppedBases.withLock({ $0[path] }) != made else { return nil }
+              dropped.version(at: path) != made else { return nil }
         if let id = r.meta.itemID, try baseOfItem(id, elsewhereThan: path) != nil { return nil }
         if placedAgain, !removeUnchangedPlaceholder(path, of: r, localToken: base?.localToken ?? "") { return nil }
         return made
@@ -309,7 +289,7 @@ extension StoreSync {
             batch.append((key, b.path, 0))
         }
         if remoteToo {
-            for p in remoteIDs.withLock({ $0.inFolder(path) }) { batch.append((key, p, 0)) }
+            for p in lastListing.inFolder(path) { batch.append((key, p, 0)) }
         }
         try queue.enqueueAll(batch)
     }

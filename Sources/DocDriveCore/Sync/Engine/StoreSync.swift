@@ -99,65 +99,25 @@ final class StoreSync: Sendable {
     let limit: BandwidthLimit?
     /// Whether listed files come down as placeholders (on-demand) or with their content.
     let content: StoreConfig.ContentMode
-    /// The most bytes of content an on-demand store keeps here (nil: no limit), and what it
-    /// keeps now as last counted (nil before the first count). Lock: leaf.
+    /// The most bytes of content an on-demand store keeps here (nil: no limit); what it keeps
+    /// now as last counted is in `status`.
     let cacheLimit: Int64?
-    let cacheUse = Mutex<Int64?>(nil)
     /// What the opens of placeholders one after another download ahead (Readahead.swift).
     let readahead = Readahead()
-    /// Paths a worker is syncing now; a path conflicts with itself, its folders and what is in
-    /// it. Lock: leaf.
-    let busyPaths = Mutex<[StorePath]>([])
-    /// The last listing of the remote's item ids (for renames made on another device, and what a
-    /// folder made or placed holds). Lock: leaf.
-    let remoteIDs = Mutex(ListedIDs())
-    /// Files whose base this device dropped because the remote no longer had them (deleted, or
-    /// moved away by another device), with the local version the base named. This device's
-    /// upload of that version, found at that path again (moved back by another device), was
-    /// recorded once: it is not an upload a stop kept from its record (`ownUnrecordedUpload`).
-    /// In memory (emptied at 10,000 entries). Lock: leaf.
-    let droppedBases = Mutex<[StorePath: String]>([:])
-    /// Files this device created on the remote (written where nothing was, on a remote that
-    /// names a write's parent: S3) that no listing has shown yet: the version, and how many polls
-    /// had started when the write returned. Another create found in its place before a listing
-    /// showed it was made by a writer that never saw it (`SyncDecision.createdOver`). In memory
-    /// (emptied at 10,000 entries; a restart forgets them). Lock: leaf.
-    let unlistedCreates = Mutex<[StorePath: (version: String, polls: Int)]>([:])
-    /// Item ids the listing found at several paths (files and links), with the paths and the
-    /// time they were first listed so (`healDuplicateIDs`).
-    let duplicateIDs = Mutex<[String: (paths: [StorePath], since: Double)]>([:])
 
-    /// The hashes of every path the last listing of the remote held (files, folders, links),
-    /// nil before the first one: a path that is not among them is new since (see `newHereID`).
-    /// Two paths with one hash only cost the usual look at the remote. Lock: leaf.
-    let listed = Mutex<Set<Int>?>(nil)
-    /// Folders a worker is making on the remote now: a worker that needs one of them waits for
-    /// it instead of making it too. (Every worker of a `cp -r` starts in the same new folder;
-    /// SeaweedFS answers the second of two conditional writes of one key after a retry of its
-    /// own, a second later.) Lock: leaf.
-    let makingFolders = Mutex<Set<StorePath>>([])
-    /// Paths that wait for a listing of the remote made after they were looked at, with how
-    /// many polls had started then (`listedSinceNoticed`). Lock: leaf.
-    let noticed = Mutex<[StorePath: Int]>([:])
-    let state = Mutex(RemoteState())
-    /// Polls started and done (a `docdrive sync` waits for one that started after it asked).
-    let pollsStarted = Atomic<Int>(0)
-    let polls = Atomic<Int>(0)
-    /// Polls that ended at the remote's fingerprint (`startPoll`), of `polls`.
-    let quietPolls = Atomic<Int>(0)
-    /// The last poll that found nothing to do: the remote's fingerprint, taken before its
-    /// listing, and the bases' generation, read before it compared them. A poll that finds both
-    /// the same would compare the same listing with the same bases and find nothing again: it
-    /// ends there, without reading every item's metadata; `row` counts such polls since the
-    /// last whole one. Lock: leaf.
-    let quiet = Mutex<(fingerprint: [UInt8], bases: UInt64, row: Int)?>(nil)
-    /// At most this many polls in a row end at the fingerprint; the next is a whole one (the
-    /// limit of what a fingerprint can miss: FolderRemote.fingerprint).
-    static let quietPollsInARow = 9
-    /// How many objects the last listing left unshown (`RemoteListing.unshown`): logged when
-    /// it changes, not at every poll.
-    let unshownLogged = Atomic<Int>(0)
-    let pollWanted = Atomic<Bool>(false)
+    // The sync's memory, one type per concern, each with its rules at its declaration.
+    /// The paths workers hold now, and the folders they are making on the remote.
+    let claims = PathClaims()
+    /// The polls started and ended (a `docdrive sync` waits for one that started after it asked).
+    let polls: PollCounters
+    /// What the last listing of the remote showed (ids, paths, duplicate ids, the last quiet poll).
+    let lastListing = ListingMemory()
+    /// Paths that wait for a listing, and this device's creates that no listing has shown yet.
+    let waits: ListingWaits
+    /// Files whose base was dropped because the remote no longer had them.
+    let dropped = DroppedBases()
+    /// What `docdrive status` shows of the remote, and the content kept here as last counted.
+    let status = RemoteStatus()
     /// Uploads in progress are shown by the uploader.
     let progress: @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void
     let progressDone: @Sendable (StorePath) -> Void
@@ -188,6 +148,9 @@ final class StoreSync: Sendable {
         self.limit = limit
         self.content = content
         self.cacheLimit = cacheLimit
+        let polls = PollCounters()
+        self.polls = polls
+        self.waits = ListingWaits(polls: polls)
         self.localFiles = localFiles
         self.changes = changes
         self.probe = probe
@@ -202,26 +165,11 @@ final class StoreSync: Sendable {
 
     // MARK: path locks
 
-    static func overlaps(_ a: StorePath, _ b: StorePath) -> Bool {
-        func under(_ x: StorePath, _ y: StorePath) -> Bool {
-            y.isEmpty || x == y || (x.bytes.count > y.bytes.count && x.bytes.starts(with: y.bytes) && x.bytes[y.bytes.count] == UInt8(ascii: "/"))
-        }
-        return under(a, b) || under(b, a)
-    }
+    /// Holds `paths` (`claims`), unless a worker holds one of them, a folder above or a path
+    /// in it: false then.
+    func tryLock(_ paths: [StorePath]) -> Bool { claims.claim(paths) }
 
-    func tryLock(_ paths: [StorePath]) -> Bool {
-        busyPaths.withLock { held in
-            for p in paths where held.contains(where: { Self.overlaps($0, p) }) { return false }
-            held.append(contentsOf: paths)
-            return true
-        }
-    }
-
-    func unlock(_ paths: [StorePath]) {
-        busyPaths.withLock { held in
-            for p in paths { if let i = held.firstIndex(of: p) { held.remove(at: i) } }
-        }
-    }
+    func unlock(_ paths: [StorePath]) { claims.release(paths) }
 
     // MARK: the local side
 

@@ -140,7 +140,7 @@ extension Uploader {
             while !stopping.load(ordering: .relaxed) && !store.stopped.load(ordering: .relaxed) {
                 usleep(50_000)
                 let now = Date().timeIntervalSince1970
-                let wanted = store.sync.pollWanted.exchange(false, ordering: .relaxed)
+                let wanted = store.sync.polls.takeWanted()
                 guard wanted || now >= due else { continue }
                 store.sync.poll()
                 due = Self.nextPoll(began: now, took: Date().timeIntervalSince1970 - now, every: store.config.poll)

@@ -14,8 +14,8 @@ extension Uploader {
     public func pollNow() -> [String: Int] {
         var out = [String: Int]()
         for (key, store) in allStores() {
-            out[key] = store.sync.pollsStarted.load(ordering: .relaxed)
-            store.sync.pollWanted.store(true, ordering: .relaxed)
+            out[key] = store.sync.polls.started
+            store.sync.polls.want()
         }
         return out
     }
@@ -23,23 +23,23 @@ extension Uploader {
     /// How many polls of the store `root` ended at the remote's fingerprint, nothing having
     /// changed since a poll that found nothing to do (`StoreSync.startPoll`).
     package func quietPolls(root: String) -> Int {
-        store(root)?.sync.quietPolls.load(ordering: .relaxed) ?? 0
+        store(root)?.sync.polls.quiet ?? 0
     }
 
     /// At most this many polls in a row end at the fingerprint.
-    package static var quietPollsInARow: Int { StoreSync.quietPollsInARow }
+    package static var quietPollsInARow: Int { ListingMemory.quietPollsInARow }
 
     /// Whether every store finished a poll that started after `marks` were taken (polls run
     /// one at a time per store, so the polls done then exceed the polls started at the mark).
     public func polledSince(_ marks: [String: Int]) -> Bool {
         allStores().allSatisfy { key, store in
-            store.sync.polls.load(ordering: .relaxed) >= (marks[key] ?? 0) + 1
+            store.sync.polls.ended >= (marks[key] ?? 0) + 1
         }
     }
 
     /// Per store: last poll, offline state, devices seen on the remote.
     public func remoteStates() -> [String: RemoteState] {
-        Dictionary(uniqueKeysWithValues: allStores().values.map { ($0.config.name, $0.sync.state.withLock { $0 }) })
+        Dictionary(uniqueKeysWithValues: allStores().values.map { ($0.config.name, $0.sync.status.remote) })
     }
 
     /// `docdrive sync`, before it reports failed files: each goes again now. A remote that
@@ -106,7 +106,7 @@ extension Uploader {
     func runningStores() -> [String: (workers: Int, held: Bool, remote: RemoteState)] {
         let now = Date().timeIntervalSince1970
         return Dictionary(allStores().values.map {
-            ($0.config.name, (workers: $0.config.workers, held: holdUntil($0, now: now) != nil, remote: $0.sync.state.withLock { $0 }))
+            ($0.config.name, (workers: $0.config.workers, held: holdUntil($0, now: now) != nil, remote: $0.sync.status.remote))
         }, uniquingKeysWith: { a, _ in a })
     }
 

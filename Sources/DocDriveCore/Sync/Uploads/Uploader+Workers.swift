@@ -44,7 +44,7 @@ extension Uploader {
     /// poll, no upload), its local copy is served as it is and its changes wait in the queue.
     func hold(_ key: String, _ store: StoreRuntime, _ why: String) {
         let now = Date().timeIntervalSince1970
-        store.sync.state.withLock { $0.offlineSince = now; $0.offlineReason = why }
+        store.sync.status.held(at: now, why)
         held.withLock { $0[key] = store }
         logger.error("store \(store.config.name): \(why).")
     }
@@ -59,7 +59,7 @@ extension Uploader {
             return gone.map { ($0.key, $0.value) }
         }
         for (key, store) in retried where !store.stopped.load(ordering: .relaxed) {
-            store.sync.state.withLock { $0.offlineSince = nil; $0.offlineReason = nil }
+            store.sync.status.retried()
             logger.info("store \(store.config.name): tried again (docdrive store retry)")
             startStore(key, store, inBackground: true)
         }

@@ -148,7 +148,7 @@ extension FolderRemote: Remote {
     /// second change within the same tick (an upload's metadata written right after its rename)
     /// can leave every time as it was. The local clock reads the times, so a remote whose
     /// server's clock runs behind is covered only by the whole poll that follows a few quiet
-    /// ones (`StoreSync.quietPollsInARow`).
+    /// ones (`ListingMemory.quietPollsInARow`).
     public func fingerprint() throws(DriveError) -> [UInt8]? {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME_COARSE, &now)

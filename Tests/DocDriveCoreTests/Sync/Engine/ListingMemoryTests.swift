@@ -1,0 +1,102 @@
+// ListingMemoryTests: what the last listing of a store's remote showed (Sync/Engine/ListingMemory.swift).
+import DocDriveCore
+import XCTest
+
+final class ListingMemoryTests: XCTestCase {
+    /// Before any listing nothing is known (not even that a path is new); after one, its ids and
+    /// paths are, until the next replaces them.
+    func testAListingIsKeptUntilTheNext() {
+        let m = ListingMemory()
+        XCTAssertNil(m.wasNotListed("a"), "no listing yet: not known to be new")
+        XCTAssertNil(m.path(ofID: "1"))
+        let a: StorePath = "d/a", b: StorePath = "d/b"
+        m.listed(ids: ListedIDs(byID: ["1": a]), paths: [a.hashValue, b.hashValue, StorePath("d").hashValue])
+        XCTAssertEqual(m.wasNotListed(a), false)
+        XCTAssertEqual(m.wasNotListed("d/new"), true)
+        XCTAssertEqual(m.path(ofID: "1"), a)
+        XCTAssertEqual(m.inFolder("d"), [a])
+        m.listed(ids: ListedIDs(byID: ["1": b]), paths: [b.hashValue])
+        XCTAssertEqual(m.path(ofID: "1"), b, "moved on another device")
+        XCTAssertEqual(m.inFolder("d"), [b])
+        XCTAssertEqual(m.wasNotListed(a), true)
+        XCTAssertNil(m.broken)
+    }
+
+    /// At most `quietPollsInARow` polls in a row end at an unchanged fingerprint; a change of
+    /// the fingerprint or of the bases, or a whole poll, ends the row.
+    func testQuietPollsEndAfterNineInARow() {
+        let m = ListingMemory()
+        m.listed(ids: ListedIDs(), paths: [])
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7), "no poll found nothing yet")
+        m.foundNothing(fingerprint: [1], bases: 7)
+        XCTAssertFalse(m.endsQuietly(fingerprint: [2], bases: 7))
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 8))
+        XCTAssertEqual(ListingMemory.quietPollsInARow, 9)
+        for k in 0..<9 { XCTAssertTrue(m.endsQuietly(fingerprint: [1], bases: 7), "quiet poll \(k + 1)") }
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7), "the tenth is a whole poll")
+        m.forgetQuiet()
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7))
+        XCTAssertNil(m.broken)
+    }
+
+    /// An id at several paths is due to be healed once it stayed at the same paths for the
+    /// grace; other paths start the wait again; an id no longer found is forgotten.
+    func testDuplicateIDsAreDueAfterTheirGrace() {
+        let m = ListingMemory()
+        m.listed(ids: ListedIDs(), paths: [])
+        func item(_ p: StorePath) -> RemoteItem { RemoteItem(path: p, kind: .file, version: "v", size: 1, meta: RemoteMeta(itemID: "x")) }
+        let found = ["x": [item("b"), item("a")]]
+        XCTAssertTrue(m.duplicatesDue(found, now: 100, grace: 2).isEmpty)
+        XCTAssertTrue(m.duplicatesDue(found, now: 101, grace: 2).isEmpty)
+        XCTAssertEqual(m.duplicatesDue(found, now: 102, grace: 2).map(\.0), ["x"])
+        XCTAssertTrue(m.duplicatesDue(["x": [item("a"), item("c")]], now: 103, grace: 2).isEmpty, "other paths: waits again")
+        XCTAssertEqual(m.duplicatesDue(["x": [item("a"), item("c")]], now: 105, grace: 2).map(\.0), ["x"])
+        m.forgetDuplicates(at: ["c"])
+        XCTAssertTrue(m.duplicatesDue(["x": [item("a"), item("c")]], now: 106, grace: 2).isEmpty, "healed: seen anew")
+        XCTAssertTrue(m.duplicatesDue([:], now: 107, grace: 2).isEmpty)
+        XCTAssertTrue(m.duplicatesDue(["x": [item("a"), item("c")]], now: 108, grace: 2).isEmpty, "forgotten when not found")
+        XCTAssertNil(m.broken)
+    }
+
+    /// The unshown count is logged when it changes only.
+    func testTheUnshownCountIsNotedWhenItChanges() {
+        let m = ListingMemory()
+        XCTAssertFalse(m.noteUnshown(0))
+        XCTAssertTrue(m.noteUnshown(2))
+        XCTAssertFalse(m.noteUnshown(2))
+        XCTAssertTrue(m.noteUnshown(0))
+    }
+
+    /// Each rule, broken on purpose, is named by `broken`.
+    func testEachBrokenRuleIsNamed() {
+        var s = ListingMemory.State()
+        XCTAssertNil(s.broken)
+        s.quiet = ([1], 1, 0)
+        XCTAssertEqual(s.broken, "ListingMemory: a quiet poll before the first listing")
+        s.quiet = nil
+        s.ids = ListedIDs(byID: ["1": "a"])
+        XCTAssertEqual(s.broken, "ListingMemory: ids known before the first listing")
+        s.ids = ListedIDs()
+        s.duplicates = ["1": (["a", "b"], 0)]
+        XCTAssertEqual(s.broken, "ListingMemory: duplicate ids known before the first listing")
+        s.duplicates = [:]
+        s.unshown = -1
+        XCTAssertEqual(s.broken, "ListingMemory: -1 objects unshown")
+        s.unshown = 0
+        s.paths = [StorePath("a").hashValue]
+        s.ids = ListedIDs(byID: [ItemIndex.newID(): "a", "other": "b"])
+        XCTAssertEqual(s.broken, "ListingMemory: the listed id at b is not among the listed paths")
+        s.paths!.insert(StorePath("b").hashValue)
+        XCTAssertNil(s.broken)
+        s.quiet = ([1], 1, ListingMemory.quietPollsInARow + 1)
+        XCTAssertEqual(s.broken, "ListingMemory: 10 quiet polls in a row, more than 9")
+        s.quiet = ([1], 1, ListingMemory.quietPollsInARow)
+        XCTAssertNil(s.broken)
+        s.duplicates = ["1": (["a"], 0)]
+        XCTAssertEqual(s.broken, "ListingMemory: the duplicate id 1 is at 1 path")
+        s.duplicates = ["1": (["b", "a"], 0)]
+        XCTAssertEqual(s.broken, "ListingMemory: the paths of the duplicate id 1 are not in byte order (b, a)")
+        s.duplicates = ["1": (["a", "b"], 0)]
+        XCTAssertNil(s.broken)
+    }
+}

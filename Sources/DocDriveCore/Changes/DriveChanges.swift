@@ -56,7 +56,7 @@ public final class DriveChanges: Sendable {
     private struct Entry: @unchecked Sendable {
         let strong: (any DriveChangeSubscriber)?
         /// A part that owns the stream through its parts (the file system) is held weakly.
-        weak var weak: AnyObject?
+        weak var weak: (any DriveChangeSubscriber & AnyObject)?
     }
     /// Lock: leaf, copied out before the subscribers are told (an array's copy is one retain).
     private let subscribers: Mutex<[Entry]>
@@ -79,7 +79,7 @@ public final class DriveChanges: Sendable {
     @inline(__always)
     public func publish(_ change: DriveChange) {
         for e in subscribers.withLock({ $0 }) {
-            if let s = e.strong { s.changed(change) } else if let s = e.weak as? any DriveChangeSubscriber { s.changed(change) }
+            if let s = e.strong { s.changed(change) } else if let s = e.weak { s.changed(change) }
         }
     }
 }

@@ -148,7 +148,10 @@ extension StoreSync {
                 s.offlineReason = error.message
                 return was
             }
-            if wasOnline { logger.warning("store \(name): offline: \(error.message)") }
+            if wasOnline {
+                logger.warning("store \(name): offline: \(error.message)")
+                statusMarks.changes.changed()  // `status --watch` shows it (back online, makeDue writes the queue)
+            }
             return 0
         }
         var at = [StorePath: Int](minimumCapacity: items.count)

@@ -107,6 +107,7 @@ struct Daemon {
             let waiting = (try? index.uploads.waitingCount()) ?? 0
             notify?.send("STOPPING=1\nSTATUS=Unmounted; uploading \(waiting) file\(waiting == 1 ? "" : "s") (at most \(Int(uploadGrace)) s) before exit")
             control.stop()
+            uploader.statusChanges.stop()  // `status --watch` commands see the end of their stream
             status?.stop()
             // Import mode's copies last as long as the mount.
             if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies") }
@@ -146,6 +147,8 @@ struct Daemon {
             connection.answer { () throws(DriveError) in try documents.closeApp(r.app) }
         case .status:
             connection.answer { status() }
+        case .statusWatch:
+            DriveStatus.watch(on: connection, changes: uploader.statusChanges, gather: status)
         case .syncPoll(let r):
             connection.answer { () -> SyncPollAnswer in
                 let mark = uploader.workMark()

@@ -12,7 +12,9 @@ struct Status: ParsableCommand {
 
     @OptionGroup var drive: DriveOptions
     @Flag(help: "Print JSON.") var json = false
-    @Flag(help: "Redraw every half second until nothing is left to upload (or Ctrl-C).") var watch = false
+    @Flag(help: ArgumentHelp("Redraw each time something shown changes, until nothing is left to upload (or Ctrl-C).",
+                             discussion: "The daemon pushes each change (at most four a second); with --json, one JSON object per line."))
+    var watch = false
 
     /// Everything the report shows, read once per drawing: the config and the mount record read
     /// here, the rest (`DriveStatus`) asked of the daemon, or read from the index without one.
@@ -33,23 +35,62 @@ struct Status: ParsableCommand {
     func run() throws {
         try guarded {
             let home = drive.driveHome
-            if json {
-                printJSON(Self.json(home, try Self.snapshot(home)))
-                return
-            }
-            let tty = isatty(1) != 0
             guard watch else {
-                print(Self.render(home, try Self.snapshot(home), bars: tty), terminator: "")
+                if json {
+                    printJSON(Self.json(home, try Self.snapshot(home)))
+                } else {
+                    print(Self.render(home, try Self.snapshot(home), bars: isatty(1) != 0), terminator: "")
+                }
                 return
             }
-            while true {
-                let s = try Self.snapshot(home)
-                let text = Self.render(home, s, bars: tty)
+            try Self.watch(home, json: json, tty: isatty(1) != 0)
+        }
+    }
+
+    /// `--watch`: draws the daemon's status each time it pushes one (`status-watch`), until
+    /// nothing is left to upload. A daemon that cannot push (older, or not answering) is said so
+    /// in one line on stderr, and then asked every half second; with no daemon there is nothing
+    /// to watch: the status is drawn once, as `status` draws it.
+    static func watch(_ home: DriveHome, json: Bool, tty: Bool) throws {
+        func draw(_ s: Snapshot) {
+            if json {
+                // One object per line (printJSON's are several lines each).
+                if let data = try? JSONSerialization.data(withJSONObject: Self.json(home, s), options: [.sortedKeys, .withoutEscapingSlashes]) {
+                    print(String(decoding: data, as: UTF8.self))
+                }
+            } else {
+                let text = render(home, s, bars: tty)
                 print(tty ? "\u{1B}[H\u{1B}[2J" + text : text, terminator: "")
-                fflush(nil)  // all streams: stdout is not concurrency-safe to name
-                if s.status.waiting == 0 { break }
-                usleep(500_000)
             }
+            fflush(nil)  // all streams: stdout is not concurrency-safe to name
+        }
+        func say(_ line: String) { FileHandle.standardError.write(Data("docdrive: \(line)\n".utf8)) }
+        let config = try home.loadConfig()
+        guard home.liveMountRecord() != nil else {
+            draw(try snapshot(home))
+            say("The drive is not mounted, so nothing changes to watch: this is its status as the index has it.")
+            return
+        }
+        var ended = false
+        do {
+            try ControlClient.stream(home, .statusWatch(ControlRequest.Status())) { (status: DriveStatus) in
+                draw(Snapshot(config: (try? home.loadConfig()) ?? config, record: home.liveMountRecord(), status: status))
+                ended = status.waiting == 0
+                return !ended
+            }
+            if ended { return }
+            throw DriveError(.notMounted, "The daemon ended the watch: the drive was unmounted.")
+        } catch let e as DriveError where e.code == .badRequest {
+            say("The mounted daemon cannot push its status (it is older than this docdrive); asking it every half second instead.")
+        } catch let e as DriveError where e.code != .notMounted {
+            let why = e.message.hasSuffix(".") ? String(e.message.dropLast()) : e.message
+            say("The daemon's status cannot be watched (\(why)); reading it every half second instead.")
+        }
+        while true {
+            let s = try snapshot(home)
+            draw(s)
+            if s.status.waiting == 0 { break }
+            usleep(500_000)
         }
     }
 
@@ -75,7 +116,7 @@ struct Status: ParsableCommand {
     }
 
     /// Below this the drive home's disk counts as full: saves fail and the index cannot grow.
-    static let fullBelow: Int64 = 1 << 20
+    static let fullBelow = DriveStatus.homeDiskFullBelow
 
     static func homeDiskIsFull(_ s: Snapshot) -> Bool { (s.status.homeDiskFree ?? .max) < fullBelow }
 

@@ -14,7 +14,9 @@ it and the daemon lives on. Where status comes from: the daemon's answer on the 
 (no file it writes: with a folder where run/uploads.json was, the upload in flight and the
 workers still show), one sentence naming a daemon of another protocol version or one that does
 not answer with the rest read from the index, and with no daemon the index read without being
-changed.
+changed. `status --watch --json` is pushed by the daemon (`status-watch`): a line per change of
+the uploads, none while idle, ended by itself when nothing is pending; a daemon that cannot push
+is said so once on stderr and then asked; with no daemon, one sentence and one drawing.
 """
 from __future__ import annotations
 
@@ -367,3 +369,93 @@ def test_status_without_a_daemon_leaves_the_index_as_it_is(new_drive):
     assert slow["uploads"]["pending"] + slow["uploads"]["failed"] == 1 and "runningWorkers" not in slow, slow
     assert s["uploads"]["synced"] >= 1 and s["references"] == [] and s["inFlight"] == [], s
     assert "Mounted: no" in text and "References:" not in text, text
+
+
+# --------------------------------------------------------------------------- status --watch: pushed by the daemon
+
+@pytest.mark.timeout(120)
+def test_status_watch_json_is_pushed_on_each_change_and_silent_while_idle(new_drive):
+    """`docdrive status --watch --json` asks the daemon's `status-watch`: one JSON object per line,
+    a line when the uploads change (saves queued, then uploaded), none while nothing changes (2 s
+    of a store waiting for its write-back delay), and it ends by itself once nothing is pending."""
+    import threading
+    d = new_drive()
+    remote = add_store(d, "slow", "--writeback", "5")
+    d.mount()
+    write(d.mnt / "Slow" / "a.txt", b"a\n")
+    assert wait_until(lambda: (store_status(d, "slow")["uploads"]["pending"] >= 1) or None, 10, 0.1), store_status(d, "slow")
+    proc = subprocess.Popen([d.bin, "status", "--watch", "--json"], env=d.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    lines: list[tuple[float, dict]] = []
+    err: list[str] = []
+
+    def read():
+        for raw in proc.stdout:
+            lines.append((time.monotonic(), json.loads(raw)))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
+    try:
+        def slow(obj):
+            return next(s for s in obj["stores"] if s["name"] == "slow")["uploads"]
+        assert wait_until(lambda: lines or None, 10, 0.05), f"no first line; stderr: {err}"
+        assert slow(lines[0][1])["pending"] == 1, lines[0]
+        # Two more saves: pushed lines count them (the queue takes them within the group commit).
+        write(d.mnt / "Slow" / "b.txt", b"b\n")
+        write(d.mnt / "Slow" / "c.txt", b"c\n")
+        assert wait_until(lambda: any(slow(o)["pending"] == 3 for _, o in lines) or None, 10, 0.05), \
+            f"no pushed line with 3 pending: {[slow(o) for _, o in lines]}; stderr: {err}\n{d.log_tail()}"
+        saved = time.monotonic()
+        # Idle: the files wait for their write-back delay (5 s after the last save); nothing changes.
+        time.sleep(1.0)
+        quiet_from = len(lines)
+        time.sleep(2.0)
+        idle = [o for t, o in lines[quiet_from:]]
+        assert not idle, f"lines pushed while nothing changed: {[slow(o) for o in idle]}"
+        assert time.monotonic() - saved < 4.5, "the idle window must end before the uploads are due"
+        # Then the uploads: pushed as they go, until a line with nothing pending ends the watch.
+        assert proc.wait(timeout=30) == 0, f"status --watch exited {proc.returncode}; stderr: {err}"
+        reader.join(5)
+        assert lines[-1][1]["uploads"]["pending"] == 0 and slow(lines[-1][1])["synced"] == 3, lines[-1]
+        assert all(o["mounted"] for _, o in lines) and "daemonProblem" not in lines[-1][1], lines[-1]
+        assert len(lines) >= 3 and len(lines) < 40, [slow(o) for _, o in lines]
+        assert not any("every half second" in e for e in err), err
+        assert sorted(p.name for p in remote.iterdir() if not p.name.startswith(".")) == ["a.txt", "b.txt", "c.txt"]
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, 9)
+            proc.wait(5)
+    assert d.unmount().returncode == 0
+
+
+@pytest.mark.timeout(60)
+def test_status_watch_without_a_daemon_says_so_once(new_drive):
+    """With the drive not mounted, `--watch` says so in one sentence and shows the status once."""
+    d = new_drive()
+    p = d.cli("status", "--watch", timeout=30, check=False)
+    assert p.returncode == 0, p
+    assert "Mounted: no" in p.stdout and p.stdout.count("Drive:") == 1, p.stdout
+    assert p.stderr.strip() == "docdrive: The drive is not mounted, so nothing changes to watch: this is its status as the index has it.", p.stderr
+
+
+@pytest.mark.timeout(90)
+def test_status_watch_of_a_daemon_that_cannot_push_says_so_once_and_asks(new_drive):
+    """A daemon of protocol 3 from before `status-watch` answers it `badRequest`: `--watch` says
+    in one line on stderr that it asks every half second instead, and does (here: once, as
+    nothing is left to upload)."""
+    d = new_drive()
+    d.mount()
+    write(d.mnt / "Work" / "a.txt", b"a\n")
+    sync(d, 30)
+    restore = fake_daemon_socket(d, b'{"version":3,"ok":false,"code":"badRequest","error":"Unknown request \\"status-watch\\"."}\n')
+    try:
+        p = d.cli("status", "--watch", "--json", timeout=30, check=False)
+    finally:
+        restore()
+    assert p.returncode == 0, p
+    assert p.stderr.splitlines() == [
+        "docdrive: The mounted daemon cannot push its status (it is older than this docdrive); asking it every half second instead."], p.stderr
+    objects = [json.loads(l) for l in p.stdout.splitlines()]
+    assert len(objects) == 1 and objects[0]["uploads"]["synced"] >= 1 and objects[0]["uploads"]["pending"] == 0, objects
+    assert d.unmount().returncode == 0

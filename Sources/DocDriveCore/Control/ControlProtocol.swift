@@ -14,6 +14,12 @@ import Foundation
 /// without one is version 1. Version 3 answers `status` with one `DriveStatus`, where version 2
 /// had `references` and `index-error` and the daemon's run/uploads.json. A daemon and a command
 /// of different versions do nothing but say so.
+///
+/// Bump the version when a message changes incompatibly: a field renamed, removed or made
+/// necessary, a command removed or answered differently. A new command alone is no bump: a
+/// daemon before it answers `badRequest` ("Unknown request"), every other command of both still
+/// works, and the command that sent it can say so and do without (`status-watch`, added in 3:
+/// `docdrive status --watch` then asks `status` every half second, and says so).
 public enum ControlProtocol {
     /// Kept in DocDriveWire, which the `docdrive` front shares.
     public static let version = QueryWire.protocolVersion
@@ -41,6 +47,9 @@ public enum ControlRequest: Equatable, Sendable {
     case grantsRevoke(GrantsRevoke)
     case appClose(AppClose)
     case status(Status)
+    /// The status now, then a new one (`DriveStatus`) each time something it shows changes,
+    /// until the command goes.
+    case statusWatch(Status)
     case syncPoll(SyncPoll)
     case query(Query)
     /// The current results, then a line per batch of changes (`QueryAnswer`), until the command goes.
@@ -62,6 +71,7 @@ public enum ControlRequest: Equatable, Sendable {
         case .grantsRevoke: "grants-revoke"
         case .appClose: "app-close"
         case .status: "status"
+        case .statusWatch: "status-watch"
         case .syncPoll: "sync-poll"
         case .query: "query"
         case .queryWatch: "query-watch"
@@ -82,7 +92,7 @@ public enum ControlRequest: Equatable, Sendable {
         case .grantsList(let r): r
         case .grantsRevoke(let r): r
         case .appClose(let r): r
-        case .status(let r): r
+        case .status(let r), .statusWatch(let r): r
         case .syncPoll(let r): r
         case .query(let r), .queryWatch(let r): r
         case .pin(let r): r
@@ -92,7 +102,7 @@ public enum ControlRequest: Equatable, Sendable {
     }
 }
 
-/// A request whose answer is one `Answer` (every one but query-watch).
+/// A request whose answer is one `Answer` (every one but query-watch and status-watch).
 public protocol ControlCommand: Codable, Equatable, Sendable {
     associatedtype Answer: Codable, Sendable
     var request: ControlRequest { get }
@@ -483,6 +493,7 @@ extension ControlRequest: Codable {
         case "grants-revoke": self = .grantsRevoke(try GrantsRevoke(from: decoder))
         case "app-close": self = .appClose(try AppClose(from: decoder))
         case "status": self = .status(try Status(from: decoder))
+        case "status-watch": self = .statusWatch(try Status(from: decoder))
         case "sync-poll": self = .syncPoll(try SyncPoll(from: decoder))
         case "query": self = .query(try Query(from: decoder))
         case "query-watch": self = .queryWatch(try Query(from: decoder))
@@ -511,7 +522,7 @@ extension ControlRequest: Codable {
         case .pin(let r): ["path": r.path]
         case .fill(let r): ["path": r.path]
         case .evict(let r): ["path": r.path]
-        case .grantsList, .status, .syncPoll, .query, .queryWatch: [:]
+        case .grantsList, .status, .statusWatch, .syncPoll, .query, .queryWatch: [:]
         }
     }
 

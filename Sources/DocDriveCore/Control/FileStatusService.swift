@@ -96,6 +96,11 @@ public final class FileStatusService: Sendable {
 /// under a leaf lock.
 public final class StatusMarks: Sendable {
     let listeners = Atomic<Int>(0)
+    /// A mark is also a change of what `docdrive status` shows (a save queued, a conflict, a
+    /// fill), for `status-watch`; the sync engine raises it through here for its remotes' states.
+    let changes: StatusChanges
+
+    init(changes: StatusChanges = StatusChanges()) { self.changes = changes }
     /// Lock: leaf.
     private let marked = Mutex<[(root: String, path: StorePath)]>([])
     /// More than this many marks between two looks are dropped (a `cp -r` of a huge tree): the
@@ -103,6 +108,7 @@ public final class StatusMarks: Sendable {
     private static let maxMarks = 20_000
 
     func mark(root: String, path: StorePath) {
+        changes.changed()
         guard listeners.load(ordering: .relaxed) > 0 else { return }
         marked.withLock { m in
             if m.count < Self.maxMarks { m.append((root, path)) }

@@ -111,6 +111,9 @@ public final class UploadQueue: Sendable {
     private let lastWriteError = Mutex<String?>(nil)
     public var writeError: String? { lastWriteError.withLock { $0 } }
 
+    /// Raised by every write that worked: the counts `docdrive status --watch` shows changed.
+    public let statusChanges = StatusChanges()
+
     /// Endings of claimed entries that could not be recorded (the index could not be written:
     /// a full disk under the drive home). The rule of `uploading`: an entry is in that state
     /// only while a worker holds its claim or while its ending waits here. Every later write of
@@ -136,6 +139,7 @@ public final class UploadQueue: Sendable {
                 return try body(db)
             }
             lastWriteError.withLock { if $0 != nil { $0 = nil } }
+            statusChanges.changed()
             if !owed.isEmpty { work.signal() }
             return r
         } catch {

@@ -21,6 +21,7 @@ final class ControlProtocolTests: XCTestCase {
         .grantsRevoke(.init(app: "org.example.notes", path: "Work/a.odt")),
         .appClose(.init(app: "org.example.notes")),
         .status(.init()),
+        .statusWatch(.init()),
         .syncPoll(.init(timeout: 12.5)),
         .syncPoll(.init()),
         .query(.init(expr: ["kind:image", "size>1M", "-draft"], scopes: ["documents", "folder:Work/x"], sort: .size,
@@ -46,6 +47,7 @@ final class ControlProtocolTests: XCTestCase {
         "grants-revoke": ["app", "path"],
         "app-close": ["app"],
         "status": [],
+        "status-watch": [],
         "sync-poll": ["timeout"],
         "query": ["expr", "in", "sort", "descending", "limit", "count", "pathsOnly", "raw"],
         "query-watch": ["expr", "in", "sort", "descending", "limit", "count", "pathsOnly", "raw"],
@@ -223,6 +225,61 @@ final class ControlProtocolTests: XCTestCase {
             XCTAssertEqual(e?.code, .io, bad)
             XCTAssertEqual(e?.message, "The daemon's answer could not be read (did it stop?).")
         }
+    }
+
+    /// `status-watch` is a line of its own; its answers are `status`'s, one per line, and a daemon
+    /// before it answers the one sentence the command takes for "cannot push" (badRequest).
+    func testStatusWatchIsOneLineAndItsAnswersAStreamOfStatuses() throws {
+        let line = ControlRequest.statusWatch(.init()).line()
+        XCTAssertEqual(line.last, 0x0A)
+        let object = try Self.object(line)
+        XCTAssertEqual(object.count, 2)
+        XCTAssertEqual(object["version"] as? Int, 3)
+        XCTAssertEqual(object["command"] as? String, "status-watch")
+        XCTAssertEqual(try ControlRequest.decode(Data(#"{"command":"status-watch","version":3}"#.utf8)), .statusWatch(.init()))
+        XCTAssertNotEqual(ControlRequest.statusWatch(.init()), .status(.init()))
+        let first = DriveStatus(items: 3, uploads: [.pending: 2, .synced: 1], waiting: 2, stores: [StoreStatus(name: "work", uploads: [.pending: 2])])
+        var second = first
+        (second.uploads, second.waiting, second.stores[0].uploads) = ([.synced: 3], 0, [.synced: 3])
+        let stream = ControlAnswer.ok(first).line() + ControlAnswer.ok(second).line()
+        let lines = stream.split(separator: 0x0A)
+        XCTAssertEqual(lines.count, 2)
+        XCTAssertEqual(try ControlAnswer<DriveStatus>.decode(Data(lines[0])).get(), first)
+        XCTAssertEqual(try ControlAnswer<DriveStatus>.decode(Data(lines[1])).get(), second)
+        // What a daemon of protocol 3 without status-watch answers.
+        let old = ControlAnswer<DriveStatus>.failed(DriveError(.badRequest, "Unknown request \"status-watch\".")).line()
+        let e = Self.error { () throws(DriveError) in try ControlAnswer<DriveStatus>.decode(old).get() }
+        XCTAssertEqual(e?.code, .badRequest)
+    }
+
+    /// The change signal: nothing is counted while nobody watches; a watcher wakes for a change
+    /// made while it sleeps (and for one made between its ticket and its sleep), and for good at stop.
+    func testStatusChangesWakeTheWatcherOnlyForAChange() {
+        let changes = StatusChanges()
+        let before = changes.ticket()
+        changes.changed()
+        XCTAssertEqual(changes.ticket(), before, "not counted without a watcher")
+        changes.watching(true)
+        var ticket = changes.ticket()
+        changes.changed()
+        XCTAssertTrue(changes.wait(after: ticket), "a change before the sleep is not lost")
+        ticket = changes.ticket()
+        let woke = expectation(description: "woken")
+        Thread.detachNewThread { [ticket] in
+            if changes.wait(after: ticket) { woke.fulfill() }
+        }
+        usleep(100_000)
+        changes.changed()
+        wait(for: [woke], timeout: 5)
+        ticket = changes.ticket()
+        let stopped = expectation(description: "stopped")
+        Thread.detachNewThread { [ticket] in
+            if !changes.wait(after: ticket) { stopped.fulfill() }
+        }
+        usleep(100_000)
+        changes.stop()
+        wait(for: [stopped], timeout: 5)
+        changes.watching(false)
     }
 
     func testUnknownCommandsAndMissingFieldsGetOneSentence() {

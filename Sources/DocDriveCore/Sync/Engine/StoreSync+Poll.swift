@@ -135,7 +135,10 @@ extension StoreSync {
         } catch {
             let now = Date().timeIntervalSince1970
             let wasOnline = status.unreachable(at: now, error.message)
-            if wasOnline { logger.warning("store \(name): offline: \(error.message)") }
+            if wasOnline {
+                logger.warning("store \(name): offline: \(error.message)")
+                statusMarks.changes.changed()  // `status --watch` shows it (back online, makeDue writes the queue)
+            }
             return 0
         }
         var at = [StorePath: Int](minimumCapacity: items.count)

@@ -46,6 +46,7 @@ extension Uploader {
         let now = Date().timeIntervalSince1970
         store.sync.status.held(at: now, why)
         held.withLock { $0[key] = store }
+        statusChanges.changed()
         logger.error("store \(store.config.name): \(why).")
     }
 
@@ -60,6 +61,7 @@ extension Uploader {
         }
         for (key, store) in retried where !store.stopped.load(ordering: .relaxed) {
             store.sync.status.retried()
+            statusChanges.changed()
             logger.info("store \(store.config.name): tried again (docdrive store retry)")
             startStore(key, store, inBackground: true)
         }

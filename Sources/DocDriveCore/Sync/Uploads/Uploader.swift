@@ -66,11 +66,14 @@ public final class Uploader: Sendable {
     let device: DeviceIdentity
     /// Paths whose state may have changed, for the desktop status socket (FileStatusService).
     public let statusMarks: StatusMarks
+    /// What `docdrive status` shows changed (`status-watch`): the queue's writes, transfers'
+    /// progress, remotes going offline or online, marked paths.
+    public var statusChanges: StatusChanges { statusMarks.changes }
 
     public init(home: DriveHome, config: DriveConfig, index: ItemIndex, logger: Logger,
                 configWatch: ConfigWatch, localFiles: any LocalFiles, changes: DriveChanges, probe: SyncProbe? = nil,
                 indexWriteError: @escaping @Sendable () -> String? = { nil }) {
-        let stores = RunningStores(), statusMarks = StatusMarks()
+        let stores = RunningStores(), statusMarks = StatusMarks(changes: index.uploads.statusChanges)
         self.stores = stores
         self.statusMarks = statusMarks
         self.onDemand = FilesOnDemand(stores: stores, statusMarks: statusMarks, logger: logger)
@@ -125,8 +128,12 @@ public final class Uploader: Sendable {
                                      $0[storeName + "/" + path.description] = InFlightUpload(store: storeName, path: path.description, done: done, total: total,
                                                                                              direction: direction)
                                  }
+                                 statusChanges.changed()
                              },
-                             progressDone: { [unowned self] path in _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) } },
+                             progressDone: { [unowned self] path in
+                                 _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) }
+                                 statusChanges.changed()
+                             },
                              statusMarks: statusMarks)
         return StoreRuntime(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)
     }

@@ -8,7 +8,7 @@ def name(callers):
     if "Passthrough" in c: return "Passthrough.nodes"
     if "LockTable" in c: return "LockTable.state"
     if "OpenFiles" in c: return "OpenFiles.state"
-    if "Uploader" in c: return "Uploader (stores/noted)"
+    if "RunningStores" in c or "UploadScheduler" in c or "SyncService" in c: return "SyncService (stores/noted)"
     if "ItemIndex" in c or "IndexRecorder" in c: return "ItemIndex"
     if any(x in c for x in ("lookup", "create", "getxattr", "insertOrFind", "InodeTable", "getattr", "release", "flush")): return "InodeTable"
     return "other: " + c[:60]

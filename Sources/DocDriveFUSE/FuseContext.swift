@@ -35,7 +35,7 @@ public final class FuseContext: Sendable {
         self.onReady = onReady
         self.passthrough = Passthrough(wanted: passthrough, logger: logger)
         self.kernelChecksPermissions = kernelChecksPermissions
-        self.activity = fs.uploader.activity
+        self.activity = fs.sync.activity
     }
 
     /// Makes the kernel fetch a node's attributes again on next use.

@@ -60,7 +60,7 @@ struct Daemon {
         var fsOptions = FileSystemOptions()
         fsOptions.accessTimes = AccessTimes(mountOptions: options.split(separator: ",").map(String.init))
         let drive = Drive(home: home, config: config, index: index, options: fsOptions, logger: logger)
-        let fs = drive.fs, uploader = drive.sync, documents = drive.documents
+        let fs = drive.fs, sync = drive.sync, documents = drive.documents
         drive.start()
         // The document modes, for the commands: import copies a crash left are removed first.
         if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies left by the last run") }
@@ -74,10 +74,10 @@ struct Daemon {
         // within half a second), from this process's memory and its index readers.
         let driveStatus: @Sendable () -> DriveStatus = { [home, config] in
             let stores = ((try? home.loadConfig(checkingRemotes: false)) ?? config).stores
-            return DriveStatus.gather(home: home, stores: stores, index: index, uploader: uploader, references: documents.references())
+            return DriveStatus.gather(home: home, stores: stores, index: index, sync: sync, references: documents.references())
         }
         let control = try ControlServer(home: home, logger: logger) { request, connection in
-            Self.answer(request, on: connection, fs: fs, documents: documents, queries: queries, uploader: uploader, status: driveStatus)
+            Self.answer(request, on: connection, fs: fs, documents: documents, queries: queries, sync: sync, status: driveStatus)
         }
         control.start()
         // File managers' emblems: the desktop status socket, where a runtime folder exists.
@@ -107,7 +107,7 @@ struct Daemon {
             let waiting = (try? index.uploads.waitingCount()) ?? 0
             notify?.send("STOPPING=1\nSTATUS=Unmounted; uploading \(waiting) file\(waiting == 1 ? "" : "s") (at most \(Int(uploadGrace)) s) before exit")
             control.stop()
-            uploader.statusChanges.stop()  // `status --watch` commands see the end of their stream
+            sync.statusChanges.stop()  // `status --watch` commands see the end of their stream
             status?.stop()
             // Import mode's copies last as long as the mount.
             if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies") }
@@ -123,7 +123,7 @@ struct Daemon {
 
     /// Answers one request of the control socket (on the connection's own thread).
     static func answer(_ request: ControlRequest, on connection: ControlConnection, fs: DriveFileSystem, documents: DocumentService,
-                       queries: QueryService, uploader: Uploader, status: () -> DriveStatus) {
+                       queries: QueryService, sync: SyncService, status: () -> DriveStatus) {
         switch request {
         case .open(let r):
             connection.answer { () throws(DriveError) in
@@ -148,18 +148,18 @@ struct Daemon {
         case .status:
             connection.answer { status() }
         case .statusWatch:
-            DriveStatus.watch(on: connection, changes: uploader.statusChanges, gather: status)
+            DriveStatus.watch(on: connection, changes: sync.statusChanges, gather: status)
         case .syncPoll(let r):
             connection.answer { () -> SyncPollAnswer in
-                let mark = uploader.workMark()
+                let mark = sync.workMark()
                 // A file closed before the sync whose release the kernel still has queued is
                 // a save too (FileSystem+Releases).
                 fs.awaitQueuedReleases()
-                if r.retryFailed == true { uploader.retryFailedNow() }
-                let queued = r.compare == true ? uploader.compareWithRecords() : 0
-                let (stores, polled) = uploader.pollAndWait(timeout: r.timeout ?? 120)
+                if r.retryFailed == true { sync.retryFailedNow() }
+                let queued = r.compare == true ? sync.compareWithRecords() : 0
+                let (stores, polled) = sync.pollAndWait(timeout: r.timeout ?? 120)
                 fs.waitForKernelNotices()  // what arrived shows when sync returns
-                return SyncPollAnswer(stores: stores, idle: polled && queued == 0 && uploader.isIdle(since: mark))
+                return SyncPollAnswer(stores: stores, idle: polled && queued == 0 && sync.isIdle(since: mark))
             }
         case .query(let q):
             queries.answer(q, on: connection)
@@ -168,7 +168,7 @@ struct Daemon {
         case .pin(let r):
             connection.answer { () throws(DriveError) in
                 let (root, path) = try documents.storeItem(r.path)
-                let files = try uploader.onDemand.pin(root: root, path: path, on: r.on)
+                let files = try sync.onDemand.pin(root: root, path: path, on: r.on)
                 let prefix = r.path.split(separator: "/").first.map(String.init) ?? ""
                 return PinAnswer(files: files.count, toFill: files.filter(\.placeholder).map {
                     FileSize(path: prefix + "/" + $0.path.description, size: $0.size)
@@ -177,12 +177,12 @@ struct Daemon {
         case .fill(let r):
             connection.answer { () throws(DriveError) in
                 let (root, path) = try documents.storeItem(r.path)
-                return FillAnswer(path: r.path, size: try uploader.onDemand.fillAndWait(root: root, path: path))
+                return FillAnswer(path: r.path, size: try sync.onDemand.fillAndWait(root: root, path: path))
             }
         case .evict(let r):
             connection.answer { () throws(DriveError) in
                 let (root, path) = try documents.storeItem(r.path)
-                return try uploader.onDemand.evict(root: root, path: path)
+                return try sync.onDemand.evict(root: root, path: path)
             }
         }
     }

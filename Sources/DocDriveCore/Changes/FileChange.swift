@@ -133,11 +133,11 @@ struct UploadNotes: DriveChangeSubscriber {
         switch change_ {
         case let .mount(c, f): (change, fs) = (c, f)
         case let .document(d, fs):
-            fs.uploader.scheduler.noteChanged(root: d.root.key, path: d.rel)  // nothing for an app's container
+            fs.sync.scheduler.noteChanged(root: d.root.key, path: d.rel)  // nothing for an app's container
             return
         case .remote: return
         }
-        let uploader = fs.uploader
+        let sync = fs.sync
         switch change {
         case let .created(parent, name, _, kind, _):
             // A file is noted when it is saved (closed); a folder, a link or a fifo has no save:
@@ -151,11 +151,11 @@ struct UploadNotes: DriveChangeSubscriber {
             fs.noteChanged(parent: p, name: name)
             fs.noteChanged(parent: np, name: newName)
         case let .truncated(fd, root):
-            if let p = fs.storePath(fd: fd, root: root), !p.isEmpty { uploader.scheduler.noteChanged(root: root.key, path: p) }
+            if let p = fs.storePath(fd: fd, root: root), !p.isEmpty { sync.scheduler.noteChanged(root: root.key, path: p) }
         case let .saved(file, links):
             fs.noteSaved(file, links: links)
         case let .savedThroughReference(_, _, store, path, _, _, _, _):
-            uploader.scheduler.noteChanged(root: store.key, path: path)
+            sync.scheduler.noteChanged(root: store.key, path: path)
         }
     }
 }

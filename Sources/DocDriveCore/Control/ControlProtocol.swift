@@ -242,7 +242,7 @@ extension ControlRequest {
         public typealias Answer = SyncPollAnswer
         public var timeout: Double?
         public var retryFailed: Bool?
-        /// Compare each store's local copy with its records first (`Uploader.compareWithRecords`).
+        /// Compare each store's local copy with its records first (`SyncService.compareWithRecords`).
         public var compare: Bool?
         public init(timeout: Double? = nil, retryFailed: Bool? = nil, compare: Bool? = nil) {
             self.timeout = timeout
@@ -401,7 +401,7 @@ public struct EvictAnswer: Codable, Equatable, Sendable {
 public struct SyncPollAnswer: Codable, Equatable, Sendable {
     public var stores: [String: RemoteState]
     /// Every store's poll ended, and nothing was queued, done or left waiting from the request's
-    /// start to its answer (`Uploader.isIdle`): the sync needs no other round. Nil from a daemon
+    /// start to its answer (`SyncService.isIdle`): the sync needs no other round. Nil from a daemon
     /// before it (the sync then always looks twice).
     public var idle: Bool?
     public init(stores: [String: RemoteState], idle: Bool? = nil) {

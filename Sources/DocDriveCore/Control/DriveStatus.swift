@@ -46,7 +46,7 @@ public struct StoreStatus: Codable, Equatable, Sendable {
     public var runningWorkers: Int?
     /// Files being copied to or from the remote now, by path.
     public var inFlight: [InFlightUpload]
-    /// The store keeps changing, so its uploads wait for a pause (`Uploader.holdUntil`).
+    /// The store keeps changing, so its uploads wait for a pause (`SyncService.holdUntil`).
     public var held: Bool
     /// The remote as the daemon's last poll found it (nil without a daemon).
     public var remote: RemoteState?
@@ -83,12 +83,12 @@ extension UploadState: Codable, CodingKeyRepresentable {}
 
 extension DriveStatus {
     /// The status of the drive at `home` for `stores`: by the daemon from its own `index` and
-    /// `uploader` (with the `references` it resolved), or by `docdrive status` when no daemon runs,
+    /// `sync` (with the `references` it resolved), or by `docdrive status` when no daemon runs,
     /// from the index opened read-only (`ItemIndex(readingOnly:)`; nil when there is none yet) and
     /// no uploader. Reads only: nothing is written to the index.
-    public static func gather(home: DriveHome, stores: [StoreConfig], index: ItemIndex?, uploader: Uploader? = nil,
+    public static func gather(home: DriveHome, stores: [StoreConfig], index: ItemIndex?, sync: SyncService? = nil,
                               references: [ReferenceRow]? = nil) -> DriveStatus {
-        var s = DriveStatus(device: try? home.device(), indexWriteError: uploader?.lastIndexWriteError(), references: references,
+        var s = DriveStatus(device: try? home.device(), indexWriteError: sync?.lastIndexWriteError(), references: references,
                             homeDiskFree: bytesFree(home.path))
         let queue = index?.uploads
         var failures = [(root: String, path: StorePath, error: String)]()
@@ -100,8 +100,8 @@ extension DriveStatus {
             failures = (try? index.uploads.failures()) ?? []
             conflicts = (try? index.bases.conflicts()) ?? []
         }
-        let running = uploader?.runningStores() ?? [:]
-        let inFlight = (uploader?.uploadsInFlight() ?? []).sorted { ($0.store, $0.path) < ($1.store, $1.path) }
+        let running = sync?.runningStores() ?? [:]
+        let inFlight = (sync?.uploadsInFlight() ?? []).sorted { ($0.store, $0.path) < ($1.store, $1.path) }
         for c in stores {
             let live = running[c.name]
             let kept = RecentlyDeleted.folder(ofStore: home.storePath(c.name))

@@ -36,14 +36,14 @@ public final class FileStatusService: Sendable {
             }
             isFile = st.st_mode & S_IFMT == S_IFREG
         }
-        let uploader = fs.uploader
-        guard place.root.isStore, uploader.uploads(place.root.key) else {
+        let sync = fs.sync
+        guard place.root.isStore, sync.uploads(place.root.key) else {
             return (.local, false)
         }
-        if path.isEmpty { return (uploader.storeState(root: place.root.key), false) }
-        let pinned = uploader.onDemand.isPinned(root: place.root.key, path: path)
+        if path.isEmpty { return (sync.storeState(root: place.root.key), false) }
+        let pinned = sync.onDemand.isPinned(root: place.root.key, path: path)
         let dir = dirFD
-        let state = uploader.fileState(root: place.root.key, path: path, isFile: isFile,
+        let state = sync.fileState(root: place.root.key, path: path, isFile: isFile,
                                        isPlaceholder: { Placeholder.isPlaceholder(dir, path.lastName) })
         return (state, pinned)
     }
@@ -75,24 +75,24 @@ public final class FileStatusService: Sendable {
 
     /// The paths (relative to the mount root) marked as changed since the last call.
     /// Waits until a path is marked or `timeout` seconds pass.
-    func waitForChanges(timeout: Double) { _ = fs.uploader.statusMarks.waitForMarks(timeout: timeout) }
+    func waitForChanges(timeout: Double) { _ = fs.sync.statusMarks.waitForMarks(timeout: timeout) }
 
     /// Wakes the thread waiting in `waitForChanges`.
-    func wakeWaiter() { fs.uploader.statusMarks.wakeWaiter() }
+    func wakeWaiter() { fs.sync.statusMarks.wakeWaiter() }
 
     public func takeChanged() -> [String] {
-        return fs.uploader.statusMarks.take().map { fs.namespace.displayPath(rootKey: $0.root, $0.path.description) }
+        return fs.sync.statusMarks.take().map { fs.namespace.displayPath(rootKey: $0.root, $0.path.description) }
     }
 
     /// Someone listens for changes (marks are kept) or stopped listening.
     public func listening(_ on: Bool) {
-        fs.uploader.statusMarks.listeners.add(on ? 1 : -1, ordering: .relaxed)
+        fs.sync.statusMarks.listeners.add(on ? 1 : -1, ordering: .relaxed)
     }
 }
 
 /// Store paths whose state may have changed (a save, a fill, an eviction, a pin), kept only while
 /// a status socket listens. `mark` is called on FUSE request threads (through the change feed's
-/// UploadNotes and Uploader.noteChanged): one atomic load when nobody listens, else an append
+/// UploadNotes and SyncService.noteChanged): one atomic load when nobody listens, else an append
 /// under a leaf lock.
 public final class StatusMarks: Sendable {
     let listeners = Atomic<Int>(0)

@@ -10,7 +10,7 @@ import Logging
 ///    engine asks about (as its `LocalFiles`);
 /// 3. `changes`: the drive's one stream of changes (DriveChanges), with the node table, the
 ///    index and the upload scheduler as its first subscribers;
-/// 4. `sync`: every store's sync, uploads and files on demand (the `Uploader`), publishing
+/// 4. `sync`: every store's sync, uploads and files on demand (the `SyncService`), publishing
 ///    into 3 and asking 2; its status marks subscribe to 3;
 /// 5. `fs`: the file system over all of it, publishing into 3 and subscribing to it (the kernel's
 ///    cache of what changed behind the mount, pictures), then the maker's subscribers;
@@ -22,7 +22,7 @@ public final class Drive: Sendable {
     public let configWatch: ConfigWatch
     public let openFiles: OpenFiles
     public let changes: DriveChanges
-    public let sync: Uploader
+    public let sync: SyncService
     public let fs: DriveFileSystem
     public let documents: DocumentService
 
@@ -35,10 +35,10 @@ public final class Drive: Sendable {
         configWatch = ConfigWatch(home: home)
         openFiles = OpenFiles()
         changes = DriveChanges(index: index)
-        sync = Uploader(home: home, config: config, index: index, logger: logger, configWatch: configWatch, localFiles: openFiles, changes: changes,
+        sync = SyncService(home: home, config: config, index: index, logger: logger, configWatch: configWatch, localFiles: openFiles, changes: changes,
                         probe: probe, indexWriteError: { [index] in index.writeError })
         changes.subscribe(sync.statusMarks)
-        fs = DriveFileSystem(home: home, config: config, index: index, options: options, uploader: sync, openFiles: openFiles,
+        fs = DriveFileSystem(home: home, config: config, index: index, options: options, sync: sync, openFiles: openFiles,
                              changes: changes, logger: logger)
         for s in subscribers { changes.subscribe(s) }
         documents = DocumentService(fs: fs)

@@ -107,7 +107,7 @@ extension DriveFileSystem {
                 let clear = { _ = dd_removexattr_path(nfd, Placeholder.attribute) }
                 if let root = contentRoot ?? n.root, root.isStore,
                    let path = storePath(fd: nfd, root: root), !path.isEmpty {
-                    guard uploader.onDemand.takePlaceholder(root: root.key, path: path, clear) else { throw .ioError }
+                    guard sync.onDemand.takePlaceholder(root: root.key, path: path, clear) else { throw .ioError }
                 } else {
                     clear()
                 }
@@ -116,7 +116,7 @@ extension DriveFileSystem {
                 // Filled in this boot: durable before the user's truncate (Sync/FillCommits.swift).
                 let rfd = try Sys.check { dd_reopen(nfd, O_RDONLY | O_CLOEXEC) }
                 defer { Sys.close(rfd) }
-                guard settleFill(uploader, root: root, fd: rfd) else { throw .ioError }
+                guard settleFill(sync, root: root, fd: rfd) else { throw .ioError }
             }
             defer {
                 if let file { file.dirty.store(true, ordering: .relaxed) } else if let root = contentRoot { publish(.truncated(fd: nfd, root: root)) }

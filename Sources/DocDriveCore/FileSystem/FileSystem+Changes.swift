@@ -27,16 +27,16 @@ extension DriveFileSystem {
     }
 
     func storeLocation(_ n: Inode) -> StoreLocation {
-        guard let root = n.root, uploader.uploads(root.key) else { return .unknown }
+        guard let root = n.root, sync.uploads(root.key) else { return .unknown }
         guard let fd = try? n.acquire() else { return .unknown }
         defer { n.release() }
         return storeLocation(fd: fd, root: root)
     }
 
-    /// `Uploader.settleFill`, with a sentence in the log when the file's content cannot be
+    /// `SyncService.settleFill`, with a sentence in the log when the file's content cannot be
     /// written to the disk (the writable open or truncate then fails with EIO).
-    func settleFill(_ uploader: Uploader, root: BackingRoot, fd: Int32) -> Bool {
-        if uploader.onDemand.settleFill(root: root.key, fd: fd) { return true }
+    func settleFill(_ sync: SyncService, root: BackingRoot, fd: Int32) -> Bool {
+        if sync.onDemand.settleFill(root: root.key, fd: fd) { return true }
         let reason = String(cString: strerror(errno))
         let store = RootKey(root.key)?.storeName ?? root.key
         let what = storePath(fd: fd, root: root).map { "\(store)/\($0)" } ?? "a file of store \(store)"
@@ -54,7 +54,7 @@ extension DriveFileSystem {
     /// UTF-8 stays what it is: see StorePath). On the save path: the buffer is not zeroed and
     /// only the answer is copied.
     func storeLocation(fd: Int32, root: BackingRoot) -> StoreLocation {
-        guard uploader.uploads(root.key) else { return .unknown }
+        guard sync.uploads(root.key) else { return .unknown }
         return location(fd: fd, root: root)
     }
 
@@ -86,12 +86,12 @@ extension DriveFileSystem {
     /// `removal`: `name` was removed, so the folder's path may come from `folderPaths`.
     /// `made`: `name` is a folder just made (the uploader queues it only if it stays empty).
     func noteChanged(parent: Inode, name: UnsafePointer<CChar>, removal: Bool = false, made: Bool = false) {
-        guard let root = parent.root, uploader.uploads(root.key) else { return }
+        guard let root = parent.root, sync.uploads(root.key) else { return }
         let location = removal ? folderPaths.location(of: parent.nodeID) { storeLocation(parent) } : storeLocation(parent)
         switch location {
         case .at(let dir):
-            uploader.scheduler.noteChanged(root: root.key, path: dir.appending(UnsafeRawBufferPointer(start: name, count: strlen(name))), madeFolder: made)
-        case .tooLong: uploader.noteChangedSomewhere(root: root.key)
+            sync.scheduler.noteChanged(root: root.key, path: dir.appending(UnsafeRawBufferPointer(start: name, count: strlen(name))), madeFolder: made)
+        case .tooLong: sync.noteChangedSomewhere(root: root.key)
         case .unknown: return
         }
     }
@@ -102,10 +102,10 @@ extension DriveFileSystem {
         guard let root = file.contentRoot else { return }
         switch storeLocation(fd: file.fd, root: root) {
         case .at(let path) where !path.isEmpty:
-            uploader.scheduler.noteChanged(root: root.key, path: path)
-            if let links, links > 1 { uploader.noteSavedWithOtherNames(root: root.key) }
+            sync.scheduler.noteChanged(root: root.key, path: path)
+            if let links, links > 1 { sync.noteSavedWithOtherNames(root: root.key) }
             if let rel = path.string, Thumbnailer.hasPicture(rel) { pictureSaved(root: root, rel) }
-        case .tooLong: uploader.noteChangedSomewhere(root: root.key)
+        case .tooLong: sync.noteChangedSomewhere(root: root.key)
         default: return
         }
     }
@@ -118,20 +118,20 @@ extension DriveFileSystem {
             guard let root = n.reference?.storeRoot, let t = try? referenceTarget(n),
                   let path = storePath(fd: t, root: root), !path.isEmpty else { return nil }
             let isFile = (try? Sys.stat(fd: t)).map { $0.st_mode & S_IFMT == S_IFREG } ?? false
-            return uploader.fileState(root: root.key, path: path, isFile: isFile,
+            return sync.fileState(root: root.key, path: path, isFile: isFile,
                                       isPlaceholder: { Placeholder.version(fd: t) != nil }).rawValue
         }
-        guard let root = n.root, uploader.uploads(root.key) else { return nil }
+        guard let root = n.root, sync.uploads(root.key) else { return nil }
         awaitReleases(of: n)
         switch storeLocation(n) {
         case .at(let path) where !path.isEmpty:
-            return uploader.fileState(root: root.key, path: path, isFile: n.fileType == S_IFREG, isPlaceholder: {
+            return sync.fileState(root: root.key, path: path, isFile: n.fileType == S_IFREG, isPlaceholder: {
                 guard let fd = try? n.acquire() else { return false }
                 defer { n.release() }
                 return Placeholder.version(fd: fd) != nil
             }).rawValue
         // Not "synced" of what cannot be looked up: the comparison it is part of says more.
-        case .tooLong: return uploader.storeState(root: root.key).rawValue
+        case .tooLong: return sync.storeState(root: root.key).rawValue
         default: return nil
         }
     }
@@ -183,13 +183,13 @@ extension DriveFileSystem {
         let backing = root.path + "/" + rel
         let shown = namespace.displayPath(rootKey: root.key, rel)
         let index = index
-        let uploader = uploader, key = root.key
+        let sync = sync, key = root.key
         thumbnails.saved(backing: backing, shown: shown, item: {
             var st = stat(), pst = stat()
             guard lstat(backing, &st) == 0, lstat((backing as NSString).deletingLastPathComponent, &pst) == 0 else { return nil }
             return try? index.itemID(root: root.key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino),
                                      name: (rel as NSString).lastPathComponent, kind: .file)
-        }, publish: { item, png in uploader.onDemand.publishPicture(root: key, item: item, png) })
+        }, publish: { item, png in sync.onDemand.publishPicture(root: key, item: item, png) })
     }
 
     /// A document of another device arrived in a store: its picture comes from the store's
@@ -197,9 +197,9 @@ extension DriveFileSystem {
     func pictureArrived(root key: String, _ path: StorePath, id: String, downloaded: Bool) {
         guard let rel = path.string, Thumbnailer.hasPicture(rel),
               let root = namespace.root(key: key) else { return }
-        let uploader = uploader
+        let sync = sync
         thumbnails.arrived(backing: root.path + "/" + rel, shown: namespace.displayPath(rootKey: key, rel), item: id,
-                           downloaded: downloaded) { uploader.onDemand.picture(root: key, item: id) }
+                           downloaded: downloaded) { sync.onDemand.picture(root: key, item: id) }
     }
 }
 

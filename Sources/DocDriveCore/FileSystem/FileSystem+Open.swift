@@ -107,7 +107,7 @@ extension DriveFileSystem {
         // Filled in this boot, its content not known to be on the disk yet: made durable before
         // it can become the user's file (Sync/FillCommits.swift).
         if case .filled = mark, flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0 {
-            guard let root = contentRoot ?? n.root, settleFill(uploader, root: root, fd: fd) else {
+            guard let root = contentRoot ?? n.root, settleFill(sync, root: root, fd: fd) else {
                 Sys.close(fd)
                 throw .ioError
             }
@@ -118,7 +118,7 @@ extension DriveFileSystem {
                 // reader): then the open waits for that download, and truncates after it.
                 let clear = { _ = Placeholder.clear(fd: fd) }
                 if let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty {
-                    if !uploader.onDemand.takePlaceholder(root: root.key, path: path, clear) {
+                    if !sync.onDemand.takePlaceholder(root: root.key, path: path, clear) {
                         Sys.close(fd)
                         return .placeholder(root: root.key, path: path)
                     }
@@ -128,8 +128,8 @@ extension DriveFileSystem {
             } else {
                 Sys.close(fd)
                 guard let root = contentRoot ?? n.root, let path = storePath(fd: nfd, root: root), !path.isEmpty,
-                      uploader.uploads(root.key) else { throw .ioError }
-                if let pid = caller?.pid, let program = uploader.onDemand.refusedIndexer(root.key, pid: pid) {
+                      sync.uploads(root.key) else { throw .ioError }
+                if let pid = caller?.pid, let program = sync.onDemand.refusedIndexer(root.key, pid: pid) {
                     logger.debug("\(program) (pid \(pid)) is refused the content of placeholder \(path) (the store's indexers: skip)")
                     throw .permissionDenied
                 }
@@ -142,7 +142,7 @@ extension DriveFileSystem {
             let v = FileVersion(st)
             version = v
             if n.fileType == S_IFREG, let root = contentRoot ?? n.root, root.isStore {
-                uploader.onDemand.openedStoreFile(root: root.key, ino: UInt64(st.st_ino))
+                sync.onDemand.openedStoreFile(root: root.key, ino: UInt64(st.st_ino))
             }
             keep = n.cachedVersion.withLock { old in
                 defer { old = v }
@@ -186,13 +186,13 @@ extension DriveFileSystem {
               let content = try? acquireContent(n) else { return nil }
         defer { n.release() }
         guard let root = content.root ?? n.root, root.isStore, Placeholder.version(fd: content.fd) != nil,
-              uploader.uploads(root.key), let path = storePath(fd: content.fd, root: root), !path.isEmpty else { return nil }
-        if size == 0, !uploader.onDemand.isDownloading(root: root.key, path: path) { return nil }
+              sync.uploads(root.key), let path = storePath(fd: content.fd, root: root), !path.isEmpty else { return nil }
+        if size == 0, !sync.onDemand.isDownloading(root: root.key, path: path) { return nil }
         return (root.key, path)
     }
 
     public func fill(root: String, path: StorePath, done: @escaping @Sendable (Errno?) -> Void) {
-        uploader.onDemand.fill(root: root, path: path, opened: true) { e in
+        sync.onDemand.fill(root: root, path: path, opened: true) { e in
             guard let e else { return done(nil) }
             // Gone from the remote: ENOENT; no room for it here: ENOSPC (or EDQUOT); else EIO.
             done(e.code == .notFound ? .noSuchFileOrDirectory : e.noRoomErrno ?? .ioError)

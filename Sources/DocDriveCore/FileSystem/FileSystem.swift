@@ -60,7 +60,7 @@ public final class DriveFileSystem: Sendable {
     let table = InodeTable()
     public let index: ItemIndex
     /// Uploads what is saved in stores; nil when nothing is uploaded (tests of the core).
-    public let uploader: Uploader
+    public let sync: SyncService
     /// Coordinates the drive's own reads and writes of content (uploads, document modes).
     public let coordinator: Coordinator
     let logger: Logger
@@ -117,18 +117,18 @@ public final class DriveFileSystem: Sendable {
     let kernelNotices = DispatchQueue(label: "docdrive-kernel-notices")
 
     /// Made by `Drive`, which owns the parts given here.
-    init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions, uploader: Uploader,
+    init(home: DriveHome, config: DriveConfig, index: ItemIndex, options: FileSystemOptions, sync: SyncService,
          openFiles: OpenFiles, changes: DriveChanges, logger: Logger) {
         self.changes = changes
         self.openFiles = openFiles
-        self.uploader = uploader
-        self.coordinator = uploader.coordinator
+        self.sync = sync
+        self.coordinator = sync.coordinator
         self.home = home
         self.options = options
         self.index = index
         self.logger = logger
         // A store added while mounted shows in the mount and starts uploading at the same moment.
-        self.namespace = Namespace(home: home, config: config, configWatch: uploader.configWatch)
+        self.namespace = Namespace(home: home, config: config, configWatch: sync.configWatch)
         self.driveKey = try? DriveKey.load(from: home)
         self.thumbnails = Thumbnailer(home: home, logger: logger)
         table.addPermanent(Inode(nodeID: Self.rootID, kind: .root))

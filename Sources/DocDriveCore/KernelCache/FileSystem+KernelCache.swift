@@ -135,7 +135,7 @@ extension DriveFileSystem {
     @inline(__always)
     func shown(_ st: stat) -> stat {
         var st = st
-        uploader.onDemand.filledTimes.apply(&st)
+        sync.onDemand.filledTimes.apply(&st)
         return st
     }
 

@@ -13,7 +13,7 @@ import Glibc
 ///   the store *held*: offline, its remote untouched, its local copy served as it is, changes
 ///   noted and queued for later; `docdrive status` says why;
 /// * removed by `docdrive store retry NAME`: the running daemon starts the store within a
-///   second (`Uploader.startHeldStores`), and the next mount starts it as always.
+///   second (`SyncService.startHeldStores`), and the next mount starts it as always.
 /// A thread works for a store from the moment it says so (`working(for:)`): the store's poller,
 /// its upload workers, the threads they start, and the mount's first comparison of it.
 public enum CrashGuard {

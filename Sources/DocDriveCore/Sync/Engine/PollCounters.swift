@@ -3,7 +3,7 @@
 import Synchronization
 
 /// The polls of a store since the mount: started (`start`), ended (`end`; a `docdrive sync`
-/// waits for one that started after it asked, `Uploader.polledSince`), and of those ended the
+/// waits for one that started after it asked, `SyncService.polledSince`), and of those ended the
 /// quiet ones, which ended at the remote's fingerprint (`StoreSync.startPoll`); and whether a
 /// poll is wanted now (`want`: `docdrive sync`, a path waiting for a listing), which the
 /// poller takes (`takeWanted`).

@@ -70,7 +70,7 @@ package final class RemoteStatus: Sendable {
         }
     }
 
-    /// The store is held offline from `time` for `reason` (`Uploader.hold`).
+    /// The store is held offline from `time` for `reason` (`SyncService.hold`).
     package func held(at time: Double, _ reason: String) {
         state.withLock { s in
             s.remote.offlineSince = time

@@ -190,7 +190,7 @@ final class StoreSync: Sendable {
             throw DriveError.io("cannot read \(path) in the local copy", .init(rawValue: errno))
         }
         guard let kind = FolderRemote.kind(st) else {
-            throw DriveError(.unsupported, "\(path) is \(Uploader.kindPhrase(st.st_mode)); a remote holds files, folders and symbolic links, so it is not carried there.")
+            throw DriveError(.unsupported, "\(path) is \(SyncService.kindPhrase(st.st_mode)); a remote holds files, folders and symbolic links, so it is not carried there.")
         }
         return LocalItem(path: path, kind: kind, st: st,
                          placeholder: kind == .file && Placeholder.isPlaceholder(dir, path.lastName))

@@ -1,7 +1,7 @@
 // FilesOnDemand: the drive's side of content on demand. Opens of placeholders wait for one
 // download per file (on a store's download thread, never a FUSE request thread, a few at once:
 // Downloads.swift), downloads ahead, filled files' times, the control commands pin, unpin, fill
-// and evict, and documents' pictures on the remotes. A part of the sync service (`Uploader`),
+// and evict, and documents' pictures on the remotes. A part of the sync service (`SyncService`),
 // over the same running stores.
 import Foundation
 import Logging

@@ -1,5 +1,5 @@
 // MountActivity: how busy the mount is, as its FUSE adapter tells, so that the uploads of a burst
-// of changes can start once nothing is asked of the drive (see Uploader.holdUntil).
+// of changes can start once nothing is asked of the drive (see SyncService.holdUntil).
 #if canImport(Glibc)
 import Glibc
 #endif

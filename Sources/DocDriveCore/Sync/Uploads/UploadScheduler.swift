@@ -2,7 +2,7 @@
 // (through the mount, by a document mode, by the safety net of FileState) waits in memory for
 // the store's write-back delay and goes into the durable queue with the next group commit; a
 // folder made through the mount is queued only if it is still empty then. A part of the sync
-// service (`Uploader`), whose workers take what the queue holds.
+// service (`SyncService`), whose workers take what the queue holds.
 import Foundation
 import Logging
 import Synchronization

@@ -39,7 +39,7 @@ final class CommitWatch: Sendable {
 final class SyncDevice: @unchecked Sendable {
     let home: DriveHome
     let index: ItemIndex
-    let uploader: Uploader
+    let uploader: SyncService
     let rootKey: String
     /// Paths the test holds "open for writing" (the mount would say so).
     let openForWriting = PathSet()
@@ -91,7 +91,7 @@ final class SyncDevice: @unchecked Sendable {
         }
         probe.willQueueNoted = { [beforeQueueing] in beforeQueueing.runOnce() }
         probe.willCommitUploads = { [beforeCommit] paths in beforeCommit.action.withLock { $0 }?(paths) }
-        uploader = Uploader(home: home, config: config, index: index, logger: logger, configWatch: ConfigWatch(home: home),
+        uploader = SyncService(home: home, config: config, index: index, logger: logger, configWatch: ConfigWatch(home: home),
                             localFiles: TestOpenFiles(cache: home.cachePath("shared"), openForWriting: openForWriting,
                                                       openedInTheWindow: openedInTheWindow),
                             changes: DriveChanges(index: index), probe: probe)
@@ -446,7 +446,7 @@ final class SyncEngineTests: XCTestCase {
         settled()
         before = quiet()
         for _ in 0..<12 { a.settle() }
-        XCTAssertEqual(Uploader.quietPollsInARow, 9)
+        XCTAssertEqual(SyncService.quietPollsInARow, 9)
         XCTAssertTrue((10...11).contains(quiet() - before), "\(quiet() - before) of 12 polls of an unchanged remote were quiet")
         // Each change below is older than 2 s when A looks (so A's poll has a fingerprint,
         // and only the fingerprint can tell the change), and A's last poll found nothing.

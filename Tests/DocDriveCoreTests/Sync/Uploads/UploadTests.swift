@@ -487,11 +487,11 @@ final class PollScheduleTests: XCTestCase {
     /// A quick look at the remote comes again `poll` seconds after it began; a look of more
     /// than a second (a large store) pushes the next one out to ten times its length.
     func testAStoreWhoseLooksTakeLongIsLookedAtLessOften() {
-        XCTAssertEqual(Uploader.nextPoll(began: 100, took: 0.2, every: 10), 110)
-        XCTAssertEqual(Uploader.nextPoll(began: 100, took: 1, every: 10), 110)
-        XCTAssertEqual(Uploader.nextPoll(began: 100, took: 3.5, every: 10), 135)
-        XCTAssertEqual(Uploader.nextPoll(began: 100, took: 3.5, every: 60), 160)
-        XCTAssertEqual(Uploader.nextPoll(began: 100, took: 0.3, every: 0.5), 100.5, accuracy: 1e-9)
-        XCTAssertEqual(Uploader.nextPoll(began: 100, took: 1.5, every: 0.5), 115, accuracy: 1e-9)
+        XCTAssertEqual(SyncService.nextPoll(began: 100, took: 0.2, every: 10), 110)
+        XCTAssertEqual(SyncService.nextPoll(began: 100, took: 1, every: 10), 110)
+        XCTAssertEqual(SyncService.nextPoll(began: 100, took: 3.5, every: 10), 135)
+        XCTAssertEqual(SyncService.nextPoll(began: 100, took: 3.5, every: 60), 160)
+        XCTAssertEqual(SyncService.nextPoll(began: 100, took: 0.3, every: 0.5), 100.5, accuracy: 1e-9)
+        XCTAssertEqual(SyncService.nextPoll(began: 100, took: 1.5, every: 0.5), 115, accuracy: 1e-9)
     }
 }

@@ -1,4 +1,4 @@
-// Uploader+Bursts: when uploads start (after a burst of changes is over), one upload, and the
+// SyncService+Bursts: when uploads start (after a burst of changes is over), one upload, and the
 // poller and reconcile that look at the remote.
 import CDocDriveSys
 import Crypto
@@ -9,7 +9,7 @@ import Synchronization
 import Glibc
 #endif
 
-extension Uploader {
+extension SyncService {
     // MARK: bursts
 
     /// While a store's files keep changing (tar x, cp -r, git checkout, a build), its uploads

@@ -1,4 +1,4 @@
-// Uploader+Workers: each store's life in the daemon: started (or held offline), its workers taking
+// SyncService+Workers: each store's life in the daemon: started (or held offline), its workers taking
 // the queue, the config reloaded (stores added and removed), stopped with a grace time.
 import CDocDriveSys
 import Crypto
@@ -9,7 +9,7 @@ import Synchronization
 import Glibc
 #endif
 
-extension Uploader {
+extension SyncService {
     // MARK: workers
 
     /// Recovers what a crash interrupted, queues what differs from the remote, starts workers.
@@ -305,7 +305,7 @@ extension Uploader {
     }
 }
 
-extension Uploader: ConfigSubscriber {
+extension SyncService: ConfigSubscriber {
     /// Stores added to or removed from config.yaml while mounted (ConfigWatch).
     public func configChanged(_ config: DriveConfig, mtime: timespec) { apply(config, mtime: mtime) }
 }

@@ -1,4 +1,4 @@
-// Uploader+Status: what the commands and the status ask of the stores: a poll now, the remotes'
+// SyncService+Status: what the commands and the status ask of the stores: a poll now, the remotes'
 // states, retries, what `docdrive status` shows of the running stores, a file's FileState.
 import CDocDriveSys
 import Crypto
@@ -9,7 +9,7 @@ import Synchronization
 import Glibc
 #endif
 
-extension Uploader {
+extension SyncService {
     /// Asks every store to look at its remote now; returns the poll counts to wait past.
     public func pollNow() -> [String: Int] {
         var out = [String: Int]()

@@ -1,5 +1,8 @@
-// Uploader: makes each store's remote hold what its local copy holds: paths noted as changed
-// are queued (group-committed), and a pool of workers per store uploads, removes or walks them.
+// SyncService: the drive's sync, one runtime per store (StoreRuntime). It makes the stores'
+// runtimes from the config and stops them, runs each store's pool of workers (which upload,
+// remove or walk what the queue holds) and its poller, holds a store a crash stopped, and answers
+// what `docdrive status` asks. Its parts: the UploadScheduler (what goes into the queue, and
+// when) and FilesOnDemand (placeholders' downloads, pins, evictions, pictures).
 import CDocDriveSys
 import Crypto
 import Foundation
@@ -12,7 +15,7 @@ import Glibc
 /// The queue holds *paths whose remote state must be made equal to the local one*: a saved
 /// file is uploaded, a deleted one removed, a renamed folder walked. So saves, deletes and
 /// renames need no separate operations, and a crash loses nothing a re-walk cannot find.
-public final class Uploader: Sendable {
+public final class SyncService: Sendable {
     /// The drive's coordinator: every upload reads its file inside a for-uploading intent.
     public let coordinator = Coordinator()
     /// How busy the mount is (its FUSE adapter tells): a burst's uploads go once it is idle.

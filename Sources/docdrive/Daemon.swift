@@ -66,7 +66,7 @@ struct Daemon {
         if let n = try? documents.removeImports(), n > 0 { logger.info("removed \(n) import copies left by the last run") }
         // The query index follows the backing folders on its own thread (QueryEngine).
         let queryEngine = try QueryEngine(home: home, config: config, logger: logger)
-        drive.configWatch.subscribe(queryEngine)
+        drive.changes.subscribeWeakly(queryEngine)  // after the sync (DriveChanges)
         if !QueryEngine.isDisabled { queryEngine.start() }
         defer { queryEngine.stop() }
         let queries = QueryService(engine: queryEngine, mountpoint: mountpoint)

@@ -17,6 +17,9 @@ public enum DriveChange {
     /// By a document mode (open, import, move, export, app close), on the control thread that
     /// runs it.
     case document(DocumentChange, in: DriveFileSystem)
+    /// config.yaml changed and parses (ConfigWatch: a `docdrive store add`, `app add`, an
+    /// editor), on the thread whose check noticed it, with no lock of the drive held.
+    case config(DriveConfig, mtime: timespec)
 }
 
 /// A name a document mode made, replaced or removed in a backing folder.
@@ -35,7 +38,8 @@ public struct DocumentChange {
 ///   not a leaf;
 /// * `.remote`: a sync worker, which may hold a path lock of the store: no wait for a FUSE request
 ///   (a request may wait for that worker: a placeholder's open waits for its download);
-/// * `.document`: a control thread, after the mode's system calls.
+/// * `.document`: a control thread, after the mode's system calls;
+/// * `.config`: the thread that noticed the change (ConfigWatch), no lock of the drive held.
 public protocol DriveChangeSubscriber: Sendable {
     func changed(_ change: DriveChange)
 }
@@ -48,9 +52,11 @@ public protocol DriveChangeSubscriber: Sendable {
 /// 4. the status marks (the desktop's status socket), subscribed by `Drive`;
 /// 5. the file system (once made): the kernel's cached entries of what changed behind the mount,
 ///    and the pictures of documents that arrived;
-/// 6. whatever the drive's maker added (tests).
+/// 6. the namespace, then the sync service: a new config shows in the mount (a store added) before
+///    its store's sync starts;
+/// 7. whatever the drive's maker added (tests; the daemon's query index, after the sync).
 /// 1 to 3 are part of every stream (an id the sync gives an item must reach the index even when no
-/// file system was made); 4 to 6 subscribe when their part is made. A change published before a
+/// file system was made); 4 to 7 subscribe when their part is made. A change published before a
 /// part subscribed has nothing to tell it (before the mount there is no kernel cache).
 public final class DriveChanges: Sendable {
     private struct Entry: @unchecked Sendable {
@@ -71,8 +77,8 @@ public final class DriveChanges: Sendable {
         subscribers.withLock { $0.append(Entry(strong: s, weak: nil)) }
     }
 
-    /// Adds `s`, held weakly, after the subscribers already there.
-    func subscribeWeakly(_ s: any DriveChangeSubscriber & AnyObject) {
+    /// Adds `s`, held weakly (a part that holds the stream), after the subscribers already there.
+    public func subscribeWeakly(_ s: any DriveChangeSubscriber & AnyObject) {
         subscribers.withLock { $0.append(Entry(strong: nil, weak: s)) }
     }
 

@@ -90,7 +90,7 @@ struct IndexRecorder: DriveChangeSubscriber {
         switch change_ {
         case .mount(let c, _): change = c
         case .remote(.item(let event)): index.record(event); return
-        case .remote, .document: return
+        case .remote, .document, .config: return
         }
         switch change {
         case let .created(parent, name, ino, kind, reclaiming):
@@ -135,7 +135,7 @@ struct UploadNotes: DriveChangeSubscriber {
         case let .document(d, fs):
             fs.sync.scheduler.noteChanged(root: d.root.key, path: d.rel)  // nothing for an app's container
             return
-        case .remote: return
+        case .remote, .config: return
         }
         let sync = fs.sync
         switch change {

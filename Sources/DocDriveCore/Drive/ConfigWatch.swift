@@ -8,17 +8,13 @@ import Synchronization
 import Glibc
 #endif
 
-/// A part that follows the config (a reloaded config is the origin `config` of a change).
-/// Called on the thread that noticed the change, with no lock of the drive held.
-public protocol ConfigSubscriber: AnyObject, Sendable {
-    func configChanged(_ config: DriveConfig, mtime: timespec)
-}
 
 /// Noticing is a `stat` of the file, at most every half second, done by whoever needs the config
 /// fresh: the namespace when the mount's top level is read (a store added shows at once), the
-/// sync's ticks, the query engine's loop. One of them parses and tells the subscribers, in the
-/// order they subscribed (the drive's: the namespace, so that the mount shows a new store, then
-/// the sync, which starts it; then the query index); a check while another runs returns at once.
+/// sync's ticks, the query engine's loop. One of them parses and publishes it on the drive's
+/// change stream (`.config`), whose subscribers follow it in their order (the namespace, so that
+/// the mount shows a new store, then the sync, which starts it; then the query index); a check
+/// while another runs returns at once.
 public final class ConfigWatch: Sendable {
     private let home: DriveHome
     private var path: String { home.configPath }
@@ -30,13 +26,15 @@ public final class ConfigWatch: Sendable {
     private let seen: Mutex<Seen>
     /// A check is telling the subscribers now.
     private let checking = Atomic<Bool>(false)
-    private let subscribers = WeakSubscribers<any ConfigSubscriber>()
+    /// Where a new config is published.
+    private let changes: DriveChanges
     /// How often the file is looked at, at most.
     static let interval = 0.5
 
     /// `home`'s config.yaml, as it is now on the disk (what the caller has already loaded).
-    public init(home: DriveHome) {
+    public init(home: DriveHome, changes: DriveChanges) {
         self.home = home
+        self.changes = changes
         seen = Mutex(Seen(mtime: Self.mtime(home.configPath), checked: Date().timeIntervalSince1970))
     }
 
@@ -48,7 +46,6 @@ public final class ConfigWatch: Sendable {
     /// The time of the config file the subscribers last heard of.
     public var mtime: timespec { seen.withLock { $0.mtime } }
 
-    public func subscribe(_ s: any ConfigSubscriber) { subscribers.add(s) }
 
     /// Looks at the file if it was not looked at in the last half second (`now`: at once); a
     /// changed file that parses goes to every subscriber.
@@ -68,6 +65,6 @@ public final class ConfigWatch: Sendable {
             return true
         }
         guard changed, let config = try? home.loadConfig() else { return }
-        subscribers.forEach { $0.configChanged(config, mtime: m) }
+        changes.publish(.config(config, mtime: m))
     }
 }

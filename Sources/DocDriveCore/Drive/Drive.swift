@@ -4,17 +4,18 @@
 import Logging
 
 /// What a drive is made of, in the order it is made:
-/// 1. `index`: the item index (given: the caller opens it, and starts its writer), and
-///    `configWatch`, the one watch of config.yaml (the namespace, then the sync, follow it);
-/// 2. `openFiles`: the files open through the mount, which the file system counts and the sync
+/// 1. `index`: the item index (given: the caller opens it, and starts its writer);
+/// 2. `changes`: the drive's one stream of changes (DriveChanges), with the node table, the
+///    index and the upload scheduler as its first subscribers, and `configWatch`, the one watch
+///    of config.yaml, which publishes a new config into it;
+/// 3. `openFiles`: the files open through the mount, which the file system counts and the sync
 ///    engine asks about (as its `LocalFiles`);
-/// 3. `changes`: the drive's one stream of changes (DriveChanges), with the node table, the
-///    index and the upload scheduler as its first subscribers;
 /// 4. `sync`: every store's sync, uploads and files on demand (the `SyncService`), publishing
-///    into 3 and asking 2; its status marks subscribe to 3;
-/// 5. `fs`: the file system over all of it, publishing into 3 and subscribing to it (the kernel's
-///    cache of what changed behind the mount, pictures), then the maker's subscribers;
-/// 6. `documents`: the document modes, over 5, publishing into 3.
+///    into 2 and asking 3; its status marks subscribe to 2;
+/// 5. `fs`: the file system over all of it, publishing into 2 and subscribing to it (the kernel's
+///    cache of what changed behind the mount, pictures); then the namespace and the sync follow
+///    the config there, in that order, then the maker's subscribers;
+/// 6. `documents`: the document modes, over 5, publishing into 2.
 /// The coordinator is the sync's (`sync.coordinator`), shared with the file system.
 public final class Drive: Sendable {
     public let home: DriveHome
@@ -32,19 +33,19 @@ public final class Drive: Sendable {
                 subscribers: [any DriveChangeSubscriber] = [], probe: SyncProbe? = nil) {
         self.home = home
         self.index = index
-        configWatch = ConfigWatch(home: home)
-        openFiles = OpenFiles()
         changes = DriveChanges(index: index)
+        configWatch = ConfigWatch(home: home, changes: changes)
+        openFiles = OpenFiles()
         sync = SyncService(home: home, config: config, index: index, logger: logger, configWatch: configWatch, localFiles: openFiles, changes: changes,
                         probe: probe, indexWriteError: { [index] in index.writeError })
         changes.subscribe(sync.statusMarks)
         fs = DriveFileSystem(home: home, config: config, index: index, options: options, sync: sync, openFiles: openFiles,
                              changes: changes, logger: logger)
+        // A store added shows in the mount before its sync starts.
+        changes.subscribeWeakly(fs.namespace)
+        changes.subscribeWeakly(sync)
         for s in subscribers { changes.subscribe(s) }
         documents = DocumentService(fs: fs)
-        // A store added shows in the mount before its sync starts.
-        configWatch.subscribe(fs.namespace)
-        configWatch.subscribe(sync)
     }
 
     /// Starts the stores' sync: what a crash interrupted is recovered, workers and pollers run.

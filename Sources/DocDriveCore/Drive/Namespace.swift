@@ -90,9 +90,13 @@ final class Namespace: Sendable {
     }
 }
 
-extension Namespace: ConfigSubscriber {
+extension Namespace: DriveChangeSubscriber {
+    public func changed(_ change: DriveChange) {
+        if case let .config(config, _) = change { configChanged(config) }
+    }
+
     /// A new config: its folders made, the layout built again (live nodes keep their roots).
-    func configChanged(_ config: DriveConfig, mtime: timespec) {
+    func configChanged(_ config: DriveConfig) {
         try? home.prepareFolders(for: config)
         let l = build(config)
         layout.withLock { $0 = l }

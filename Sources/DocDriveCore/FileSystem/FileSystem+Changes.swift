@@ -209,8 +209,8 @@ extension DriveFileSystem {
 extension DriveFileSystem: DriveChangeSubscriber {
     public func changed(_ change: DriveChange) {
         switch change {
-        case .mount:
-            return  // the stream's first three subscribers (Changes/FileChange.swift)
+        case .mount, .config:
+            return  // the stream's first three subscribers (Changes/FileChange.swift), and the namespace
         case let .remote(.entry(_, path, folder)):
             // Before the mount there is no kernel cache to drop (a store just joined makes its
             // placeholders then, one change each).

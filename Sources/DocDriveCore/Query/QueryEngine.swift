@@ -650,10 +650,14 @@ private func c_mallopt(_ param: Int32, _ value: Int32) -> Int32
 @_silgen_name("lgetxattr")
 private func c_lgetxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
 
-extension QueryEngine: ConfigSubscriber {
+extension QueryEngine: DriveChangeSubscriber {
+    public func changed(_ change: DriveChange) {
+        if case let .config(config, _) = change { configChanged(config) }
+    }
+
     /// Apps or stores added or removed (ConfigWatch): their folders are walked once the drive is
     /// quiet.
-    public func configChanged(_ config: DriveConfig, mtime: timespec) {
+    func configChanged(_ config: DriveConfig) {
         self.config.withLock { $0 = config }
         configChanged.store(true, ordering: .releasing)
     }

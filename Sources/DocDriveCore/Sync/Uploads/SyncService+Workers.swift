@@ -305,7 +305,9 @@ extension SyncService {
     }
 }
 
-extension SyncService: ConfigSubscriber {
+extension SyncService: DriveChangeSubscriber {
     /// Stores added to or removed from config.yaml while mounted (ConfigWatch).
-    public func configChanged(_ config: DriveConfig, mtime: timespec) { apply(config, mtime: mtime) }
+    public func changed(_ change: DriveChange) {
+        if case let .config(config, mtime) = change { apply(config, mtime: mtime) }
+    }
 }

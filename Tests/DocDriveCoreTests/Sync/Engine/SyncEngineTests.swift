@@ -91,10 +91,11 @@ final class SyncDevice: @unchecked Sendable {
         }
         probe.willQueueNoted = { [beforeQueueing] in beforeQueueing.runOnce() }
         probe.willCommitUploads = { [beforeCommit] paths in beforeCommit.action.withLock { $0 }?(paths) }
-        uploader = SyncService(home: home, config: config, index: index, logger: logger, configWatch: ConfigWatch(home: home),
+        let changes = DriveChanges(index: index)
+        uploader = SyncService(home: home, config: config, index: index, logger: logger, configWatch: ConfigWatch(home: home, changes: changes),
                             localFiles: TestOpenFiles(cache: home.cachePath("shared"), openForWriting: openForWriting,
                                                       openedInTheWindow: openedInTheWindow),
-                            changes: DriveChanges(index: index), probe: probe)
+                            changes: changes, probe: probe)
         uploader.start()
     }
 

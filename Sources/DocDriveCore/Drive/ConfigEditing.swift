@@ -73,9 +73,13 @@ extension DriveHome {
         var s3: S3Remote?
         if case .s3(let settings) = store.remote {
             // The bucket must answer, and honour conditional writes, before the store exists.
-            let remote = try S3Remote(settings: settings, device: try device().tag)
-            try remote.checkBucket()
-            try remote.probeConditionalWrites()
+            let tag = try device().tag
+            let remote = try DriveError.fromRemote { () throws(RemoteError) in
+                let remote = try S3Remote(settings: settings, device: tag)
+                try remote.checkBucket()
+                try remote.probeConditionalWrites()
+                return remote
+            }
             s3 = remote
         }
         if let content {
@@ -102,10 +106,10 @@ extension DriveHome {
             // same file (every device locks it for conditional writes).
             var st = stat()
             if lstat(path + "/" + FolderRemote.markerName, &st) != 0 || st.st_mode & S_IFMT != S_IFREG {
-                try FolderRemote(root: path).writeMarker(store: store.name)
+                try DriveError.fromRemote { () throws(RemoteError) in try FolderRemote(root: path).writeMarker(store: store.name) }
             }
         }
-        try s3?.writeMarker(store: store.name)
+        if let s3 { try DriveError.fromRemote { () throws(RemoteError) in try s3.writeMarker(store: store.name) } }
         return store
     }
 

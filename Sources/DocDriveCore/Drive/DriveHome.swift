@@ -169,7 +169,7 @@ public struct DriveHome: Sendable {
         for store in config.stores {
             if case .folder(let p) = store.remote {
                 try Self.makeDirectory(p, mode: 0o755)
-                try FolderRemote(root: p).writeMarker(store: store.name)
+                try DriveError.fromRemote { () throws(RemoteError) in try FolderRemote(root: p).writeMarker(store: store.name) }
             }
         }
         guard let app = config.apps.first else { return }

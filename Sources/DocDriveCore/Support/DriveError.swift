@@ -63,6 +63,28 @@ public struct DriveError: Error, CustomStringConvertible, Sendable {
         DriveError(.io, "\(what): \(errno.readableDescription).", underlying: errno)
     }
 
+    /// A remote's failure where the sync engine meets it: the same sentence, under the code the
+    /// sync engine decides on.
+    public init(_ e: RemoteError) {
+        let code: Code = switch e.code {
+        case .changed: .remoteChanged
+        case .notFound: .notFound
+        case .unreachable: .unreachable
+        case .unsupported: .unsupported
+        case .invalidName: .invalidName
+        case .invalidConfig: .invalidConfig
+        case .sourceChanged: .changedDuringUpload
+        default: .io
+        }
+        self.init(code, e.message, underlying: e.underlying ?? e)
+    }
+
+    /// `body`, with a remote's failure as the drive's error (`init(_:)`): where set-up or the
+    /// sync engine calls a remote.
+    public static func fromRemote<T>(_ body: () throws(RemoteError) -> T) throws(DriveError) -> T {
+        do { return try body() } catch { throw DriveError(error) }
+    }
+
     /// ENOSPC or EDQUOT when this device's disk (or the user's quota on it) had no room for
     /// what the error is about; nil for anything else. A file operation that failed for it
     /// answers it as it is, where any other failure of the sync is EIO.

@@ -84,7 +84,7 @@ final class StoreSync: Sendable {
     let name: String
     let cache: String
     let downloads: String
-    let remote: any Remote
+    let remote: EngineRemote
     let device: DeviceIdentity
     let index: ItemIndex
     let queue: UploadQueue
@@ -139,7 +139,7 @@ final class StoreSync: Sendable {
         self.name = name
         self.cache = cache
         self.downloads = downloads
-        self.remote = remote
+        self.remote = EngineRemote(remote)
         self.device = device
         self.index = index
         self.queue = index.uploads

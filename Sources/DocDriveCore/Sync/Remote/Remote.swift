@@ -132,7 +132,7 @@ public enum RemoteExpectation: Equatable, Sendable {
 }
 
 /// A store's remote as the sync engine uses it. Every write and delete is conditional: when the
-/// remote does not hold what the caller expects, the call throws `DriveError.Code.remoteChanged`
+/// remote does not hold what the caller expects, the call throws `RemoteError.Code.changed`
 /// and changes nothing. A remote that cannot be reached throws `.unreachable`; it is never read
 /// as empty.
 public protocol Remote: Sendable {
@@ -140,48 +140,48 @@ public protocol Remote: Sendable {
     var displayName: String { get }
 
     /// Throws a sentence unless the remote is there, answers and is the store's.
-    func checkReachable() throws(DriveError)
+    func checkReachable() throws(RemoteError)
 
     /// Every item of the store (files, folders, links), with versions and metadata. Throws
     /// (never returns a partial or empty list) when the remote cannot be listed.
-    func list() throws(DriveError) -> [RemoteItem]
+    func list() throws(RemoteError) -> [RemoteItem]
 
     /// `list()` in two steps (RemoteListing): every item now, the metadata of some later. Only
     /// `complete`'s answer is what `list()` returns.
-    func listQuickly() throws(DriveError) -> RemoteListing
+    func listQuickly() throws(RemoteError) -> RemoteListing
 
     /// `listQuickly`, handing over the items of each part of the listing as it comes (with
     /// those of them that are pending), in no promised order; an item may be handed over again
     /// (changed by a later part: a folder's marker, or a folder where a file was). The
     /// listing returned is what counts.
-    func listQuickly(pages: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(DriveError) -> RemoteListing
+    func listQuickly(pages: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(RemoteError) -> RemoteListing
 
     /// The items of `listing` with the metadata of its pending items looked up (what `list()`
     /// would have returned then). Throws, as `list()`, when the remote cannot be reached.
     /// Consumes the listing: when the caller gives up its own, the items are completed where
     /// they are, not in a copy (a store of 100,000 items: 14 MB).
-    func complete(_ listing: consuming RemoteListing) throws(DriveError) -> [RemoteItem]
+    func complete(_ listing: consuming RemoteListing) throws(RemoteError) -> [RemoteItem]
 
     /// A digest of everything a listing would show, read more cheaply than the listing (a
     /// folder remote: every entry's name, type, inode, size, mtime and ctime, without the
     /// items' metadata, which changes the ctime); nil for a remote that has none (S3), and when
     /// a change is too recent to be sure of (FolderRemote.fingerprint). Equal digests mean an
     /// equal listing.
-    func fingerprint() throws(DriveError) -> [UInt8]?
+    func fingerprint() throws(RemoteError) -> [UInt8]?
 
     /// The item at `path`, or nil when there is none.
-    func item(at path: StorePath) throws(DriveError) -> RemoteItem?
+    func item(at path: StorePath) throws(RemoteError) -> RemoteItem?
 
     /// Writes the content of `path` (exactly `version` when given, else whatever is there) into
-    /// the local descriptor `out` from its start, and returns the item as read. `.remoteChanged`
+    /// the local descriptor `out` from its start, and returns the item as read. `.changed`
     /// when the version is no longer there; `.notFound` when nothing is.
     func download(_ path: StorePath, version: String?, to out: Int32,
-                  progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem
+                  progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> RemoteItem
 
     /// Uploads the open local file `source` (read with pread, from 0 to its end) to `path`,
     /// if the remote holds what `expecting` says, with `meta`. Returns the new item.
     func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
-                limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem
+                limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> RemoteItem
 
     /// `upload`, leaving the write's durability to `makeDurable`: the item is on the remote when
     /// this returns, but a crash of the machine may still lose it until `makeDurable` was given
@@ -189,32 +189,32 @@ public protocol Remote: Sendable {
     /// flush of each remote folder they went into, not one per file. Remotes whose every write
     /// is durable once it returns (S3) upload as `upload` does.
     func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
-                            limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> (item: RemoteItem, folder: StorePath?)
+                            limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> (item: RemoteItem, folder: StorePath?)
 
     /// Makes what `uploadDurableLater` wrote into `folders` durable. Fails when a folder can no
     /// longer be made so (gone from the remote, the remote unreachable).
-    func makeDurable(_ folders: Set<StorePath>) throws(DriveError)
+    func makeDurable(_ folders: Set<StorePath>) throws(RemoteError)
 
     /// Makes `path` a folder. One already there keeps its metadata, except that a folder with no
     /// item id (made on the way to an item moved or uploaded into it) takes `meta`'s where the
     /// remote can hold it.
-    func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem
+    func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(RemoteError) -> RemoteItem
 
     /// Makes `path` a symbolic link holding `target`, if the remote holds what `expecting` says.
-    func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem
+    func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(RemoteError) -> RemoteItem
 
     /// Deletes the file or link at `path` if it is still `version`; a folder only when empty
     /// (version ""). Already gone: fine.
-    func delete(_ path: StorePath, version: String) throws(DriveError)
+    func delete(_ path: StorePath, version: String) throws(RemoteError)
 
     /// Moves the item at `from` (if still `version`) to `to`, where nothing may be. A folder
     /// moves with what is in it. Returns the moved item.
-    func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem
+    func move(_ from: StorePath, version: String, to: StorePath) throws(RemoteError) -> RemoteItem
 
     /// Gives the file at `path` (if still `version`) the metadata `meta` (its item id above all),
     /// its bytes unchanged. How one item id that two devices' crossed writes left at two paths
     /// becomes two items again (`StoreSync.healDuplicateIDs`). Returns the item.
-    func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(DriveError) -> RemoteItem
+    func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(RemoteError) -> RemoteItem
 
     /// Clears what an interrupted write of this device left (temporary files, unfinished
     /// multipart uploads); call when no write of this device runs. Returns how many.
@@ -226,32 +226,32 @@ public protocol Remote: Sendable {
     func finishCleanup()
 
     /// The picture (a PNG thumbnail, RemotePictures) kept for the item `id`; nil when none is.
-    func picture(item id: String) throws(DriveError) -> [UInt8]?
+    func picture(item id: String) throws(RemoteError) -> [UInt8]?
 
     /// Keeps `png` as the picture of the item `id` (replacing one kept before).
-    func putPicture(item id: String, _ png: [UInt8]) throws(DriveError)
+    func putPicture(item id: String, _ png: [UInt8]) throws(RemoteError)
 }
 
 extension Remote {
     public func finishCleanup() {}
 
     /// A remote whose listing carries the metadata: one step.
-    public func listQuickly() throws(DriveError) -> RemoteListing { RemoteListing(items: try list()) }
+    public func listQuickly() throws(RemoteError) -> RemoteListing { RemoteListing(items: try list()) }
 
-    public func listQuickly(pages: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(DriveError) -> RemoteListing {
+    public func listQuickly(pages: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(RemoteError) -> RemoteListing {
         let listing = try listQuickly()
         pages(listing.items, listing.pending)
         return listing
     }
 
-    public func complete(_ listing: consuming RemoteListing) throws(DriveError) -> [RemoteItem] { listing.items }
+    public func complete(_ listing: consuming RemoteListing) throws(RemoteError) -> [RemoteItem] { listing.items }
 
-    public func fingerprint() throws(DriveError) -> [UInt8]? { nil }
+    public func fingerprint() throws(RemoteError) -> [UInt8]? { nil }
 
     public func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
-                                   limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> (item: RemoteItem, folder: StorePath?) {
+                                   limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> (item: RemoteItem, folder: StorePath?) {
         (try upload(from: source, to: path, expecting: expecting, meta: meta, limit: limit, progress: progress), nil)
     }
 
-    public func makeDurable(_ folders: Set<StorePath>) throws(DriveError) {}
+    public func makeDurable(_ folders: Set<StorePath>) throws(RemoteError) {}
 }

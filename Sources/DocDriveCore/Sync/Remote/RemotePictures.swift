@@ -25,8 +25,8 @@ public enum RemotePictures {
 
     static func isPNG(_ d: [UInt8]) -> Bool { d.starts(with: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) }
 
-    static func refuse(_ id: String) -> DriveError {
-        DriveError(.invalidName, "\"\(id)\" cannot name a picture (an item id is letters, digits, - and _).")
+    static func refuse(_ id: String) -> RemoteError {
+        RemoteError(.invalidName, "\"\(id)\" cannot name a picture (an item id is letters, digits, - and _).")
     }
 }
 
@@ -34,7 +34,7 @@ extension FolderRemote {
     /// The folder of the pictures, at the top of the remote folder.
     static let picturesFolder = ".docdrive-store-pictures"
 
-    public func picture(item id: String) throws(DriveError) -> [UInt8]? {
+    public func picture(item id: String) throws(RemoteError) -> [UInt8]? {
         guard RemotePictures.isSafeID(id) else { throw RemotePictures.refuse(id) }
         let rootfd = try openRoot()
         defer { close(rootfd) }
@@ -55,23 +55,23 @@ extension FolderRemote {
         return RemotePictures.isPNG(png) ? png : nil
     }
 
-    public func putPicture(item id: String, _ png: [UInt8]) throws(DriveError) {
+    public func putPicture(item id: String, _ png: [UInt8]) throws(RemoteError) {
         guard RemotePictures.isSafeID(id) else { throw RemotePictures.refuse(id) }
         let rootfd = try openRoot()
         defer { close(rootfd) }
         guard case .success(let dir) = Beneath.openFolder(rootfd, [Array(Self.picturesFolder.utf8)[...]], create: true) else {
-            throw DriveError.io("cannot make \(Self.picturesFolder) in \(root)", Errno(rawValue: errno))
+            throw RemoteError.io("cannot make \(Self.picturesFolder) in \(root)", Errno(rawValue: errno))
         }
         defer { close(dir) }
         let tmp = Self.temporaryPrefix + "picture-" + id
         let fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | dd_O_NOFOLLOW | dd_O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw DriveError.io("cannot write the picture of \(id) in \(root)", Errno(rawValue: errno)) }
+        guard fd >= 0 else { throw RemoteError.io("cannot write the picture of \(id) in \(root)", Errno(rawValue: errno)) }
         let wrote = png.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         let e = errno
         close(fd)
         guard wrote == png.count, renameat(dir, tmp, dir, id + ".png") == 0 else {
             unlinkat(dir, tmp, 0)
-            throw DriveError.io("cannot write the picture of \(id) in \(root)", Errno(rawValue: wrote < 0 ? e : errno))
+            throw RemoteError.io("cannot write the picture of \(id) in \(root)", Errno(rawValue: wrote < 0 ? e : errno))
         }
     }
 }
@@ -79,7 +79,7 @@ extension FolderRemote {
 extension S3Remote {
     func pictureKey(_ id: String) -> String { keys.ownKey(S3Keys.ownFolder + "/pictures/" + id + ".png") }
 
-    public func picture(item id: String) throws(DriveError) -> [UInt8]? {
+    public func picture(item id: String) throws(RemoteError) -> [UInt8]? {
         guard RemotePictures.isSafeID(id) else { throw RemotePictures.refuse(id) }
         var body = [UInt8]()
         var tooLarge = false
@@ -90,7 +90,7 @@ extension S3Remote {
             guard head.status.code / 100 == 2 else { return }
             if body.count + buf.readableBytes > RemotePictures.maxBytes {
                 tooLarge = true
-                throw DriveError(.io, "the picture of \(id) is larger than \(RemotePictures.maxBytes) bytes")
+                throw RemoteError(.io, "the picture of \(id) is larger than \(RemotePictures.maxBytes) bytes")
             }
             body += buf.readableBytesView
             })
@@ -102,7 +102,7 @@ extension S3Remote {
         return RemotePictures.isPNG(body) ? body : nil
     }
 
-    public func putPicture(item id: String, _ png: [UInt8]) throws(DriveError) {
+    public func putPicture(item id: String, _ png: [UInt8]) throws(RemoteError) {
         guard RemotePictures.isSafeID(id) else { throw RemotePictures.refuse(id) }
         let r = try client.send(.PUT, key: pictureKey(id), headers: [("Content-Type", "image/png")], body: .bytes(png))
         guard r.status == 200 else { throw client.failure(r, "keep the picture of \(id)") }

@@ -11,7 +11,8 @@ import Glibc
 final class StoreRuntime: Sendable {
     let config: StoreConfig
     let cache: String
-    let remote: any Remote
+    /// Its remote (the sync's).
+    var remote: EngineRemote { sync.remote }
     /// The two-way sync of this store with its remote.
     let sync: StoreSync
     let limit: BandwidthLimit?
@@ -31,10 +32,9 @@ final class StoreRuntime: Sendable {
     /// waited for by a program; an upload is not.
     var downloadSlots: Int { 2 * config.workers }
 
-    init(config: StoreConfig, cache: String, remote: any Remote, sync: StoreSync, limit: BandwidthLimit?) {
+    init(config: StoreConfig, cache: String, sync: StoreSync, limit: BandwidthLimit?) {
         self.config = config
         self.cache = cache
-        self.remote = remote
         self.sync = sync
         self.limit = limit
         self.readaheadWork = DispatchQueue(label: "docdrive-readahead-\(config.name)")

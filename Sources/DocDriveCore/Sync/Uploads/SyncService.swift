@@ -138,7 +138,7 @@ public final class SyncService: Sendable {
                                  statusChanges.changed()
                              },
                              statusMarks: statusMarks)
-        return StoreRuntime(config: config, cache: home.cachePath(config.name), remote: remote, sync: sync, limit: limit)
+        return StoreRuntime(config: config, cache: home.cachePath(config.name), sync: sync, limit: limit)
     }
 
     func store(_ rootKey: String) -> StoreRuntime? { stores.store(rootKey) }

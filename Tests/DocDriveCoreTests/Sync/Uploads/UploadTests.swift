@@ -47,7 +47,7 @@ final class FolderRemoteTests: XCTestCase {
             h.write(Data(" and more".utf8))
             h.closeFile()
         })) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .changedDuringUpload)
+            XCTAssertEqual((e as? RemoteError)?.code, .sourceChanged)
         }
         // Then the remote holds nothing (no mix of versions), and the next try publishes the new one
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/b.txt"))
@@ -63,7 +63,7 @@ final class FolderRemoteTests: XCTestCase {
             if copied == 0 && done > 0 { unlink(self.dir + "/big") }
             copied = done
         })) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .changedDuringUpload)
+            XCTAssertEqual((e as? RemoteError)?.code, .sourceChanged)
         }
         // Then the copy stopped at the next look, not at the end, and nothing was published
         XCTAssertLessThanOrEqual(copied, Int64(FolderRemote.changeCheckInterval) + (1 << 20))
@@ -76,14 +76,14 @@ final class FolderRemoteTests: XCTestCase {
         let fd = local("c", "x")
         defer { close(fd) }
         XCTAssertThrowsError(try remote.upload(from: fd, to: "c.txt")) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .unreachable)
-            XCTAssertTrue((e as! DriveError).message.contains("is the disk or share mounted"))
+            XCTAssertEqual((e as? RemoteError)?.code, .unreachable)
+            XCTAssertTrue((e as! RemoteError).message.contains("is the disk or share mounted"))
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/c.txt"))
         // And a remote folder that is gone altogether says so
         try FileManager.default.removeItem(atPath: dir + "/remote")
         XCTAssertThrowsError(try remote.upload(from: fd, to: "c.txt")) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .unreachable)
+            XCTAssertEqual((e as? RemoteError)?.code, .unreachable)
         }
     }
 
@@ -92,7 +92,7 @@ final class FolderRemoteTests: XCTestCase {
         defer { close(fd) }
         for bad in ["../d", "a/../../d", "", "/abs", "a//b", "."] {
             XCTAssertThrowsError(try remote.upload(from: fd, to: StorePath(bad)), bad) { e in
-                XCTAssertEqual((e as? DriveError)?.code, .invalidName, bad)
+                XCTAssertEqual((e as? RemoteError)?.code, .invalidName, bad)
             }
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/d.remote"))
@@ -108,7 +108,7 @@ final class FolderRemoteTests: XCTestCase {
         defer { close(fd) }
         // Then an upload through it fails with a sentence, and a removal or listing does nothing there
         XCTAssertThrowsError(try remote.upload(from: fd, to: "trap/evil.txt")) { e in
-            XCTAssertTrue((e as? DriveError)?.message.contains("symbolic link") ?? false, "\(e)")
+            XCTAssertTrue((e as? RemoteError)?.message.contains("symbolic link") ?? false, "\(e)")
         }
         try remote.delete("trap/victim.txt", version: "")
         XCTAssertFalse(try remote.list().contains { $0.path.description.hasPrefix("trap/") }, "a listing went through the link")
@@ -128,7 +128,7 @@ final class FolderRemoteTests: XCTestCase {
         let made = try remote.upload(from: fd, to: "old.txt", expecting: .absent, meta: RemoteMeta(itemID: "id-1"), limit: nil, progress: nil)
         // A version this device has not seen is never moved or deleted.
         XCTAssertThrowsError(try remote.move("old.txt", version: "1:2:3", to: "x.txt")) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .remoteChanged)
+            XCTAssertEqual((e as? RemoteError)?.code, .changed)
         }
         let moved = try remote.move("old.txt", version: made.version, to: "new/dir/new.txt")
         XCTAssertEqual(moved.meta.itemID, "id-1", "the id travels with the item")
@@ -136,7 +136,7 @@ final class FolderRemoteTests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: dir + "/remote/new/dir/new.txt"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/remote/old.txt"))
         XCTAssertThrowsError(try remote.delete("new/dir/new.txt", version: "1:2:3")) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .remoteChanged)
+            XCTAssertEqual((e as? RemoteError)?.code, .changed)
         }
         try remote.delete("new/dir/new.txt", version: moved.version)
         try remote.delete("never-uploaded.txt", version: "1:2:3")
@@ -144,7 +144,7 @@ final class FolderRemoteTests: XCTestCase {
         // A folder with something in it is not deleted.
         _ = try remote.upload(from: fd, to: "new/dir/other.txt", expecting: .absent, meta: RemoteMeta(), limit: nil, progress: nil)
         XCTAssertThrowsError(try remote.delete("new/dir", version: "")) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .remoteChanged)
+            XCTAssertEqual((e as? RemoteError)?.code, .changed)
         }
     }
 
@@ -164,8 +164,8 @@ final class FolderRemoteTests: XCTestCase {
                 do {
                     _ = try remotes[i].upload(from: fds[i], to: name, expecting: .absent, meta: RemoteMeta(), limit: nil, progress: nil)
                     wins.withLock { $0.append(i) }
-                } catch let e as DriveError {
-                    XCTAssertEqual(e.code, .remoteChanged, "\(e)")
+                } catch let e as RemoteError {
+                    XCTAssertEqual(e.code, .changed, "\(e)")
                 } catch { XCTFail("\(error)") }
             }
             XCTAssertEqual(wins.withLock { $0 }.count, 1, "round \(round): both or neither created it")

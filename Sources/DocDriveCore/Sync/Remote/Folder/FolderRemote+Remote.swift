@@ -68,13 +68,13 @@ extension FolderRemote: Remote {
     }
 
     /// Runs `body` holding the store's lock (an exclusive flock of the marker file).
-    func withStoreLock<T>(_ rootfd: Int32, _ body: () throws(DriveError) -> T) throws(DriveError) -> T {
+    func withStoreLock<T>(_ rootfd: Int32, _ body: () throws(RemoteError) -> T) throws(RemoteError) -> T {
         let fd = openat(rootfd, Self.markerName, O_RDONLY | dd_O_NOFOLLOW | dd_O_CLOEXEC)
         guard fd >= 0 else { throw remoteError("cannot lock", StorePath(Self.markerName), errno) }
         defer { close(fd) }
         while flock(fd, LOCK_EX) != 0 {
             if errno == EINTR { continue }
-            throw DriveError(.unreachable, "The remote folder \(root) does not take locks (\(Errno(rawValue: errno).readableDescription)); several devices cannot share it safely.")
+            throw RemoteError(.unreachable, "The remote folder \(root) does not take locks (\(Errno(rawValue: errno).readableDescription)); several devices cannot share it safely.")
         }
         return try body()
     }
@@ -89,15 +89,15 @@ extension FolderRemote: Remote {
     }
 
     /// Renames the temporary `tmp` to `path` if the remote holds what `expecting` says.
-    func placeConditionally(_ tmp: [UInt8], _ dfd: Int32, as path: StorePath, expecting: RemoteExpectation, rootfd: Int32) throws(DriveError) {
-        try withStoreLock(rootfd) { () throws(DriveError) in
+    func placeConditionally(_ tmp: [UInt8], _ dfd: Int32, as path: StorePath, expecting: RemoteExpectation, rootfd: Int32) throws(RemoteError) {
+        try withStoreLock(rootfd) { () throws(RemoteError) in
             guard holds(dfd, path.lastName, expecting) else {
-                throw DriveError(.remoteChanged, "\(path) changed on the remote (another device wrote it) since this device last saw it.")
+                throw RemoteError(.changed, "\(path) changed on the remote (another device wrote it) since this device last saw it.")
             }
             let flags: UInt32 = expecting == .absent ? UInt32(dd_RENAME_NOREPLACE) : 0
             let r = Beneath.withCName(tmp[...]) { t in Beneath.withCName(path.lastName) { dd_renameat2(dfd, t, dfd, $0, flags) } }
             if r != 0 {
-                if errno == EEXIST { throw DriveError(.remoteChanged, "\(path) was created on the remote by another device meanwhile.") }
+                if errno == EEXIST { throw RemoteError(.changed, "\(path) was created on the remote by another device meanwhile.") }
                 throw remoteError("cannot rename into", path, errno)
             }
         }
@@ -105,10 +105,10 @@ extension FolderRemote: Remote {
 
     // MARK: Remote
 
-    public func list() throws(DriveError) -> [RemoteItem] {
+    public func list() throws(RemoteError) -> [RemoteItem] {
         var out = [RemoteItem]()
         var strings = SharedStrings()
-        try walkEntries { dfd, name, rel, st throws(DriveError) in
+        try walkEntries { dfd, name, rel, st throws(RemoteError) in
             guard var item = Self.item(rel, dfd, name, st) else { return false }
             item.meta.shareDeviceStrings(in: &strings)
             out.append(item)
@@ -120,10 +120,10 @@ extension FolderRemote: Remote {
     /// Walks the remote from its root, a folder at a time and never through a link: `visit`
     /// sees every entry but the remote's own (its open folder, name, path and `stat`) and says
     /// whether to go into it.
-    private func walkEntries(_ visit: (_ dfd: Int32, _ name: ArraySlice<UInt8>, _ path: StorePath, _ st: stat) throws(DriveError) -> Bool) throws(DriveError) {
+    private func walkEntries(_ visit: (_ dfd: Int32, _ name: ArraySlice<UInt8>, _ path: StorePath, _ st: stat) throws(RemoteError) -> Bool) throws(RemoteError) {
         let rootfd = try openRoot()
         defer { close(rootfd) }
-        func walk(_ dfd: Int32, _ path: StorePath) throws(DriveError) {
+        func walk(_ dfd: Int32, _ path: StorePath) throws(RemoteError) {
             guard let entries = Beneath.names(dfd) else { throw remoteError("cannot list", path, errno) }
             for e in entries where !Self.isOwnName(e.name) {
                 let name = e.name[...]
@@ -149,13 +149,13 @@ extension FolderRemote: Remote {
     /// can leave every time as it was. The local clock reads the times, so a remote whose
     /// server's clock runs behind is covered only by the whole poll that follows a few quiet
     /// ones (`ListingMemory.quietPollsInARow`).
-    public func fingerprint() throws(DriveError) -> [UInt8]? {
+    public func fingerprint() throws(RemoteError) -> [UInt8]? {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME_COARSE, &now)
         let settledBefore = Int64(now.tv_sec) - Self.settledSeconds
         var settled = true
         var hasher = SHA256()
-        try walkEntries { _, _, rel, st throws(DriveError) in
+        try walkEntries { _, _, rel, st throws(RemoteError) in
             if Int64(st.st_ctim.tv_sec) >= settledBefore || Int64(st.st_mtim.tv_sec) >= settledBefore { settled = false }
             withUnsafeTemporaryAllocation(of: Int64.self, capacity: 8) { f in
                 f[0] = Int64(rel.bytes.count)
@@ -177,7 +177,7 @@ extension FolderRemote: Remote {
     /// How long ago (by the local clock) every entry must have last changed for a fingerprint.
     package static let settledSeconds: Int64 = 2
 
-    public func item(at path: StorePath) throws(DriveError) -> RemoteItem? {
+    public func item(at path: StorePath) throws(RemoteError) -> RemoteItem? {
         try Self.checkRelative(path)
         let rootfd = try openRoot()
         defer { close(rootfd) }
@@ -188,24 +188,24 @@ extension FolderRemote: Remote {
     }
 
     public func download(_ path: StorePath, version: String?, to out: Int32,
-                         progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+                         progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> RemoteItem {
         try Self.checkRelative(path)
         let rootfd = try openRoot()
         defer { close(rootfd) }
         guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else {
-            throw DriveError(.notFound, "\(path) is no longer on the remote.")
+            throw RemoteError(.notFound, "\(path) is no longer on the remote.")
         }
         defer { close(dfd) }
         guard let st = Beneath.stat(dfd, path.lastName), let item = Self.item(path, dfd, path.lastName, st) else {
-            throw DriveError(.notFound, "\(path) is no longer on the remote.")
+            throw RemoteError(.notFound, "\(path) is no longer on the remote.")
         }
         if let version, item.version != version {
-            throw DriveError(.remoteChanged, "\(path) changed on the remote while it was being downloaded.")
+            throw RemoteError(.changed, "\(path) changed on the remote while it was being downloaded.")
         }
         if item.kind == .symlink {
             let target = Beneath.readLink(dfd, path.lastName) ?? []
             guard ftruncate(out, 0) == 0, target.withUnsafeBytes({ pwrite(out, $0.baseAddress, $0.count, 0) }) == target.count else {
-                throw DriveError.io("cannot write the download of \(path)", Errno(rawValue: errno))
+                throw RemoteError.io("cannot write the download of \(path)", Errno(rawValue: errno))
             }
             return item
         }
@@ -225,7 +225,7 @@ extension FolderRemote: Remote {
                 let w = buf.withUnsafeBytes { pwrite(out, $0.baseAddress! + written, n - written, offset + off_t(written)) }
                 if w < 0 {
                     if errno == EINTR { continue }
-                    throw DriveError.io("cannot write the download of \(path)", Errno(rawValue: errno))
+                    throw RemoteError.io("cannot write the download of \(path)", Errno(rawValue: errno))
                 }
                 written += w
             }
@@ -236,30 +236,30 @@ extension FolderRemote: Remote {
         // read is the one still there (a file rewritten in place by another tool shows too).
         var after = stat()
         guard fstat(src, &after) == 0, Self.version(after) == item.version, Int64(offset) == item.size else {
-            throw DriveError(.remoteChanged, "\(path) changed on the remote while it was being downloaded.")
+            throw RemoteError(.changed, "\(path) changed on the remote while it was being downloaded.")
         }
         return item
     }
 
     public func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
-                       limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+                       limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> RemoteItem {
         try upload(from: source, to: path, expecting: expecting, meta: meta, limit: limit, syncFolder: true, progress: progress)
     }
 
     /// The file's bytes are flushed before it takes its name (a crash never leaves a torn file
     /// under it); the rename waits for `makeDurable` of its folder.
     public func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
-                                   limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> (item: RemoteItem, folder: StorePath?) {
+                                   limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> (item: RemoteItem, folder: StorePath?) {
         (try upload(from: source, to: path, expecting: expecting, meta: meta, limit: limit, syncFolder: false, progress: progress), path.folder)
     }
 
-    public func makeDurable(_ folders: Set<StorePath>) throws(DriveError) {
+    public func makeDurable(_ folders: Set<StorePath>) throws(RemoteError) {
         guard !folders.isEmpty else { return }
         let rootfd = try openRoot()
         defer { close(rootfd) }
         for folder in folders {
             guard let dfd = try openFolder(rootfd, folder, create: false, for: folder) else {
-                throw DriveError(.remoteChanged, "\(folder) is no longer a folder on the remote (\(root)), so what was just uploaded into it may not be there; it is looked at again.")
+                throw RemoteError(.changed, "\(folder) is no longer a folder on the remote (\(root)), so what was just uploaded into it may not be there; it is looked at again.")
             }
             defer { close(dfd) }
             guard fsync(dfd) == 0 else { throw remoteError("cannot flush", folder, errno) }
@@ -267,7 +267,7 @@ extension FolderRemote: Remote {
     }
 
     private func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
-                        limit: BandwidthLimit?, syncFolder: Bool, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+                        limit: BandwidthLimit?, syncFolder: Bool, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> RemoteItem {
         let receipt = try upload(from: source, to: path, limit: limit, syncFolder: syncFolder, expecting: expecting, meta: meta, progress: progress)
         var st = stat()
         _ = fstat(source, &st)
@@ -277,7 +277,7 @@ extension FolderRemote: Remote {
         return RemoteItem(path: path, kind: .file, version: receipt.version, size: receipt.size, meta: m)
     }
 
-    public func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+    public func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(RemoteError) -> RemoteItem {
         try Self.checkRelative(path)
         let rootfd = try openRoot()
         defer { close(rootfd) }
@@ -286,7 +286,7 @@ extension FolderRemote: Remote {
         let name = path.lastName
         if let st = Beneath.stat(dfd, name), st.st_mode & S_IFMT != S_IFDIR {
             if st.st_mode & S_IFMT == S_IFLNK { throw symlinkError(at: path, target: path) }
-            throw DriveError(.io, "\(path) is a file on the remote (\(root)) where this device has a folder; rename one of them.")
+            throw RemoteError(.io, "\(path) is a file on the remote (\(root)) where this device has a folder; rename one of them.")
         }
         let made = Beneath.withCName(name, { mkdirat(dfd, $0, mode_t(meta.mode ?? 0o755) & 0o7777) }) == 0
         if !made && errno != EEXIST { throw remoteError("cannot create", path, errno) }
@@ -303,12 +303,12 @@ extension FolderRemote: Remote {
             close(sub)
         }
         guard let st = Beneath.stat(dfd, name), let item = Self.item(path, dfd, name, st) else {
-            throw DriveError(.remoteChanged, "\(path) was removed from the remote meanwhile.")
+            throw RemoteError(.changed, "\(path) was removed from the remote meanwhile.")
         }
         return item
     }
 
-    public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+    public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(RemoteError) -> RemoteItem {
         try Self.checkRelative(path)
         let rootfd = try openRoot()
         defer { close(rootfd) }
@@ -325,27 +325,27 @@ extension FolderRemote: Remote {
         }
         _ = fsync(dfd)
         guard let st = Beneath.stat(dfd, path.lastName), let item = Self.item(path, dfd, path.lastName, st) else {
-            throw DriveError(.remoteChanged, "\(path) was removed from the remote meanwhile.")
+            throw RemoteError(.changed, "\(path) was removed from the remote meanwhile.")
         }
         return item
     }
 
-    public func delete(_ path: StorePath, version: String) throws(DriveError) {
+    public func delete(_ path: StorePath, version: String) throws(RemoteError) {
         try Self.checkRelative(path)
         let rootfd = try openRoot()
         defer { close(rootfd) }
         guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else { return }
         defer { close(dfd) }
-        try withStoreLock(rootfd) { () throws(DriveError) in
+        try withStoreLock(rootfd) { () throws(RemoteError) in
             guard let st = Beneath.stat(dfd, path.lastName) else { return }
             guard Self.version(st) == version, (st.st_mode & S_IFMT == S_IFDIR) == version.isEmpty else {
-                throw DriveError(.remoteChanged, "\(path) changed on the remote since this device last saw it, so it is not deleted there.")
+                throw RemoteError(.changed, "\(path) changed on the remote since this device last saw it, so it is not deleted there.")
             }
             let flags = st.st_mode & S_IFMT == S_IFDIR ? dd_AT_REMOVEDIR : 0
             if Beneath.withCName(path.lastName, { unlinkat(dfd, $0, flags) }) != 0 {
                 if errno == ENOENT { return }
                 if errno == ENOTEMPTY || errno == EEXIST {
-                    throw DriveError(.remoteChanged, "\(path) on the remote has files this device has not seen, so it is not deleted there.")
+                    throw RemoteError(.changed, "\(path) on the remote has files this device has not seen, so it is not deleted there.")
                 }
                 throw remoteError("cannot remove", path, errno)
             }
@@ -353,17 +353,17 @@ extension FolderRemote: Remote {
         _ = fsync(dfd)
     }
 
-    public func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+    public func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(RemoteError) -> RemoteItem {
         try Self.checkRelative(path)
         let rootfd = try openRoot()
         defer { close(rootfd) }
         guard let dfd = try openFolder(rootfd, path.folder, create: false, for: path) else {
-            throw DriveError(.remoteChanged, "\(path) was deleted on the remote meanwhile.")
+            throw RemoteError(.changed, "\(path) was deleted on the remote meanwhile.")
         }
         defer { close(dfd) }
-        return try withStoreLock(rootfd) { () throws(DriveError) -> RemoteItem in
+        return try withStoreLock(rootfd) { () throws(RemoteError) -> RemoteItem in
             guard let st = Beneath.stat(dfd, path.lastName), st.st_mode & S_IFMT == S_IFREG, Self.version(st) == version else {
-                throw DriveError(.remoteChanged, "\(path) changed on the remote since this device last saw it.")
+                throw RemoteError(.changed, "\(path) changed on the remote since this device last saw it.")
             }
             let fd = Beneath.withCName(path.lastName) { openat(dfd, $0, dd_O_PATH | dd_O_NOFOLLOW | dd_O_CLOEXEC) }
             guard fd >= 0 else { throw remoteError("cannot open", path, errno) }
@@ -371,37 +371,37 @@ extension FolderRemote: Remote {
             Self.writeMeta(fd: fd, meta)
             // An extended attribute changes the ctime only: the version (size, mtime, inode) stays.
             guard let now = Beneath.stat(dfd, path.lastName), let item = Self.item(path, dfd, path.lastName, now) else {
-                throw DriveError(.remoteChanged, "\(path) was deleted on the remote meanwhile.")
+                throw RemoteError(.changed, "\(path) was deleted on the remote meanwhile.")
             }
             return item
         }
     }
 
-    public func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem {
+    public func move(_ from: StorePath, version: String, to: StorePath) throws(RemoteError) -> RemoteItem {
         try Self.checkRelative(from)
         try Self.checkRelative(to)
         let rootfd = try openRoot()
         defer { close(rootfd) }
         guard let src = try openFolder(rootfd, from.folder, create: false, for: from) else {
-            throw DriveError(.remoteChanged, "\(from) is no longer on the remote.")
+            throw RemoteError(.changed, "\(from) is no longer on the remote.")
         }
         defer { close(src) }
         let dst = try openFolder(rootfd, to.folder, create: true, for: to)!
         defer { close(dst) }
-        try withStoreLock(rootfd) { () throws(DriveError) in
+        try withStoreLock(rootfd) { () throws(RemoteError) in
             guard let st = Beneath.stat(src, from.lastName), Self.version(st) == version else {
-                throw DriveError(.remoteChanged, "\(from) changed on the remote since this device last saw it, so it is not moved there.")
+                throw RemoteError(.changed, "\(from) changed on the remote since this device last saw it, so it is not moved there.")
             }
             let r = Beneath.withCName(from.lastName) { f in Beneath.withCName(to.lastName) { dd_renameat2(src, f, dst, $0, UInt32(dd_RENAME_NOREPLACE)) } }
             if r != 0 {
-                if errno == EEXIST || errno == ENOTEMPTY { throw DriveError(.remoteChanged, "\(to) was created on the remote by another device meanwhile.") }
+                if errno == EEXIST || errno == ENOTEMPTY { throw RemoteError(.changed, "\(to) was created on the remote by another device meanwhile.") }
                 throw remoteError("cannot rename on", to, errno)
             }
         }
         _ = fsync(src)
         if src != dst { _ = fsync(dst) }
         guard let st = Beneath.stat(dst, to.lastName), let item = Self.item(to, dst, to.lastName, st) else {
-            throw DriveError(.remoteChanged, "\(to) was removed from the remote meanwhile.")
+            throw RemoteError(.changed, "\(to) was removed from the remote meanwhile.")
         }
         return item
     }

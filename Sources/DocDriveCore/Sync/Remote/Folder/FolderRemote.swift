@@ -97,48 +97,52 @@ public struct FolderRemote: Sendable {
     }
 
     /// Creates the marker (at `store add`, when the folder is known to be the right one).
-    public func writeMarker(store: String) throws(DriveError) {
-        try DriveHome.writeAtomically("DocDrive store \(store)\n", to: root + "/" + Self.markerName, mode: 0o644)
+    public func writeMarker(store: String) throws(RemoteError) {
+        do {
+            try DriveHome.writeAtomically("DocDrive store \(store)\n", to: root + "/" + Self.markerName, mode: 0o644)
+        } catch {
+            throw RemoteError(.io, error.message, underlying: error.underlying)
+        }
     }
 
     /// Throws a sentence unless the remote folder is there and is the store's.
-    public func checkReachable() throws(DriveError) {
+    public func checkReachable() throws(RemoteError) {
         close(try openRoot())
     }
 
     /// Opens the root (never through a symlink: `store add` keeps the resolved folder) and checks
     /// that it is the store's (its marker is a file in it).
-    func openRoot() throws(DriveError) -> Int32 {
+    func openRoot() throws(RemoteError) -> Int32 {
         let fd = open(root, O_RDONLY | dd_O_DIRECTORY | dd_O_NOFOLLOW | dd_O_CLOEXEC)
         guard fd >= 0 else {
             let e = errno
             if e == ELOOP || e == ENOTDIR {
-                throw DriveError(.unreachable, "The remote folder \(root) is not a folder (a symbolic link or a file); give the folder itself in config.yaml.")
+                throw RemoteError(.unreachable, "The remote folder \(root) is not a folder (a symbolic link or a file); give the folder itself in config.yaml.")
             }
-            throw DriveError(.unreachable, "The remote folder \(root) is not reachable: \(Errno(rawValue: e).readableDescription).")
+            throw RemoteError(.unreachable, "The remote folder \(root) is not reachable: \(Errno(rawValue: e).readableDescription).")
         }
         guard let st = Beneath.stat(fd, Array(Self.markerName.utf8)[...]), st.st_mode & S_IFMT == S_IFREG else {
             close(fd)
-            throw DriveError(.unreachable, "The remote folder \(root) is not the store's (no \(Self.markerName) in it: is the disk or share mounted?).")
+            throw RemoteError(.unreachable, "The remote folder \(root) is not the store's (no \(Self.markerName) in it: is the disk or share mounted?).")
         }
         return fd
     }
 
     /// Checks a store path before it is used on the remote: valid names only, none of the
     /// remote's own.
-    static func checkRelative(_ path: StorePath) throws(DriveError) {
+    static func checkRelative(_ path: StorePath) throws(RemoteError) {
         if let p = path.problem {
-            throw DriveError(.invalidName, "\"\(path)\" is not a valid path inside a store: \(p).")
+            throw RemoteError(.invalidName, "\"\(path)\" is not a valid path inside a store: \(p).")
         }
         if path.names.contains(where: { isOwnName($0) }) {
-            throw DriveError(.invalidName, "\"\(path)\" has a name the remote keeps for itself (\(markerName)... or \(temporaryPrefix)...); it is never uploaded.")
+            throw RemoteError(.invalidName, "\"\(path)\" has a name the remote keeps for itself (\(markerName)... or \(temporaryPrefix)...); it is never uploaded.")
         }
     }
 
     /// Opens the remote folder `path` beneath `rootfd` (creating it and its parents when
     /// `create`). Nil when it is not there (without `create`); a symbolic link or a file where a
     /// folder should be is an error sentence when `create`, else nil (nothing of the store is there).
-    func openFolder(_ rootfd: Int32, _ path: StorePath, create: Bool, for target: StorePath) throws(DriveError) -> Int32? {
+    func openFolder(_ rootfd: Int32, _ path: StorePath, create: Bool, for target: StorePath) throws(RemoteError) -> Int32? {
         let names = path.names
         switch Beneath.openFolder(rootfd, names, create: create) {
         case .success(let fd): return fd
@@ -150,7 +154,7 @@ public struct FolderRemote: Sendable {
             case .symlink:
                 throw symlinkError(at: at, target: target)
             case .notFolder:
-                throw DriveError(.io, "\(at) on the remote (\(root)) is a file where a folder should be, so \(target) is not uploaded (remove or rename that file there).")
+                throw RemoteError(.io, "\(at) on the remote (\(root)) is a file where a folder should be, so \(target) is not uploaded (remove or rename that file there).")
             case .missing(_):
                 throw remoteError("cannot create", at, ENOENT)
             case .failed(let e, _):
@@ -161,23 +165,23 @@ public struct FolderRemote: Sendable {
 
     /// Copies the open local file to `path` on the remote. `source` is read through its own
     /// offsets (pread), so the caller's descriptor position does not matter. Throws
-    /// `.changedDuringUpload` if the local file changed while it was copied: what reaches the
+    /// `.sourceChanged` if the local file changed while it was copied: what reaches the
     /// remote is always a whole version that existed locally. `progress` hears (bytes copied,
     /// size) after every chunk; `limit` paces the copy.
     /// `syncFolder`: make the rename durable before returning (fsync of the remote folder);
     /// false when the caller does it once for several uploads (`syncFolders`).
     /// `expecting`: place it only if the remote holds that (checked under the store's lock),
-    /// else `.remoteChanged`; nil replaces whatever is there. `meta` travels in an xattr.
+    /// else `.changed`; nil replaces whatever is there. `meta` travels in an xattr.
     public func upload(from source: Int32, to path: StorePath, limit: BandwidthLimit? = nil, syncFolder: Bool = true,
                        expecting: RemoteExpectation? = nil, meta: RemoteMeta? = nil,
-                       progress: ((Int64, Int64) -> Void)? = nil, afterCopy: (() -> Void)? = nil) throws(DriveError) -> UploadReceipt {
+                       progress: ((Int64, Int64) -> Void)? = nil, afterCopy: (() -> Void)? = nil) throws(RemoteError) -> UploadReceipt {
         try Self.checkRelative(path)
         let rootfd = try openRoot()
         defer { close(rootfd) }
         let dfd = try openFolder(rootfd, path.folder, create: true, for: path)!
         defer { close(dfd) }
         var before = stat()
-        guard fstat(source, &before) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
+        guard fstat(source, &before) == 0 else { throw RemoteError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
         let tmp = temporaryName()
         let out = Beneath.withCName(tmp) { openat(dfd, $0, O_WRONLY | O_CREAT | O_EXCL | dd_O_NOFOLLOW | dd_O_CLOEXEC, 0o600) }
         guard out >= 0 else { throw remoteError("cannot write to", path.folder, errno) }
@@ -196,14 +200,14 @@ public struct FolderRemote: Sendable {
             now.st_size != before.st_size || now.st_mtim.tv_sec != before.st_mtim.tv_sec || now.st_mtim.tv_nsec != before.st_mtim.tv_nsec
                 || now.st_ctim.tv_sec != before.st_ctim.tv_sec || now.st_ctim.tv_nsec != before.st_ctim.tv_nsec
         }
-        let changedError = DriveError(.changedDuringUpload, "\(path) changed while it was uploaded; it will be uploaded again.")
+        let changedError = RemoteError(.sourceChanged, "\(path) changed while it was uploaded; it will be uploaded again.")
         var nextLook = Self.changeCheckInterval
         progress?(0, Int64(before.st_size))
         while true {
             let n = buf.withUnsafeMutableBytes { pread(source, $0.baseAddress, $0.count, offset) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw DriveError.io("cannot read the local copy of \(path)", Errno(rawValue: errno))
+                throw RemoteError.io("cannot read the local copy of \(path)", Errno(rawValue: errno))
             }
             if n == 0 { break }
             hasher.update(data: buf[0..<n])
@@ -231,7 +235,7 @@ public struct FolderRemote: Sendable {
         guard fsync(out) == 0 else { throw remoteError("cannot flush", path, errno) }
         afterCopy?()
         var after = stat()
-        guard fstat(source, &after) == 0 else { throw DriveError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
+        guard fstat(source, &after) == 0 else { throw RemoteError.io("cannot read the local file for \(path)", Errno(rawValue: errno)) }
         if changed(after) || Int64(offset) != Int64(after.st_size) { throw changedError }
         let digest = Self.hex(hasher.finalize())
         // Read back what the remote holds before it takes the real name.
@@ -240,7 +244,7 @@ public struct FolderRemote: Sendable {
         defer { close(readBack) }
         let check = try Self.sha256(of: readBack, named: path.description)
         guard check.size == Int64(offset), check.sha256 == digest else {
-            throw DriveError(.io, "The copy of \(path) on the remote does not match the local file (size or SHA-256); it will be uploaded again.")
+            throw RemoteError(.io, "The copy of \(path) on the remote does not match the local file (size or SHA-256); it will be uploaded again.")
         }
         if let meta { Self.writeMeta(fd: out, meta) }
         if let expecting {
@@ -258,7 +262,7 @@ public struct FolderRemote: Sendable {
     /// Renames the temporary `tmp` in `dfd` to the last name of `path`, replacing an empty
     /// folder that stood there (the local path became a file or a link). A folder with files in
     /// it is not removed for that: they may be another device's, which this drive never saw.
-    func place(_ tmp: [UInt8], _ dfd: Int32, as path: StorePath) throws(DriveError) {
+    func place(_ tmp: [UInt8], _ dfd: Int32, as path: StorePath) throws(RemoteError) {
         let name = path.lastName
         func rename() -> Int32 {
             Beneath.withCName(tmp[...]) { t in Beneath.withCName(name) { renameat(dfd, t, dfd, $0) } }
@@ -269,15 +273,15 @@ public struct FolderRemote: Sendable {
             if Beneath.withCName(name, { unlinkat(dfd, $0, dd_AT_REMOVEDIR) }) == 0, rename() == 0 { return }
             e = errno
             if e == ENOTEMPTY || e == EEXIST {
-                throw DriveError(.io, "\(path) on the remote (\(root)) is a folder with files in it, so the local \(path) is not uploaded over it (remove or rename that folder there).")
+                throw RemoteError(.io, "\(path) on the remote (\(root)) is a folder with files in it, so the local \(path) is not uploaded over it (remove or rename that folder there).")
             }
         }
         throw remoteError("cannot rename into", path, e)
     }
 
     /// The sentence for a symbolic link met on the remote at `at` while `target` was carried there.
-    func symlinkError(at: StorePath, target: StorePath) -> DriveError {
-        DriveError(.io, "\(at) on the remote (\(root)) is a symbolic link where a folder should be; DocDrive never follows a link on a remote, so \(target) is not uploaded (remove or rename the link there).")
+    func symlinkError(at: StorePath, target: StorePath) -> RemoteError {
+        RemoteError(.io, "\(at) on the remote (\(root)) is a symbolic link where a folder should be; DocDrive never follows a link on a remote, so \(target) is not uploaded (remove or rename the link there).")
     }
 
     func temporaryName() -> [UInt8] {
@@ -293,15 +297,15 @@ public struct FolderRemote: Sendable {
         Int(Swift.min(Int64(max), Swift.max(4096, size + 4096)))
     }
 
-    public static func sha256(ofFile path: String) throws(DriveError) -> UploadReceipt {
+    public static func sha256(ofFile path: String) throws(RemoteError) -> UploadReceipt {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw DriveError.io("cannot read \(path)", Errno(rawValue: errno)) }
+        guard fd >= 0 else { throw RemoteError.io("cannot read \(path)", Errno(rawValue: errno)) }
         defer { close(fd) }
         return try sha256(of: fd, named: path)
     }
 
     /// Size and SHA-256 of what the open file holds, read from its start.
-    static func sha256(of fd: Int32, named: String) throws(DriveError) -> UploadReceipt {
+    static func sha256(of fd: Int32, named: String) throws(RemoteError) -> UploadReceipt {
         var hasher = SHA256()
         var st = stat()
         let size = fstat(fd, &st) == 0 ? Int64(st.st_size) : Int64(1 << 20)
@@ -309,7 +313,7 @@ public struct FolderRemote: Sendable {
         var total: Int64 = 0
         while true {
             let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(total)) }
-            if n < 0 { if errno == EINTR { continue }; throw DriveError.io("cannot read \(named)", Errno(rawValue: errno)) }
+            if n < 0 { if errno == EINTR { continue }; throw RemoteError.io("cannot read \(named)", Errno(rawValue: errno)) }
             if n == 0 { break }
             hasher.update(data: buf[0..<n])
             total += Int64(n)
@@ -322,14 +326,14 @@ public struct FolderRemote: Sendable {
     }
 
     /// One sentence per way a remote folder fails: full, read-only, gone, or anything else.
-    func remoteError(_ what: String, _ path: StorePath, _ e: Int32) -> DriveError {
+    func remoteError(_ what: String, _ path: StorePath, _ e: Int32) -> RemoteError {
         switch e {
-        case ENOSPC, EDQUOT: return DriveError(.unreachable, "The remote folder \(root) is full (\(what) \(path)).")
-        case EROFS: return DriveError(.unreachable, "The remote folder \(root) is read-only (\(what) \(path)).")
-        case ENOENT, ENOTCONN, EIO, ESTALE: return DriveError(.unreachable, "The remote folder \(root) is not reachable (\(what) \(path): \(Errno(rawValue: e).readableDescription)).")
-        case ENAMETOOLONG: return DriveError(.io, "The remote folder \(root) does not take a name this long (\(what) \(path)).")
-        case EILSEQ, EINVAL: return DriveError(.io, "The remote folder \(root) does not take this name (\(what) \(path): \(Errno(rawValue: e).readableDescription)).")
-        default: return DriveError.io("\(what) \(path) in the remote folder \(root)", Errno(rawValue: e))
+        case ENOSPC, EDQUOT: return RemoteError(.unreachable, "The remote folder \(root) is full (\(what) \(path)).")
+        case EROFS: return RemoteError(.unreachable, "The remote folder \(root) is read-only (\(what) \(path)).")
+        case ENOENT, ENOTCONN, EIO, ESTALE: return RemoteError(.unreachable, "The remote folder \(root) is not reachable (\(what) \(path): \(Errno(rawValue: e).readableDescription)).")
+        case ENAMETOOLONG: return RemoteError(.io, "The remote folder \(root) does not take a name this long (\(what) \(path)).")
+        case EILSEQ, EINVAL: return RemoteError(.io, "The remote folder \(root) does not take this name (\(what) \(path): \(Errno(rawValue: e).readableDescription)).")
+        default: return RemoteError.io("\(what) \(path) in the remote folder \(root)", Errno(rawValue: e))
         }
     }
 }

@@ -37,11 +37,11 @@ public struct S3RetryPolicy: Sendable {
 public final class S3Signer: Sendable {
     /// Lock: leaf.
     private let current: Mutex<SigV4>
-    private let reload: (@Sendable () throws(DriveError) -> SigV4.Credentials)?
+    private let reload: (@Sendable () throws(RemoteError) -> SigV4.Credentials)?
     let region: String
 
     public init(credentials: SigV4.Credentials, region: String,
-                reload: (@Sendable () throws(DriveError) -> SigV4.Credentials)? = nil) {
+                reload: (@Sendable () throws(RemoteError) -> SigV4.Credentials)? = nil) {
         current = Mutex(SigV4(credentials: credentials, region: region))
         self.reload = reload
         self.region = region
@@ -81,9 +81,9 @@ public struct S3Client: Sendable {
 
     /// `reload`: where the credentials are read again when the server refuses them (see S3Signer).
     public init(settings: S3Settings, credentials: SigV4.Credentials, retry: S3RetryPolicy = S3RetryPolicy(),
-                reload: (@Sendable () throws(DriveError) -> SigV4.Credentials)? = nil) throws(DriveError) {
+                reload: (@Sendable () throws(RemoteError) -> SigV4.Credentials)? = nil) throws(RemoteError) {
         if let p = settings.problem(store: "this") {
-            throw DriveError(.invalidConfig, p.prefix(1).uppercased() + p.dropFirst() + ".")
+            throw RemoteError(.invalidConfig, p.prefix(1).uppercased() + p.dropFirst() + ".")
         }
         self.settings = settings
         self.signing = S3Signer(credentials: credentials, region: settings.region, reload: reload)
@@ -115,7 +115,7 @@ public struct S3Client: Sendable {
     /// `.unreachable` once the retries are spent, or what `sink` or the local file caused.
     func send(_ method: HTTPMethod, key: String?, query: [(String, String)] = [], headers extra: [(String, String)] = [],
               body: S3Body = .empty, sink: ((HTTPResponseHead, ByteBuffer) throws -> Void)? = nil, retries: Bool = true,
-              beforeRetry: (() throws(DriveError) -> Void)? = nil) throws(DriveError) -> S3Response {
+              beforeRetry: (() throws(RemoteError) -> Void)? = nil) throws(RemoteError) -> S3Response {
         var attempt = 0
         var renewed = false
         while true {
@@ -143,12 +143,12 @@ public struct S3Client: Sendable {
                 why = "answered \(code)\(s3Code.map { " " + $0 } ?? "")"
             case .failure(let e):
                 if let local = e as? S3LocalFailure { throw Self.describe(local) }
-                if let d = e as? DriveError { throw d }
+                if let d = e as? RemoteError { throw d }
                 why = "cannot be reached (\(Self.describe(transport: e)))"
             }
             attempt += 1
             if !retries || attempt >= retry.attempts {
-                throw DriveError(.unreachable, "The S3 endpoint \(endpointName) \(why)\(attempt > 1 ? " after \(attempt) attempts" : "").")
+                throw RemoteError(.unreachable, "The S3 endpoint \(endpointName) \(why)\(attempt > 1 ? " after \(attempt) attempts" : "").")
             }
             Thread.sleep(forTimeInterval: retry.delay(afterAttempt: attempt - 1))
             try beforeRetry?()
@@ -180,32 +180,32 @@ public struct S3Client: Sendable {
     // MARK: Sentences
 
     /// The sentence for an answer the caller did not want. `what`: "list s3://b/p", "upload Reports/q3.odt".
-    func failure(_ r: S3Response, _ what: String) -> DriveError {
+    func failure(_ r: S3Response, _ what: String) -> RemoteError {
         let xml = S3XML(r.body)
         let code = xml.value("Code") ?? ""
         let message = xml.value("Message").map { ": " + $0 } ?? ""
         let bucket = settings.bucket
         switch (r.status, code) {
         case (412, _), (409, "ConditionalRequestConflict"):
-            return DriveError(.remoteChanged, "Cannot \(what): the object on \(settings.displayName) changed meanwhile (another device wrote it).")
+            return RemoteError(.changed, "Cannot \(what): the object on \(settings.displayName) changed meanwhile (another device wrote it).")
         case (_, "NoSuchBucket"):
-            return DriveError(.unreachable, "The bucket \(bucket) does not exist at \(endpointName); create it first (for example `aws s3 mb s3://\(bucket)`).")
+            return RemoteError(.unreachable, "The bucket \(bucket) does not exist at \(endpointName); create it first (for example `aws s3 mb s3://\(bucket)`).")
         case (_, "SignatureDoesNotMatch"):
-            return DriveError(.unreachable, "The S3 server at \(endpointName) refused the secret key: it does not match the access key ID (check AWS_SECRET_ACCESS_KEY or the credentials file).")
+            return RemoteError(.unreachable, "The S3 server at \(endpointName) refused the secret key: it does not match the access key ID (check AWS_SECRET_ACCESS_KEY or the credentials file).")
         case (_, "InvalidAccessKeyId"):
-            return DriveError(.unreachable, "The S3 server at \(endpointName) does not know the access key ID (check AWS_ACCESS_KEY_ID or the credentials file).")
+            return RemoteError(.unreachable, "The S3 server at \(endpointName) does not know the access key ID (check AWS_ACCESS_KEY_ID or the credentials file).")
         case (_, "RequestTimeTooSkewed"):
-            return DriveError(.unreachable, "This machine's clock is too far from the S3 server's at \(endpointName)\(skewDetail(r)); set the clock right (enable NTP) and try again.")
+            return RemoteError(.unreachable, "This machine's clock is too far from the S3 server's at \(endpointName)\(skewDetail(r)); set the clock right (enable NTP) and try again.")
         case (_, "ExpiredToken"), (_, "InvalidToken"):
-            return DriveError(.unreachable, "The S3 session token was refused by \(endpointName): it has expired or is not valid; put fresh credentials in the credentials file (they are read again at the next request), or restart the drive with a new AWS_SESSION_TOKEN.")
+            return RemoteError(.unreachable, "The S3 session token was refused by \(endpointName): it has expired or is not valid; put fresh credentials in the credentials file (they are read again at the next request), or restart the drive with a new AWS_SESSION_TOKEN.")
         case (403, _):
-            return DriveError(.unreachable, "The S3 server at \(endpointName) refused access to the bucket \(bucket) (\(code.isEmpty ? "403" : code)): the key lacks the permission to \(what).")
+            return RemoteError(.unreachable, "The S3 server at \(endpointName) refused access to the bucket \(bucket) (\(code.isEmpty ? "403" : code)): the key lacks the permission to \(what).")
         case (404, _):
-            return DriveError(.notFound, "Cannot \(what): there is no such object on \(settings.displayName).")
+            return RemoteError(.notFound, "Cannot \(what): there is no such object on \(settings.displayName).")
         case (501, _), (_, "NotImplemented"):
-            return DriveError(.unsupported, "Cannot \(what): the S3 server at \(endpointName) does not implement it\(message).")
+            return RemoteError(.unsupported, "Cannot \(what): the S3 server at \(endpointName) does not implement it\(message).")
         default:
-            return DriveError(.io, "Cannot \(what): the S3 server at \(endpointName) answered \(r.status)\(code.isEmpty ? "" : " " + code)\(message).")
+            return RemoteError(.io, "Cannot \(what): the S3 server at \(endpointName) answered \(r.status)\(code.isEmpty ? "" : " " + code)\(message).")
         }
     }
 
@@ -215,14 +215,14 @@ public struct S3Client: Sendable {
         return server.map { " (the server's time is \($0), this machine's \(Date()))" } ?? ""
     }
 
-    static func describe(_ local: S3LocalFailure) -> DriveError {
+    static func describe(_ local: S3LocalFailure) -> RemoteError {
         switch local {
         case .shortRead(let n):
-            return DriveError(.changedDuringUpload, "The file got shorter during its upload (after \(n) bytes); it will be uploaded again.")
+            return RemoteError(.sourceChanged, "The file got shorter during its upload (after \(n) bytes); it will be uploaded again.")
         case .read(let e):
-            return DriveError(.io, "Cannot read the file to upload: \(String(cString: strerror(e))).")
+            return RemoteError(.io, "Cannot read the file to upload: \(String(cString: strerror(e))).")
         case .write(let e):
-            return DriveError.io("Cannot write the downloaded file", Errno(rawValue: e))
+            return RemoteError.io("Cannot write the downloaded file", Errno(rawValue: e))
         }
     }
 

@@ -16,21 +16,21 @@ extension SigV4.Credentials {
     ///     `default`.
     /// Errors name the file and the variable, never a key.
     public static func load(credentialsFile: String?, environment: [String: String] = Tunables.processEnvironment,
-                            home: String = NSHomeDirectory()) throws(DriveError) -> SigV4.Credentials {
+                            home: String = NSHomeDirectory()) throws(RemoteError) -> SigV4.Credentials {
         let profile = environment["AWS_PROFILE"].flatMap { $0.isEmpty ? nil : $0 } ?? "default"
         if let file = credentialsFile {
             var st = stat()
             guard stat(file, &st) == 0 else {
-                throw DriveError(.invalidConfig, "The S3 credentials file \(file) cannot be read: \(Errno(rawValue: errno).readableDescription).")
+                throw RemoteError(.invalidConfig, "The S3 credentials file \(file) cannot be read: \(Errno(rawValue: errno).readableDescription).")
             }
             guard st.st_mode & 0o077 == 0 else {
-                throw DriveError(.invalidConfig, "The S3 credentials file \(file) may be read by others (mode \(String(st.st_mode & 0o777, radix: 8))); run `chmod 600 \(file)` first.")
+                throw RemoteError(.invalidConfig, "The S3 credentials file \(file) may be read by others (mode \(String(st.st_mode & 0o777, radix: 8))); run `chmod 600 \(file)` first.")
             }
             return try fromINI(file, profile: profile)
         }
         if let id = environment["AWS_ACCESS_KEY_ID"], !id.isEmpty {
             guard let secret = environment["AWS_SECRET_ACCESS_KEY"], !secret.isEmpty else {
-                throw DriveError(.invalidConfig, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not; set both (or neither, to use ~/.aws/credentials).")
+                throw RemoteError(.invalidConfig, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not; set both (or neither, to use ~/.aws/credentials).")
             }
             let token = environment["AWS_SESSION_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
             return SigV4.Credentials(accessKeyID: id, secretAccessKey: secret, sessionToken: token)
@@ -39,13 +39,13 @@ extension SigV4.Credentials {
         if FileManager.default.fileExists(atPath: shared) {
             return try fromINI(shared, profile: profile)
         }
-        throw DriveError(.invalidConfig, "No S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with \(shared), or name a credentials file (mode 0600) in the store's config.")
+        throw RemoteError(.invalidConfig, "No S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with \(shared), or name a credentials file (mode 0600) in the store's config.")
     }
 
     /// Reads one section of an AWS-style credentials file.
-    static func fromINI(_ file: String, profile: String) throws(DriveError) -> SigV4.Credentials {
+    static func fromINI(_ file: String, profile: String) throws(RemoteError) -> SigV4.Credentials {
         guard let data = FileManager.default.contents(atPath: file), let text = String(data: data, encoding: .utf8) else {
-            throw DriveError(.invalidConfig, "The S3 credentials file \(file) cannot be read.")
+            throw RemoteError(.invalidConfig, "The S3 credentials file \(file) cannot be read.")
         }
         var section: String?
         var values = [String: String]()
@@ -65,10 +65,10 @@ extension SigV4.Credentials {
             values[key] = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
         }
         guard found else {
-            throw DriveError(.invalidConfig, "The S3 credentials file \(file) has no profile [\(profile)].")
+            throw RemoteError(.invalidConfig, "The S3 credentials file \(file) has no profile [\(profile)].")
         }
         guard let id = values["aws_access_key_id"], !id.isEmpty, let secret = values["aws_secret_access_key"], !secret.isEmpty else {
-            throw DriveError(.invalidConfig, "The profile [\(profile)] of \(file) lacks aws_access_key_id or aws_secret_access_key.")
+            throw RemoteError(.invalidConfig, "The profile [\(profile)] of \(file) lacks aws_access_key_id or aws_secret_access_key.")
         }
         return SigV4.Credentials(accessKeyID: id, secretAccessKey: secret, sessionToken: values["aws_session_token"].flatMap { $0.isEmpty ? nil : $0 })
     }

@@ -81,30 +81,30 @@ extension S3HeadCache {
     /// Keeps the answers of the file at `path` if it is the file of this remote (`identity`)
     /// and reads whole; returns how many, nil when there is no such file. Throws a sentence for
     /// a file that is there and cannot be used (nothing of it is kept then).
-    package func read(from path: String, identity: String) throws(DriveError) -> Int? {
+    package func read(from path: String, identity: String) throws(RemoteError) -> Int? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return nil }
-            throw DriveError.io("cannot read the S3 answers kept in \(path)", Errno(rawValue: errno))
+            throw RemoteError.io("cannot read the S3 answers kept in \(path)", Errno(rawValue: errno))
         }
         defer { close(fd) }
         var st = stat()
-        let notOurs = DriveError(.io, "\(path) is not a file of kept S3 answers; it is ignored.")
+        let notOurs = RemoteError(.io, "\(path) is not a file of kept S3 answers; it is ignored.")
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size >= Self.fileMagic.count + 32, st.st_size <= 1 << 32 else { throw notOurs }
         var data = [UInt8](repeating: 0, count: Int(st.st_size))
         var got = 0
         while got < data.count {
             let n = data.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + got, $0.count - got) }
             if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw DriveError.io("cannot read the S3 answers kept in \(path)", Errno(rawValue: errno)) }
+            if n < 0 { throw RemoteError.io("cannot read the S3 answers kept in \(path)", Errno(rawValue: errno)) }
             guard n > 0 else { break }
             got += n
         }
-        guard got == data.count else { throw DriveError(.io, "\(path) could not be read whole; it is ignored.") }
+        guard got == data.count else { throw RemoteError(.io, "\(path) could not be read whole; it is ignored.") }
         guard data.prefix(Self.fileMagic.count).elementsEqual(Self.fileMagic) else { throw notOurs }
         let body = data.count - 32
         guard SHA256.hash(data: data[..<body]).elementsEqual(data[body...]) else {
-            throw DriveError(.io, "\(path) is damaged (its checksum differs); it is ignored.")
+            throw RemoteError(.io, "\(path) is damaged (its checksum differs); it is ignored.")
         }
         data.removeLast(32)
         var r = Reader(data: data)
@@ -117,7 +117,7 @@ extension S3HeadCache {
                   let itemID = r.optionalString(), let deviceID = r.optionalString(), let deviceName = r.optionalString(),
                   let origin = r.optionalString(), let parent = r.optionalString(),
                   let hasTime = r.byte(), let time = r.u64(), let hasMode = r.byte(), let mode = r.u64(), mode <= UInt32.max
-            else { throw DriveError(.io, "\(path) is cut short or damaged; it is ignored.") }
+            else { throw RemoteError(.io, "\(path) is cut short or damaged; it is ignored.") }
             let meta = RemoteMeta(itemID: itemID, deviceID: deviceID, deviceName: deviceName,
                                   mtimeNanoseconds: hasTime == 1 ? Int64(bitPattern: time) : nil,
                                   mode: hasMode == 1 ? UInt32(mode) : nil, origin: origin, parent: parent)
@@ -125,7 +125,7 @@ extension S3HeadCache {
                                                upload: upload, modified: modified, answered: answered)))
         }
         guard r.last == 0, r.u64() == UInt64(answers.count), r.atEnd else {
-            throw DriveError(.io, "\(path) is cut short or damaged; it is ignored.")
+            throw RemoteError(.io, "\(path) is cut short or damaged; it is ignored.")
         }
         for (key, head) in answers { keep(head, for: String(decoding: key, as: UTF8.self)) }
         written.store(changes.load(ordering: .relaxed), ordering: .relaxed)

@@ -36,9 +36,9 @@ public struct S3Keys: Sendable {
 
     /// The key of a store path (a folder marker adds "/"); throws a sentence for a path no key
     /// can hold.
-    public func key(_ path: StorePath, folder: Bool = false) throws(DriveError) -> String {
+    public func key(_ path: StorePath, folder: Bool = false) throws(RemoteError) -> String {
         if let p = path.problem {
-            throw DriveError(.invalidName, "The path \(path) cannot be stored: \(p).")
+            throw RemoteError(.invalidName, "The path \(path) cannot be stored: \(p).")
         }
         var key = keyPrefix
         for (i, name) in path.names.enumerated() {
@@ -47,7 +47,7 @@ public struct S3Keys: Sendable {
         }
         if folder { key += "/" }
         if key.utf8.count > Self.maxKeyBytes {
-            throw DriveError(.invalidName, "The path \(path) is too long for S3 (its key would be \(key.utf8.count) bytes; S3 allows \(Self.maxKeyBytes)).")
+            throw RemoteError(.invalidName, "The path \(path) is too long for S3 (its key would be \(key.utf8.count) bytes; S3 allows \(Self.maxKeyBytes)).")
         }
         return key
     }

@@ -16,15 +16,15 @@ extension S3Remote {
     var uploadRecords: String { keys.ownKey(S3Keys.ownFolder + "/uploads/" + device + "/") }
 
     func uploadMultipart(from source: Int32, size: Int64, key: String, path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
-                         limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+                         limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> RemoteItem {
         let what = "upload \(path)"
         // Fail before sending gigabytes when the condition is already false.
         let current = try head(key)
         switch expecting {
         case .absent where current != nil, .version where current == nil:
-            throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) holds another version (another device wrote it).")
+            throw RemoteError(.changed, "Cannot \(what): \(displayName) holds another version (another device wrote it).")
         case .version(let v) where current?.etag != v:
-            throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) holds another version (another device wrote it).")
+            throw RemoteError(.changed, "Cannot \(what): \(displayName) holds another version (another device wrote it).")
         default: break
         }
         retryPendingAborts()
@@ -35,7 +35,7 @@ extension S3Remote {
         let partSize = max(client.settings.partSize, (((size + 9_999) / 10_000 + (1 << 20) - 1) >> 20) << 20)
         let count = Int((size + partSize - 1) / partSize)
         let etags = Locked([String?](repeating: nil, count: count))
-        let failure = Locked<DriveError?>(nil)
+        let failure = Locked<RemoteError?>(nil)
         let sent = Locked<Int64>(0)
         let client = self.client
         let done = DispatchSemaphore(value: 0)
@@ -51,7 +51,7 @@ extension S3Remote {
                     mine += Int64(n)
                     sent.update { $0 += Int64(n) }
                 })
-                do throws(DriveError) {
+                do throws(RemoteError) {
                     let r = try client.send(.PUT, key: key, query: [("partNumber", String(i + 1)), ("uploadId", uploadID)], body: body,
                                             beforeRetry: {
                                                 sent.update { $0 -= mine }
@@ -109,7 +109,7 @@ extension S3Remote {
 
     /// Starts a multipart upload of `key` and records it under `uploadRecords` (the record
     /// first: an upload is never without one); returns the upload id and the record's key.
-    func beginMultipart(key: String, meta: RemoteMeta, token: String, what: String) throws(DriveError) -> (String, String) {
+    func beginMultipart(key: String, meta: RemoteMeta, token: String, what: String) throws(RemoteError) -> (String, String) {
         let record = uploadRecords + token
         let created = try client.send(.POST, key: key, query: [("uploads", "")],
                                       headers: S3Meta.headers(meta, upload: token) + [("Content-Type", "application/octet-stream")])
@@ -163,13 +163,13 @@ extension S3Remote {
 
     /// Starts a multipart upload of `path` and leaves it unfinished, as a crash would (for
     /// tests of `removeStaleUploads`); returns its upload id.
-    public func beginUnfinishedUpload(at path: StorePath) throws(DriveError) -> String {
+    public func beginUnfinishedUpload(at path: StorePath) throws(RemoteError) -> String {
         try beginMultipart(key: try keys.key(path), meta: RemoteMeta(), token: Self.randomToken(), what: "upload \(path)").0
     }
 
     /// The multipart uploads in progress under the store's prefix (ListMultipartUploads),
     /// of every device: keys and upload ids.
-    public func uploadsInProgress() throws(DriveError) -> [(key: String, uploadID: String)] {
+    public func uploadsInProgress() throws(RemoteError) -> [(key: String, uploadID: String)] {
         let r = try client.send(.GET, key: nil, query: [("uploads", ""), ("prefix", keys.keyPrefix)])
         guard r.status == 200 else { throw client.failure(r, "list the unfinished uploads of \(displayName)") }
         return S3XML(r.body).elements("Upload").compactMap { u in
@@ -179,7 +179,7 @@ extension S3Remote {
     }
 
     /// Every key under the store's prefix, as S3 holds it (for tests and tools).
-    public func objectKeys() throws(DriveError) -> [String] {
+    public func objectKeys() throws(RemoteError) -> [String] {
         try listObjects(keyPrefix: keys.keyPrefix).map(\.key)
     }
 
@@ -187,16 +187,16 @@ extension S3Remote {
     /// A multipart upload takes no metadata from its parts' source: the source's
     /// `x-amz-meta-*` (DocDrive's and other tools') and content headers are read first and
     /// given to the new upload, as a single copy keeps them.
-    func copyMultipart(source: String, key: String, etag: String, size: Int64, to: String, what: String) throws(DriveError) {
+    func copyMultipart(source: String, key: String, etag: String, size: Int64, to: String, what: String) throws(RemoteError) {
         if try head(to) != nil {
-            throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) already has an item there (another device made it).")
+            throw RemoteError(.changed, "Cannot \(what): \(displayName) already has an item there (another device made it).")
         }
         let kept = Self.keptHeaders(try readSource(.HEAD, key, etag: etag, what: what))
         let created = try client.send(.POST, key: to, query: [("uploads", "")], headers: kept)
         guard created.status == 200, let uploadID = S3XML(created.body).value("UploadId") else { throw client.failure(created, what) }
         let part = copyPartSize
         var parts = [String]()
-        do throws(DriveError) {
+        do throws(RemoteError) {
             var offset: Int64 = 0
             var n = 1
             while offset < size {

@@ -11,11 +11,11 @@ import Glibc
 extension S3Remote {
     // MARK: Folders, links, deletes, moves
 
-    public func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+    public func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(RemoteError) -> RemoteItem {
         try checkConditionalWrites()
         let key = try keys.key(path, folder: true)
         if try head(keys.key(path)) != nil {
-            throw DriveError(.remoteChanged, "Cannot make the folder \(path): \(displayName) has a file of that name (another device made it).")
+            throw RemoteError(.changed, "Cannot make the folder \(path): \(displayName) has a file of that name (another device made it).")
         }
         if ignoresConditions.load(ordering: .relaxed), let h = try head(key) {
             return RemoteItem(path: path, kind: .folder, version: "", size: 0, meta: h.meta)
@@ -29,7 +29,7 @@ extension S3Remote {
         return RemoteItem(path: path, kind: .folder, version: "", size: 0, meta: meta)
     }
 
-    public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+    public func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(RemoteError) -> RemoteItem {
         let meta = Self.meta(meta, writtenOver: expecting)
         try checkConditionalWrites()
         let key = try keys.key(path)
@@ -42,13 +42,13 @@ extension S3Remote {
                            retried: retried, expecting: expecting, what: "make the link \(path)")
     }
 
-    public func delete(_ path: StorePath, version: String) throws(DriveError) {
+    public func delete(_ path: StorePath, version: String) throws(RemoteError) {
         try checkConditionalWrites()
         if version.isEmpty {
             let key = try keys.key(path, folder: true)
             let inside = try listObjects(keyPrefix: key, limit: 2).filter { !$0.key.utf8.elementsEqual(key.utf8) }
             if !inside.isEmpty {
-                throw DriveError(.remoteChanged, "Cannot delete the folder \(path): it is not empty on \(displayName) (another device put something in it).")
+                throw RemoteError(.changed, "Cannot delete the folder \(path): it is not empty on \(displayName) (another device put something in it).")
             }
             let r = try client.send(.DELETE, key: key)
             guard r.status == 204 || r.status == 200 || r.status == 404 else { throw client.failure(r, "delete the folder \(path)") }
@@ -59,10 +59,10 @@ extension S3Remote {
     }
 
     /// DELETE if the object is still `etag`; gone already is fine.
-    func deleteObject(_ key: String, etag: String, what: String) throws(DriveError) {
+    func deleteObject(_ key: String, etag: String, what: String) throws(RemoteError) {
         if !conditionalDelete.load(ordering: .relaxed) {
             guard let h = try head(key) else { return }
-            if h.etag != etag { throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).") }
+            if h.etag != etag { throw RemoteError(.changed, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).") }
         }
         let r = try client.send(.DELETE, key: key, headers: [("If-Match", "\"\(etag)\"")])
         switch r.status {
@@ -76,15 +76,15 @@ extension S3Remote {
         }
     }
 
-    public func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem {
+    public func move(_ from: StorePath, version: String, to: StorePath) throws(RemoteError) -> RemoteItem {
         try checkConditionalWrites()
         if version.isEmpty {
             let fromKey = try keys.key(from, folder: true)
             let toKey = try keys.key(to, folder: true)
             let objects = try listObjects(keyPrefix: fromKey)
-            if objects.isEmpty { throw DriveError(.notFound, "There is no folder \(from) on \(displayName).") }
+            if objects.isEmpty { throw RemoteError(.notFound, "There is no folder \(from) on \(displayName).") }
             if try item(at: to) != nil {
-                throw DriveError(.remoteChanged, "Cannot move \(from) to \(to): \(displayName) already has an item there (another device made it).")
+                throw RemoteError(.changed, "Cannot move \(from) to \(to): \(displayName) already has an item there (another device made it).")
             }
             // Copy everything first, then delete: a move cut short leaves copies, never a loss.
             for o in objects {
@@ -99,15 +99,15 @@ extension S3Remote {
         let fromKey = try keys.key(from)
         let toKey = try keys.key(to)
         guard let source = try head(fromKey) else {
-            throw DriveError(.remoteChanged, "Cannot move \(from): it was deleted on \(displayName) meanwhile.")
+            throw RemoteError(.changed, "Cannot move \(from): it was deleted on \(displayName) meanwhile.")
         }
         if source.etag != version {
-            throw DriveError(.remoteChanged, "Cannot move \(from): it changed on \(displayName) meanwhile (another device wrote it).")
+            throw RemoteError(.changed, "Cannot move \(from): it changed on \(displayName) meanwhile (another device wrote it).")
         }
         try copyObject(fromKey, etag: version, size: source.size, to: toKey, what: "move \(from) to \(to)")
         do {
             try deleteObject(fromKey, etag: version, what: "move \(from) to \(to)")
-        } catch where error.code == .remoteChanged {
+        } catch where error.code == .changed {
             // Changed at its old path meanwhile (another device wrote it): the copy goes again,
             // or the remote would hold one item (one id) twice. Not moved.
             // (A copy in parts has an ETag of its own.)
@@ -116,19 +116,19 @@ extension S3Remote {
             throw error
         }
         guard let h = try head(toKey) else {
-            throw DriveError(.remoteChanged, "Moved \(from) to \(to), but another device deleted it there at once.")
+            throw RemoteError(.changed, "Moved \(from) to \(to), but another device deleted it there at once.")
         }
         return RemoteItem(path: to, kind: h.link ? .symlink : .file, version: h.etag, size: h.size, meta: h.meta)
     }
 
-    public func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
+    public func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(RemoteError) -> RemoteItem {
         try checkConditionalWrites()
         let key = try keys.key(path)
         guard let h = try head(key), h.etag == version else {
-            throw DriveError(.remoteChanged, "\(path) changed on \(displayName) since this device last saw it.")
+            throw RemoteError(.changed, "\(path) changed on \(displayName) since this device last saw it.")
         }
         guard h.size <= S3Settings.partSizeRange.upperBound else {
-            throw DriveError(.busy, "\(path) is too large to be given new metadata by a copy onto itself.")
+            throw RemoteError(.unsupported, "\(path) is too large to be given new metadata by a copy onto itself.")
         }
         // A copy onto itself with new metadata: the bytes (and, for an object written in one
         // piece, the ETag) stay.
@@ -148,14 +148,14 @@ extension S3Remote {
                                                               ("x-amz-metadata-directive", "REPLACE"), ("Content-Type", "application/octet-stream")]
                                       + S3Meta.headers(m, link: h.link, upload: h.upload))
             if r.status == 412 || r.status == 404 || r.status == 409 {
-                throw DriveError(.remoteChanged, "\(path) changed on \(displayName) since this device last saw it.")
+                throw RemoteError(.changed, "\(path) changed on \(displayName) since this device last saw it.")
             }
             guard r.status == 200, S3XML(r.body).rootName != "Error" else {
                 throw client.failure(r.status == 200 ? S3Response(status: 500, headers: r.headers, body: r.body) : r, what)
             }
         }
         guard let now = try head(key) else {
-            throw DriveError(.remoteChanged, "\(path) was deleted on \(displayName) meanwhile.")
+            throw RemoteError(.changed, "\(path) was deleted on \(displayName) meanwhile.")
         }
         return RemoteItem(path: path, kind: now.link ? .symlink : .file, version: now.etag, size: now.size, meta: now.meta)
     }
@@ -170,7 +170,7 @@ extension S3Remote {
     /// Copy of `key` (if still `etag`) to `to`, where nothing may be; metadata goes along.
     /// Small files are read and written anew (`copyByRewriteLimit`), the others copied on the
     /// server, those over 5 GiB in parts.
-    func copyObject(_ key: String, etag: String, size: Int64, to: String, what: String) throws(DriveError) {
+    func copyObject(_ key: String, etag: String, size: Int64, to: String, what: String) throws(RemoteError) {
         try precheck(to, .absent, what: what)
         if key.utf8.last != UInt8(ascii: "/"), size <= Self.copyByRewriteLimit {
             return try rewriteObject(key, etag: etag, to: to, what: what)
@@ -193,7 +193,7 @@ extension S3Remote {
         if r.status == 200, S3XML(r.body).rootName != "Error" { return }
         // A retried copy whose first attempt landed: the target holds the source's version.
         if retried, r.status == 412 || r.status == 409, let h = try head(to), h.etag == etag { return }
-        if r.status == 404 { throw DriveError(.remoteChanged, "Cannot \(what): the source was deleted on \(displayName) meanwhile.") }
+        if r.status == 404 { throw RemoteError(.changed, "Cannot \(what): the source was deleted on \(displayName) meanwhile.") }
         if r.status == 200 { throw client.failure(S3Response(status: 500, headers: r.headers, body: r.body), what) }
         throw client.failure(r, what)
     }
@@ -202,12 +202,12 @@ extension S3Remote {
     static let contentHeaders: Set<String> = ["content-type", "content-encoding", "content-language", "content-disposition", "cache-control", "expires"]
 
     /// The source `key` of a copy, read (GET) or looked at (HEAD) if it is still `etag`.
-    func readSource(_ method: HTTPMethod, _ key: String, etag: String, what: String) throws(DriveError) -> S3Response {
+    func readSource(_ method: HTTPMethod, _ key: String, etag: String, what: String) throws(RemoteError) -> S3Response {
         let r = try client.send(method, key: key, headers: [("If-Match", "\"\(etag)\"")])
         switch r.status {
         case 200: return r
-        case 404: throw DriveError(.remoteChanged, "Cannot \(what): the source was deleted on \(displayName) meanwhile.")
-        case 412: throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
+        case 404: throw RemoteError(.changed, "Cannot \(what): the source was deleted on \(displayName) meanwhile.")
+        case 412: throw RemoteError(.changed, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
         default: throw client.failure(r, what)
         }
     }
@@ -226,7 +226,7 @@ extension S3Remote {
     /// if it is still `etag` (`reassign`). Both writes are conditional PutObjects, which exclude
     /// a save or create of another device made at the same moment; a server-side copy does not.
     private func rewriteObject(_ key: String, etag: String, to: String, meta: [(String, String)]? = nil,
-                               what: String) throws(DriveError) {
+                               what: String) throws(RemoteError) {
         let got = try readSource(.GET, key, etag: etag, what: what)
         // New metadata replaces DocDrive's own fields only.
         var kept = Self.keptHeaders(got)
@@ -247,7 +247,7 @@ extension S3Remote {
         if retried, r.status == 412 || r.status == 409, let h = try head(to), h.size == Int64(got.body.count),
            h.meta.itemID == written { return }
         if to == key, r.status == 412 || r.status == 404 {
-            throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
+            throw RemoteError(.changed, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
         }
         throw client.failure(r, what)
     }

@@ -12,7 +12,7 @@ extension S3Remote {
     // MARK: Reading
 
     public func download(_ path: StorePath, version: String?, to out: Int32,
-                         progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+                         progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> RemoteItem {
         let key = try keys.key(path)
         var written: Int64 = 0
         var pinned = version
@@ -26,7 +26,7 @@ extension S3Remote {
             if let pinned { headers.append(("If-Match", "\"\(pinned)\"")) }
             if written > 0 { headers.append(("Range", "bytes=\(written)-")) }
             let resumeAt = written
-            do throws(DriveError) {
+            do throws(RemoteError) {
                 let r = try client.send(.GET, key: key, headers: headers, sink: { head, buffer in
                     if responseHead == nil || (head.status.code == 200 && resumeAt > 0 && written == resumeAt) {
                         // The first bytes of an answer: a 200 to a ranged request starts over.
@@ -51,11 +51,11 @@ extension S3Remote {
                 case 200, 206:
                     if responseHead == nil { responseHead = HTTPResponseHead(version: .http1_1, status: .ok, headers: r.headers) }
                 case 404 where pinned != nil && version == nil:
-                    throw DriveError(.remoteChanged, "\(path) changed on \(displayName) during its download.")
+                    throw RemoteError(.changed, "\(path) changed on \(displayName) during its download.")
                 case 404:
-                    throw DriveError(.notFound, "There is no \(path) on \(displayName).")
+                    throw RemoteError(.notFound, "There is no \(path) on \(displayName).")
                 case 412, 304:
-                    throw DriveError(.remoteChanged, "\(path) on \(displayName) is no longer the version asked for (another device changed it).")
+                    throw RemoteError(.changed, "\(path) on \(displayName) is no longer the version asked for (another device changed it).")
                 case 416 where written > 0 && written == total:
                     break
                 default:
@@ -71,7 +71,7 @@ extension S3Remote {
             }
         }
         if total >= 0 && written != total {
-            throw DriveError(.io, "The download of \(path) from \(displayName) ended after \(written) of \(total) bytes.")
+            throw RemoteError(.io, "The download of \(path) from \(displayName) ended after \(written) of \(total) bytes.")
         }
         // Cut to what came (a placeholder filled in place may have been longer); a file that
         // has that size already is left alone (a truncate is a change: an event, a new ctime).
@@ -95,7 +95,7 @@ extension S3Remote {
     // MARK: Writing
 
     public func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
-                       limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
+                       limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> RemoteItem {
         let meta = Self.meta(meta, writtenOver: expecting)
         let key = try keys.key(path)
         try checkConditionalWrites()
@@ -130,10 +130,10 @@ extension S3Remote {
         return m
     }
 
-    /// The item a write made, from its answer; a refused condition is `.remoteChanged`, unless
+    /// The item a write made, from its answer; a refused condition is `.changed`, unless
     /// a retried request finds its own earlier attempt's object there (same upload token).
     func written(_ r: S3Response, key: String, path: StorePath, kind: SyncEntry.Kind, size: Int64, meta: RemoteMeta,
-                 token: String?, retried: Bool, expecting: RemoteExpectation, what: String) throws(DriveError) -> RemoteItem {
+                 token: String?, retried: Bool, expecting: RemoteExpectation, what: String) throws(RemoteError) -> RemoteItem {
         switch r.status {
         case 200:
             // A completed multipart upload gives its ETag in the body.
@@ -149,7 +149,7 @@ extension S3Remote {
             }
             throw client.failure(r, what)
         case 404 where expecting != .absent:
-            throw DriveError(.remoteChanged, "Cannot \(what): it was deleted on \(displayName) meanwhile (by another device).")
+            throw RemoteError(.changed, "Cannot \(what): it was deleted on \(displayName) meanwhile (by another device).")
         default:
             throw client.failure(r, what)
         }

@@ -113,11 +113,11 @@ public final class S3Remote: Remote, Sendable {
 
     /// The remote of a store's settings, with credentials from where `SigV4.Credentials.load`
     /// looks.
-    public convenience init(settings: S3Settings, device: String, answersFile: String? = nil) throws(DriveError) {
+    public convenience init(settings: S3Settings, device: String, answersFile: String? = nil) throws(RemoteError) {
         let file = settings.credentialsFile
         let credentials = try SigV4.Credentials.load(credentialsFile: file)
         self.init(client: try S3Client(settings: settings, credentials: credentials,
-                                       reload: { () throws(DriveError) in try SigV4.Credentials.load(credentialsFile: file) }),
+                                       reload: { () throws(RemoteError) in try SigV4.Credentials.load(credentialsFile: file) }),
                   device: device, answersFile: answersFile)
     }
 
@@ -131,7 +131,7 @@ public final class S3Remote: Remote, Sendable {
 
     /// Takes the HEAD answers kept by the last run (before the first listing); returns how
     /// many, nil when there were none. A file that cannot be used throws its sentence.
-    public func loadKeptAnswers() throws(DriveError) -> Int? {
+    public func loadKeptAnswers() throws(RemoteError) -> Int? {
         guard let answersFile else { return nil }
         return try heads.read(from: answersFile, identity: answersIdentity)
     }
@@ -150,32 +150,32 @@ public final class S3Remote: Remote, Sendable {
 
     /// Throws a sentence unless the bucket answers to these credentials.
     /// Whether the store's prefix holds anything but DocDrive's own keys (a look at a few keys).
-    public func holdsDocuments() throws(DriveError) -> Bool {
+    public func holdsDocuments() throws(RemoteError) -> Bool {
         let own = [keys.ownKey(S3Keys.markerName), keys.ownKey(S3Keys.ownFolder + "/")]
         return try listObjects(keyPrefix: keys.keyPrefix, limit: 5).contains { item in
             !own.contains { item.key == $0 || ($0.hasSuffix("/") && item.key.hasPrefix($0)) }
         }
     }
 
-    public func checkBucket() throws(DriveError) {
+    public func checkBucket() throws(RemoteError) {
         let r = try client.send(.GET, key: nil, query: [("list-type", "2"), ("max-keys", "1"), ("prefix", keys.keyPrefix)])
         guard r.status == 200 else { throw client.failure(r, "list \(displayName)") }
     }
 
-    public func checkReachable() throws(DriveError) {
+    public func checkReachable() throws(RemoteError) {
         let r = try client.send(.HEAD, key: keys.ownKey(S3Keys.markerName))
         if r.status == 200 { return }
         if r.status == 404 {
             // A HEAD has no body: tell a missing bucket from a missing marker.
             try checkBucket()
-            throw DriveError(.unreachable, "\(displayName) is not the store's (no \(S3Keys.markerName) in it); add the store with `docdrive store add` first.")
+            throw RemoteError(.unreachable, "\(displayName) is not the store's (no \(S3Keys.markerName) in it); add the store with `docdrive store add` first.")
         }
         throw client.failure(r, "reach \(displayName)")
     }
 
     /// Writes the marker (at `store add`); one that is there already (another device made the
     /// store) is kept: this device joins the store.
-    public func writeMarker(store: String) throws(DriveError) {
+    public func writeMarker(store: String) throws(RemoteError) {
         let r = try client.send(.PUT, key: keys.ownKey(S3Keys.markerName), headers: [("If-None-Match", "*")],
                                 body: .bytes(Array("DocDrive store \(store)\n".utf8)))
         if r.status == 200 || r.status == 412 || r.status == 409 { return }
@@ -187,7 +187,7 @@ public final class S3Remote: Remote, Sendable {
     /// be refused the second time, and a replace with `If-Match` on a wrong ETag too. Also
     /// finds out whether DELETE honours `If-Match` (returned; used from now on).
     @discardableResult
-    public func probeConditionalWrites() throws(DriveError) -> S3Capabilities {
+    public func probeConditionalWrites() throws(RemoteError) -> S3Capabilities {
         let key = keys.ownKey(S3Keys.ownFolder + "/probe-\(device)-\(Self.randomToken())")
         let body = S3Body.bytes(Array("DocDrive probe\n".utf8))
         defer { _ = try? client.send(.DELETE, key: key) }
@@ -215,9 +215,9 @@ public final class S3Remote: Remote, Sendable {
 
     /// A server that ignores conditional writes: refused, unless the store accepts the weaker
     /// mode, in which every write checks the version with a HEAD first.
-    private func unconditional(_ what: String) throws(DriveError) -> S3Capabilities {
+    private func unconditional(_ what: String) throws(RemoteError) -> S3Capabilities {
         guard client.settings.checkedWrites else {
-            throw DriveError(.unsupported, "The S3 server at \(client.endpointName) ignores \(what), so two devices could overwrite each other's changes; DocDrive refuses to use it unless the store is added with --accept-unconditional-writes (a weaker mode, see the README).")
+            throw RemoteError(.unsupported, "The S3 server at \(client.endpointName) ignores \(what), so two devices could overwrite each other's changes; DocDrive refuses to use it unless the store is added with --accept-unconditional-writes (a weaker mode, see the README).")
         }
         ignoresConditions.store(true, ordering: .relaxed)
         conditionalDelete.store(false, ordering: .relaxed)
@@ -226,18 +226,18 @@ public final class S3Remote: Remote, Sendable {
     }
 
     /// Before a write to a server that ignores conditions (see `ignoresConditions`): throws
-    /// `.remoteChanged` unless `key` is what `expecting` says. A no-op on a server that honours
+    /// `.changed` unless `key` is what `expecting` says. A no-op on a server that honours
     /// conditions, where the write itself carries them.
-    func precheck(_ key: String, _ expecting: RemoteExpectation, what: String) throws(DriveError) {
+    func precheck(_ key: String, _ expecting: RemoteExpectation, what: String) throws(RemoteError) {
         guard ignoresConditions.load(ordering: .relaxed) else { return }
         let current = try head(key)
         switch expecting {
         case .absent where current != nil:
-            throw DriveError(.remoteChanged, "Cannot \(what): \(displayName) has an item there already (another device made it).")
+            throw RemoteError(.changed, "Cannot \(what): \(displayName) has an item there already (another device made it).")
         case .version where current == nil:
-            throw DriveError(.remoteChanged, "Cannot \(what): it was deleted on \(displayName) meanwhile (by another device).")
+            throw RemoteError(.changed, "Cannot \(what): it was deleted on \(displayName) meanwhile (by another device).")
         case .version(let v) where current?.etag != v:
-            throw DriveError(.remoteChanged, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
+            throw RemoteError(.changed, "Cannot \(what): it changed on \(displayName) meanwhile (another device wrote it).")
         default: return
         }
     }
@@ -245,7 +245,7 @@ public final class S3Remote: Remote, Sendable {
     /// Probes the server before this process's first write: one thread probes, the others wait
     /// for it (a probe that fails leaves the next one to probe again). Throws what the probe
     /// throws: a server that stopped honouring conditional writes gets no write.
-    func checkConditionalWrites() throws(DriveError) {
+    func checkConditionalWrites() throws(RemoteError) {
         while !probed.load(ordering: .acquiring) {
             if probing.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged {
                 defer { probing.store(false, ordering: .releasing) }
@@ -259,12 +259,12 @@ public final class S3Remote: Remote, Sendable {
 
     // MARK: Listing
 
-    public func list() throws(DriveError) -> [RemoteItem] { try list(metadata: true) }
+    public func list() throws(RemoteError) -> [RemoteItem] { try list(metadata: true) }
 
     /// Every item of the store. With `metadata`, each file's metadata and kind (file or link)
     /// come from a HEAD unless this (key, ETag) was seen before; without, files are `.file`
     /// with the metadata known so far.
-    public func list(metadata: Bool) throws(DriveError) -> [RemoteItem] {
+    public func list(metadata: Bool) throws(RemoteError) -> [RemoteItem] {
         let listing = try listQuickly()
         return metadata ? try complete(listing) : listing.items
     }
@@ -272,14 +272,14 @@ public final class S3Remote: Remote, Sendable {
     /// The keys alone (a request per thousand): what a HEAD answered before for the same key,
     /// ETag and second is taken from memory; every other object (and folder marker) is pending,
     /// with the listing's `LastModified` as its time.
-    public func listQuickly() throws(DriveError) -> RemoteListing { try listQuickly(pages: { _, _ in }) }
+    public func listQuickly() throws(RemoteError) -> RemoteListing { try listQuickly(pages: { _, _ in }) }
 
     /// `listQuickly`, handing the items of each page of the listing (with the folders its keys
     /// imply, not handed before) to `page` while the next page comes, with those of them that
     /// are pending. A key of a later page may still make a file handed over a folder (a folder
     /// wins over a file of the same name), and a folder handed over as implied may have its
     /// marker (its metadata) in a later page: the listing returned is what counts.
-    public func listQuickly(pages page: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(DriveError) -> RemoteListing {
+    public func listQuickly(pages page: (_ items: [RemoteItem], _ pending: Set<StorePath>) -> Void) throws(RemoteError) -> RemoteListing {
         // The items in one array, found by path through their place in it (a map of the items
         // themselves and then a sorted copy of its values held every item twice at the end).
         let expected = lastListed.load(ordering: .relaxed)
@@ -354,7 +354,7 @@ public final class S3Remote: Remote, Sendable {
     /// time: each part's answers go into the items before the next part is asked for, so that
     /// no second map of every answer is held beside `heads` (a store of 100,000 items just
     /// joined: about 25 MB).
-    public func complete(_ listing: consuming RemoteListing) throws(DriveError) -> [RemoteItem] {
+    public func complete(_ listing: consuming RemoteListing) throws(RemoteError) -> [RemoteItem] {
         if listing.lookups.isEmpty { return listing.items }
         var items = listing.items
         listing.items = []  // so that `items` is the only reference (written in place, not copied)
@@ -366,10 +366,10 @@ public final class S3Remote: Remote, Sendable {
             }
             from += part.count
             let found = Locked<[Int: Head]>([:])
-            let failure = Locked<DriveError?>(nil)
+            let failure = Locked<RemoteError?>(nil)
             S3Parallel.forEach(part.count, width: 16) { j in
                 if failure.value != nil { return }
-                do throws(DriveError) {
+                do throws(RemoteError) {
                     // Kept with the listing's time: the next listing compares with that.
                     if let h = try self.head(part[j].1.key, listedModified: part[j].1.modified) {
                         found.update { $0[part[j].0] = h }
@@ -432,9 +432,9 @@ public final class S3Remote: Remote, Sendable {
 
     /// Every object under `keyPrefix`, page by page (ListObjectsV2), each page handed to
     /// `page` (on the calling thread) while the next one is asked for on another thread.
-    func listObjects(keyPrefix: String, pages page: ([Listed]) -> Void) throws(DriveError) {
+    func listObjects(keyPrefix: String, pages page: ([Listed]) -> Void) throws(RemoteError) {
         // Pages fetched and not yet handed over (at most 4 ahead), the fetch's end or failure.
-        struct Ahead: Sendable { var pages = [[Listed]](); var done = false; var failure: DriveError? }
+        struct Ahead: Sendable { var pages = [[Listed]](); var done = false; var failure: RemoteError? }
         let ahead = Locked(Ahead())
         let ready = DispatchSemaphore(value: 0)
         let room = DispatchSemaphore(value: 4)
@@ -442,7 +442,7 @@ public final class S3Remote: Remote, Sendable {
         let owner = CrashGuard.currentStore
         let fetcher = Thread { [self] in
             CrashGuard.working(for: owner)
-            do throws(DriveError) {
+            do throws(RemoteError) {
                 var token: String?
                 repeat {
                     room.wait()
@@ -463,7 +463,7 @@ public final class S3Remote: Remote, Sendable {
         defer { stop.update { $0 = true }; room.signal() }
         while true {
             ready.wait()
-            let (got, done, failure) = ahead.update { a -> ([[Listed]], Bool, DriveError?) in
+            let (got, done, failure) = ahead.update { a -> ([[Listed]], Bool, RemoteError?) in
                 let out = (a.pages, a.done, a.failure)
                 a.pages.removeAll()
                 return out
@@ -478,7 +478,7 @@ public final class S3Remote: Remote, Sendable {
     }
 
     /// One page of a listing and the token of the next (nil after the last).
-    private func listPage(keyPrefix: String, token: String?, maxKeys: Int) throws(DriveError) -> ([Listed], String?) {
+    private func listPage(keyPrefix: String, token: String?, maxKeys: Int) throws(RemoteError) -> ([Listed], String?) {
         var out = [Listed]()
         var query = [("list-type", "2"), ("prefix", keyPrefix), ("encoding-type", "url"), ("max-keys", String(maxKeys))]
         if let token { query.append(("continuation-token", token)) }
@@ -496,7 +496,7 @@ public final class S3Remote: Remote, Sendable {
     }
 
     /// Every object under `keyPrefix`, page by page (ListObjectsV2).
-    func listObjects(keyPrefix: String, limit: Int? = nil) throws(DriveError) -> [Listed] {
+    func listObjects(keyPrefix: String, limit: Int? = nil) throws(RemoteError) -> [Listed] {
         var out = [Listed]()
         var token: String?
         repeat {
@@ -508,7 +508,7 @@ public final class S3Remote: Remote, Sendable {
         return out
     }
 
-    public func item(at path: StorePath) throws(DriveError) -> RemoteItem? {
+    public func item(at path: StorePath) throws(RemoteError) -> RemoteItem? {
         let key = try keys.key(path)
         if let h = try head(key) {
             return RemoteItem(path: path, kind: h.link ? .symlink : .file, version: h.etag, size: h.size, meta: h.meta)
@@ -523,7 +523,7 @@ public final class S3Remote: Remote, Sendable {
 
     /// HEAD of a key: nil when there is no object. The answer is kept with `listedModified`
     /// (the time a listing gave) when there is one, else with the answer's own time.
-    func head(_ key: String, listedModified: String? = nil) throws(DriveError) -> Head? {
+    func head(_ key: String, listedModified: String? = nil) throws(RemoteError) -> Head? {
         headCount.add(1, ordering: .relaxed)
         let r = try client.send(.HEAD, key: key)
         if r.status == 404 { return nil }

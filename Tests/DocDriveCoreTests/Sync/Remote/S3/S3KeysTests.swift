@@ -77,7 +77,7 @@ final class S3KeysTests: XCTestCase {
     func testPathsNoKeyCanHoldAreOneSentence() {
         let long = StorePath(String(repeating: "abcdefghij/", count: 100) + "x")
         XCTAssertThrowsError(try keys.key(long)) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .invalidName)
+            XCTAssertEqual((e as? RemoteError)?.code, .invalidName)
             XCTAssertTrue("\(e)".contains("too long for S3"), "\(e)")
         }
     }

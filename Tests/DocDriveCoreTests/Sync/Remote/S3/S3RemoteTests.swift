@@ -68,9 +68,9 @@ final class S3RemoteTests: XCTestCase {
         return (item, Array(FileManager.default.contents(atPath: p) ?? Data()))
     }
 
-    func assertCode(_ code: DriveError.Code, _ body: () throws -> Void, file: StaticString = #filePath, line: UInt = #line) {
+    func assertCode(_ code: RemoteError.Code, _ body: () throws -> Void, file: StaticString = #filePath, line: UInt = #line) {
         XCTAssertThrowsError(try body(), file: file, line: line) { e in
-            XCTAssertEqual((e as? DriveError)?.code, code, "\(e)", file: file, line: line)
+            XCTAssertEqual((e as? RemoteError)?.code, code, "\(e)", file: file, line: line)
         }
     }
 
@@ -88,7 +88,7 @@ final class S3RemoteTests: XCTestCase {
         let meta = RemoteMeta(itemID: "id-1", deviceID: "dev", deviceName: "Zoë", mtimeNanoseconds: 1_700_000_000_000_000_001, mode: 0o640)
         let first = try put(r, "a.txt", "one", meta: meta)
         XCTAssertFalse(first.version.isEmpty)
-        assertCode(.remoteChanged) { _ = try put(r, "a.txt", "two") }
+        assertCode(.changed) { _ = try put(r, "a.txt", "two") }
         let (item, bytes) = try get(r, "a.txt")
         XCTAssertEqual(bytes, Array("one".utf8))
         XCTAssertEqual(item.version, first.version)
@@ -108,13 +108,13 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertEqual(v2.meta.parent, v1.version)
         XCTAssertEqual(try makeRemote(prefix: r.keys.prefix).item(at: "doc.md")?.meta.parent, v1.version)
         // Device B still thinks v1 is there.
-        assertCode(.remoteChanged) { _ = try put(r, "doc.md", "version 2 from device B", expecting: .version(v1.version)) }
+        assertCode(.changed) { _ = try put(r, "doc.md", "version 2 from device B", expecting: .version(v1.version)) }
         XCTAssertEqual(try get(r, "doc.md").1, Array("version 2 from device A".utf8))
         // A download of a version that is gone says so.
-        assertCode(.remoteChanged) { _ = try get(r, "doc.md", version: v1.version) }
+        assertCode(.changed) { _ = try get(r, "doc.md", version: v1.version) }
         // A replace of something deleted meanwhile is refused too.
         try r.delete("doc.md", version: v2.version)
-        assertCode(.remoteChanged) { _ = try put(r, "doc.md", "again", expecting: .version(v2.version)) }
+        assertCode(.changed) { _ = try put(r, "doc.md", "again", expecting: .version(v2.version)) }
         assertCode(.notFound) { _ = try get(r, "doc.md") }
     }
 
@@ -122,7 +122,7 @@ final class S3RemoteTests: XCTestCase {
         let r = try makeRemote()
         let v1 = try put(r, "x", "1")
         let v2 = try put(r, "x", "22", expecting: .version(v1.version))
-        assertCode(.remoteChanged) { try r.delete("x", version: v1.version) }
+        assertCode(.changed) { try r.delete("x", version: v1.version) }
         XCTAssertEqual(try r.item(at: "x")?.version, v2.version)
         try r.delete("x", version: v2.version)
         XCTAssertNil(try r.item(at: "x"))
@@ -130,7 +130,7 @@ final class S3RemoteTests: XCTestCase {
         // A folder goes only when empty.
         _ = try r.makeFolder("f", meta: RemoteMeta())
         let inside = try put(r, "f/in", "i")
-        assertCode(.remoteChanged) { try r.delete("f", version: "") }
+        assertCode(.changed) { try r.delete("f", version: "") }
         try r.delete("f/in", version: inside.version)
         try r.delete("f", version: "")
         XCTAssertNil(try r.item(at: "f"))
@@ -163,9 +163,9 @@ final class S3RemoteTests: XCTestCase {
         XCTAssertEqual(moved.meta.itemID, "ida", "the metadata moves along")
         XCTAssertNil(try r.item(at: "a.txt"))
         // A stale version is not moved; nor onto something that is there.
-        assertCode(.remoteChanged) { _ = try r.move("b.txt", version: a.version + "0", to: "c.txt") }
+        assertCode(.changed) { _ = try r.move("b.txt", version: a.version + "0", to: "c.txt") }
         let c = try put(r, "c.txt", "C")
-        assertCode(.remoteChanged) { _ = try r.move("b.txt", version: moved.version, to: "c.txt") }
+        assertCode(.changed) { _ = try r.move("b.txt", version: moved.version, to: "c.txt") }
         XCTAssertEqual(try get(r, "c.txt").1, Array("C".utf8))
         _ = c
         // A folder moves with everything in it, including folders only implied by keys.
@@ -173,7 +173,7 @@ final class S3RemoteTests: XCTestCase {
         _ = try put(r, "D/one", "1")
         _ = try put(r, "D/sub/two", "2")
         _ = try put(r, "Taken/x", "x")
-        assertCode(.remoteChanged) { _ = try r.move("D", version: "", to: "Taken") }
+        assertCode(.changed) { _ = try r.move("D", version: "", to: "Taken") }
         XCTAssertEqual(try r.objectKeys().filter { $0.hasPrefix(r.keys.keyPrefix + "Taken/") }, [r.keys.keyPrefix + "Taken/x"], "nothing was copied")
         try r.delete("Taken/x", version: try XCTUnwrap(try r.item(at: "Taken/x")).version)
         _ = try r.move("D", version: "", to: "E")
@@ -212,7 +212,7 @@ final class S3RemoteTests: XCTestCase {
             XCTAssertEqual(m.mode, 0o640)
         }
         // a move of a version that is not the object's any more is refused, nothing copied
-        assertCode(.remoteChanged) { _ = try r.move("F/moved.bin", version: a.version, to: "G/again.bin") }
+        assertCode(.changed) { _ = try r.move("F/moved.bin", version: a.version, to: "G/again.bin") }
         XCTAssertNil(try r.item(at: "G/again.bin"))
     }
 
@@ -275,7 +275,7 @@ final class S3RemoteTests: XCTestCase {
         // a version that is not the object's any more is refused
         _ = try put(r, "page.html", "<p>saved since</p>\n", expecting: .version(after.version), meta: RemoteMeta(itemID: "new-id"))
         XCTAssertThrowsError(try r.reassign("page.html", version: after.version, meta: RemoteMeta(itemID: "other"))) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .remoteChanged, "\(e)")
+            XCTAssertEqual((e as? RemoteError)?.code, .changed, "\(e)")
         }
         XCTAssertEqual(try get(r, "page.html").1, Array("<p>saved since</p>\n".utf8))
     }
@@ -426,7 +426,7 @@ final class S3RemoteTests: XCTestCase {
             try bytes.write(to: URL(fileURLWithPath: file))
             let d = try device()
             XCTAssertThrowsError(try d.loadKeptAnswers(), what) { e in
-                XCTAssertTrue((e as? DriveError)?.message.contains(file) == true, "\(what): \(e)")
+                XCTAssertTrue((e as? RemoteError)?.message.contains(file) == true, "\(what): \(e)")
             }
             _ = try d.listQuickly()
             XCTAssertEqual(d.headsSent, 0)
@@ -578,7 +578,7 @@ final class S3RemoteTests: XCTestCase {
         let start = Date()
         var seen: Int64 = 0
         XCTAssertThrowsError(try r.download("w.bin", version: nil, to: ro) { done, _ in seen = done }) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .io, "\(e)")
+            XCTAssertEqual((e as? RemoteError)?.code, .io, "\(e)")
             XCTAssertTrue("\(e)".contains("Cannot write the downloaded file"), "\(e)")
         }
         XCTAssertEqual(seen, 0, "no byte was written")
@@ -611,7 +611,7 @@ final class S3RemoteTests: XCTestCase {
         let r = try makeRemote(secret: wrong)
         XCTAssertThrowsError(try r.checkBucket()) { e in
             let text = "\(e)"
-            XCTAssertEqual((e as? DriveError)?.code, .unreachable)
+            XCTAssertEqual((e as? RemoteError)?.code, .unreachable)
             XCTAssertTrue(text.contains("refused the secret key"), text)
             XCTAssertFalse(text.contains(wrong), "the secret is in the sentence")
             XCTAssertFalse(text.contains(Self.env["AWS_ACCESS_KEY_ID"] ?? "-"), "the key id is in the sentence")
@@ -644,7 +644,7 @@ final class S3RemoteTests: XCTestCase {
         client.now = { Date().addingTimeInterval(3 * 3600) }
         let r = S3Remote(client: client, device: "d")
         XCTAssertThrowsError(try r.checkBucket()) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .unreachable)
+            XCTAssertEqual((e as? RemoteError)?.code, .unreachable)
             XCTAssertTrue("\(e)".contains("clock is too far from the S3 server's"), "\(e)")
         }
     }
@@ -666,7 +666,7 @@ final class S3RemoteTests: XCTestCase {
         let down = S3Remote(client: try S3Client(settings: S3Settings(endpoint: "http://127.0.0.1:\(port)", bucket: bucket, pathStyle: true), credentials: c,
                                                  retry: S3RetryPolicy(attempts: 3, baseDelay: 0.01, maxDelay: 0.05)), device: "d")
         XCTAssertThrowsError(try down.list()) { e in
-            XCTAssertEqual((e as? DriveError)?.code, .unreachable)
+            XCTAssertEqual((e as? RemoteError)?.code, .unreachable)
             XCTAssertTrue("\(e)".contains("cannot be reached"), "\(e)")
             XCTAssertTrue("\(e)".contains("3 attempts"), "\(e)")
         }

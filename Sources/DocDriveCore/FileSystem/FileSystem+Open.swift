@@ -193,9 +193,7 @@ extension DriveFileSystem {
 
     public func fill(root: String, path: StorePath, done: @escaping @Sendable (Errno?) -> Void) {
         sync.onDemand.fill(root: root, path: path, opened: true) { e in
-            guard let e else { return done(nil) }
-            // Gone from the remote: ENOENT; no room for it here: ENOSPC (or EDQUOT); else EIO.
-            done(e.code == .notFound ? .noSuchFileOrDirectory : e.noRoomErrno ?? .ioError)
+            done(e.map { Errno(answering: $0) })
         }
     }
 

@@ -68,13 +68,12 @@ extension DriveFileSystem {
     public func itemID(_ n: Inode, root: BackingRoot) throws(Errno) -> String {
         let nfd = try n.acquire()
         defer { n.release() }
+        let st = try Sys.stat(fd: nfd)
         do {
-            return try itemID(fd: nfd, st: try Sys.stat(fd: nfd), root: root)
-        } catch let e as DriveError {
-            logger.error("\(e.message)")
-            throw .ioError
+            return try itemID(fd: nfd, st: st, root: root)
         } catch {
-            throw error as? Errno ?? .ioError
+            logger.error("\(error.message)")
+            throw Errno(answering: error)
         }
     }
 

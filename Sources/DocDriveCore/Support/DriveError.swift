@@ -1,4 +1,4 @@
-// DriveError: the one error type of the core's set-up layer (config, home, index, daemon control).
+// DriveError: the drive's error (set-up, the index, the sync engine, the document modes, the query, control); docs/dev/architecture.md "Errors".
 import SystemPackage
 
 /// An error a user can read: one sentence, a code scripts can test, and the cause underneath.

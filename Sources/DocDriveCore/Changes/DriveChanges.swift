@@ -51,7 +51,7 @@ public protocol DriveChangeSubscriber: Sendable {
 /// 3. `UploadNotes`: the upload scheduler, whose workers read the index for the items they sync;
 /// 4. the status marks (the desktop's status socket), subscribed by `Drive`;
 /// 5. the file system (once made): the kernel's cached entries of what changed behind the mount,
-///    and the pictures of documents that arrived;
+///    and the pictures of documents saved here or arrived from another device;
 /// 6. the namespace, then the sync service: a new config shows in the mount (a store added) before
 ///    its store's sync starts;
 /// 7. whatever the drive's maker added (tests; the daemon's query index, after the sync).

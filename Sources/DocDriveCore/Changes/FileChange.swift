@@ -23,8 +23,9 @@ public enum FileChange {
                  src: stat, dst: stat?, exchange: Bool)
     /// A file's size was set by path (truncate(2)); `fd` is the node's descriptor.
     case truncated(fd: Int32, root: BackingRoot)
-    /// An open file's content was saved (close, flush, fsync); `links`: its link count.
-    case saved(OpenFile, links: UInt64?)
+    /// An open file's content was saved (close, flush, fsync); `links`: its link count; `at`:
+    /// where it is in its store (found once, for the upload scheduler and the pictures).
+    case saved(OpenFile, links: UInt64?, at: DriveFileSystem.StoreLocation)
     /// A save onto a reference entry (see `saveThroughReference`): the file `src` of `parent`
     /// became the reference's target, `name` at `path` in `store` (folder inode `folderIno`),
     /// replacing the file `oldTarget`; the saved file's inode number is now `newIno` (another
@@ -152,8 +153,8 @@ struct UploadNotes: DriveChangeSubscriber {
             fs.noteChanged(parent: np, name: newName)
         case let .truncated(fd, root):
             if let p = fs.storePath(fd: fd, root: root), !p.isEmpty { sync.scheduler.noteChanged(root: root.key, path: p) }
-        case let .saved(file, links):
-            fs.noteSaved(file, links: links)
+        case let .saved(file, links, location):
+            fs.noteSaved(file, links: links, at: location)
         case let .savedThroughReference(_, _, store, path, _, _, _, _):
             sync.scheduler.noteChanged(root: store.key, path: path)
         }

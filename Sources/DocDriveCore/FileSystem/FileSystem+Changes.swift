@@ -10,7 +10,7 @@ import Glibc
 
 extension DriveFileSystem {
     /// Where a node or descriptor is in its store.
-    enum StoreLocation {
+    public enum StoreLocation: Sendable {
         case at(StorePath)
         /// Not in an uploaded store, deleted, or not findable.
         case unknown
@@ -96,15 +96,20 @@ extension DriveFileSystem {
         }
     }
 
-    /// Tells the uploader that an open file's content was saved (at close or fsync); `links`
-    /// is the file's link count, which the caller has already stat'ed.
-    func noteSaved(_ file: OpenFile, links: UInt64?) {
+    /// Where a saved file is in its store, found once for every subscriber of the save.
+    func savedLocation(_ file: OpenFile) -> StoreLocation {
+        guard let root = file.contentRoot else { return .unknown }
+        return storeLocation(fd: file.fd, root: root)
+    }
+
+    /// Tells the upload scheduler that an open file's content was saved (at close or fsync) at
+    /// `location`; `links` is the file's link count, which the caller has already stat'ed.
+    func noteSaved(_ file: OpenFile, links: UInt64?, at location: StoreLocation) {
         guard let root = file.contentRoot else { return }
-        switch storeLocation(fd: file.fd, root: root) {
+        switch location {
         case .at(let path) where !path.isEmpty:
             sync.scheduler.noteChanged(root: root.key, path: path)
             if let links, links > 1 { sync.noteSavedWithOtherNames(root: root.key) }
-            if let rel = path.string, Thumbnailer.hasPicture(rel) { pictureSaved(root: root, rel) }
         case .tooLong: sync.noteChangedSomewhere(root: root.key)
         default: return
         }
@@ -203,12 +208,15 @@ extension DriveFileSystem {
     }
 }
 
-/// What the sync engine changed in the local copies, on its worker, and what a document mode
-/// changed in a backing folder: the kernel forgets its cached entry, and a document that arrived
-/// gets its picture.
+/// A document saved through the mount gets its picture; what the sync engine changed in the
+/// local copies (on its worker) and what a document mode changed in a backing folder: the kernel
+/// forgets its cached entry, and a document that arrived gets its picture.
 extension DriveFileSystem: DriveChangeSubscriber {
     public func changed(_ change: DriveChange) {
         switch change {
+        case let .mount(.saved(file, _, .at(path)), _):
+            // A saved document's picture, made off the request thread.
+            if let root = file.contentRoot, let rel = path.string, Thumbnailer.hasPicture(rel) { pictureSaved(root: root, rel) }
         case .mount, .config:
             return  // the stream's first three subscribers (Changes/FileChange.swift), and the namespace
         case let .remote(.entry(_, path, folder)):

@@ -252,7 +252,7 @@ extension DriveFileSystem {
     /// A written file's content is saved (close, flush, fsync): published once per change.
     private func saved(_ file: OpenFile, _ st: stat?) {
         guard file.dirty.exchange(false, ordering: .relaxed) else { return }
-        publish(.saved(file, links: st.map { UInt64($0.st_nlink) }))
+        publish(.saved(file, links: st.map { UInt64($0.st_nlink) }, at: savedLocation(file)))
     }
 
     /// Runs `body` with an O_PATH descriptor of the file `file` reads and writes, one that is

@@ -663,6 +663,39 @@ def test_requests_failing_for_a_while_are_retried_and_nothing_is_lost(weed, new_
         proxy.stop()
 
 
+@pytest.mark.timeout(300)
+def test_an_idle_store_sends_no_request_and_a_remote_back_is_retried_at_once(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    proxy = FaultProxy(weed.port)
+    try:
+        proxy.failing = False
+        dev = S3Device(new_drive(), weed, proxy.endpoint, prefix, "--poll", "3600").mount()
+        save(dev.path(b"first.txt"), b"one\n")
+        dev.sync()
+        # Given a store with nothing to upload and no poll due for an hour,
+        time.sleep(1)  # the window starts after the last answers of the sync
+        before = proxy.count
+        # when five seconds pass,
+        time.sleep(5)
+        idle = proxy.count - before
+        # then the device asked the server nothing (the store's marker is checked after a
+        # failure only: it was a HEAD four times a second, 20 in this window).
+        print(f"{idle} requests in 5 s of an idle store")
+        assert idle == 0, f"{idle} requests in 5 s of an idle store\n{dev.d.log_tail(20)}"
+        # Given a server that refuses every request, and a save meanwhile, whose upload fails,
+        proxy.failing = lambda method, path: True
+        save(dev.path(b"second.txt"), b"two\n")
+        assert wait_until(lambda: f"sync of second.txt with {STORE} failed" in dev.d.log_tail(200), 120, 0.2), dev.d.log_tail(40)
+        # when it answers again,
+        proxy.failing = False
+        # then the device finds it back by itself (no poll is due), and the save goes up.
+        assert wait_until(lambda: f"store {STORE}: remote reachable again; retrying now" in dev.d.log_tail(200), 30, 0.2), dev.d.log_tail(40)
+        assert wait_until(lambda: f"{prefix}/second.txt" in bucket_objects(c, weed.bucket, prefix), 60, 0.2), dev.d.log_tail(40)
+    finally:
+        proxy.stop()
+
+
 @pytest.mark.timeout(180)
 def test_a_move_whose_delete_failed_leaves_no_copy_behind(weed, new_drive, boto):
     c = boto(weed.endpoint)

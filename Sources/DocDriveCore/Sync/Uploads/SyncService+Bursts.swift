@@ -91,6 +91,8 @@ extension SyncService {
             return .again(due: Date().timeIntervalSince1970 + store.config.writebackDelay)
         } catch {
             logger.warning("sync of \(job.path) with \(store.config.name) failed: \(error.message)")
+            // Asked again from now on, and its waiting files retried once it answers.
+            if error.code == .unreachable { remotesDown.withLock { _ = $0.insert(key) } }
             return .failed(error.message)
         }
     }

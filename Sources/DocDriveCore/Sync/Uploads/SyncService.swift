@@ -47,7 +47,9 @@ public final class SyncService: Sendable {
     let running = Atomic<Int>(0)
     /// Queue entries whose job ended (any way), for `docdrive sync`'s look at what a round did.
     let jobsEnded = Atomic<Int>(0)
-    /// Stores whose remote was unreachable at the last check. Lock: leaf.
+    /// Stores whose remote a sync found unreachable, until a check finds it back
+    /// (`retryWhereRemotesCameBack`); only these, and stores whose poll failed, are checked.
+    /// Lock: leaf.
     let remotesDown = Mutex<Set<String>>([])
     /// Stores with a whole-store comparison scheduled. Lock: leaf.
     let compareScheduled = Mutex<Set<String>>([])

@@ -429,6 +429,46 @@ def test_status_watch_json_is_pushed_on_each_change_and_silent_while_idle(new_dr
     assert d.unmount().returncode == 0
 
 
+def watch_threads(pid) -> int:
+    """The daemon's threads that serve a `status-watch` (DriveStatus.watchThreadName)."""
+    n = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            n += Path(f"/proc/{pid}/task/{t}/comm").read_text().strip() == "dd-status-watch"
+        except OSError:
+            pass  # the thread ended while it was listed
+    return n
+
+
+@pytest.mark.timeout(90)
+def test_status_watch_of_a_command_gone_ends_on_a_drive_where_nothing_changes(new_drive):
+    """A `status --watch` killed while the drive is idle: the daemon's thread that served it ends
+    within DriveStatus.goneCommandCheck (5 s), not at the next change (none comes here)."""
+    d = new_drive()
+    add_store(d, "slow", "--writeback", "60", "--poll", "3600")
+    d.mount()
+    # (A file waits a minute for its upload, so the command watches on: it ends when nothing waits.)
+    write(d.mnt / "Slow" / "a.txt", b"a\n")
+    assert wait_until(lambda: (store_status(d, "slow")["uploads"]["pending"] >= 1) or None, 10, 0.1), store_status(d, "slow")
+    proc = subprocess.Popen([d.bin, "status", "--watch", "--json"], env=d.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, stdin=subprocess.DEVNULL)
+    try:
+        # Given a watching command (it got its first line), on a drive where nothing changes,
+        first = proc.stdout.readline()
+        assert json.loads(first)["uploads"]["pending"] == 1, first
+        assert wait_until(lambda: watch_threads(d.pid) == 1 or None, 10, 0.1), watch_threads(d.pid)
+    finally:
+        # when the command is killed,
+        os.kill(proc.pid, 9)
+        proc.wait(5)
+    # then its thread in the daemon ends within the check's 5 s (and a second of leeway).
+    t0 = time.monotonic()
+    assert wait_until(lambda: watch_threads(d.pid) == 0 or None, 8, 0.1), \
+        f"{watch_threads(d.pid)} watching threads {time.monotonic() - t0:.1f} s after the command was killed"
+    print(f"the watching thread ended {time.monotonic() - t0:.1f} s after its command was killed")
+    assert d.unmount().returncode == 0
+
+
 @pytest.mark.timeout(60)
 def test_status_watch_without_a_daemon_says_so_once(new_drive):
     """With the drive not mounted, `--watch` says so in one sentence and shows the status once."""

@@ -39,16 +39,18 @@ public final class StatusChanges: @unchecked Sendable {
     /// The changes seen so far, for `wait(after:)`.
     public func ticket() -> Int { generation.load(ordering: .acquiring) }
 
-    /// Sleeps until a change newer than `ticket` (true), or until `stop` (false). No timeout: an
-    /// idle drive wakes no watcher.
-    public func wait(after ticket: Int) -> Bool {
+    /// Sleeps until a change newer than `ticket`, until `timeout` seconds passed (then
+    /// `ticket()` is still `ticket`), or until `stop`; false only for `stop`. Nothing but the
+    /// timeout wakes a watcher while the drive is idle.
+    public func wait(after ticket: Int, timeout: Double) -> Bool {
         condition.lock()
         defer { condition.unlock() }
         // Cleared under the lock before the look: a change after it broadcasts, and one before
         // it has already moved the generation (so no wake-up is lost between look and sleep).
         signalled.store(false, ordering: .releasing)
+        let deadline = Date(timeIntervalSinceNow: timeout)
         while generation.load(ordering: .acquiring) == ticket && !stopping.load(ordering: .acquiring) {
-            condition.wait()
+            guard condition.wait(until: deadline) else { break }
         }
         return !stopping.load(ordering: .acquiring)
     }

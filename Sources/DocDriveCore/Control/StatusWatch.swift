@@ -7,17 +7,31 @@ extension DriveStatus {
     /// At most one pushed line per this interval: the changes within one come with the next line.
     public static let pushInterval: Duration = .milliseconds(250)
 
+    /// How long a watching thread sleeps at most before it looks whether its command is still
+    /// there (one poll(2) of its connection): a command that went away ends its thread within
+    /// this time, also on a drive where nothing changes.
+    public static let goneCommandCheck = 5.0
+
+    /// The name of a watching thread (`/proc/PID/task/TID/comm`, 15 bytes at most).
+    public static let watchThreadName = "dd-status-watch"
+
     /// Serves `status-watch` on `connection` (its own thread) until the command goes or the
     /// daemon stops (`changes.stop()`). `gather` is the daemon's `status` answer. The thread
-    /// sleeps until a change: a command that went away is noticed at the next change.
+    /// sleeps until a change, or `goneCommandCheck` to notice a command that went away.
     public static func watch(on connection: ControlConnection, changes: StatusChanges, gather: () -> DriveStatus) {
+        Thread.current.name = watchThreadName
         changes.watching(true)
         defer { changes.watching(false) }
         var ticket = changes.ticket()
         var last = gather()
         guard connection.send(ControlAnswer.ok(last)) else { return }
         var sent = ContinuousClock.now
-        while changes.wait(after: ticket) {
+        while changes.wait(after: ticket, timeout: goneCommandCheck) {
+            if changes.ticket() == ticket {
+                // Nothing changed: woken only to look for a command that went away.
+                if connection.isClosed { return }
+                continue
+            }
             let quiet = sent + pushInterval - ContinuousClock.now
             if quiet > .zero { Thread.sleep(forTimeInterval: Double(quiet.components.attoseconds) / 1e18 + Double(quiet.components.seconds)) }
             // Changes from here on wake the next round: none is lost while this one gathers.

@@ -262,11 +262,15 @@ final class ControlProtocolTests: XCTestCase {
         changes.watching(true)
         var ticket = changes.ticket()
         changes.changed()
-        XCTAssertTrue(changes.wait(after: ticket), "a change before the sleep is not lost")
+        XCTAssertTrue(changes.wait(after: ticket, timeout: 60), "a change before the sleep is not lost")
+        XCTAssertNotEqual(changes.ticket(), ticket)
         ticket = changes.ticket()
+        // Nothing changes: the sleep ends at its timeout, the ticket as it was.
+        XCTAssertTrue(changes.wait(after: ticket, timeout: 0.05))
+        XCTAssertEqual(changes.ticket(), ticket)
         let woke = expectation(description: "woken")
         Thread.detachNewThread { [ticket] in
-            if changes.wait(after: ticket) { woke.fulfill() }
+            if changes.wait(after: ticket, timeout: 60), changes.ticket() != ticket { woke.fulfill() }
         }
         usleep(100_000)
         changes.changed()
@@ -274,7 +278,7 @@ final class ControlProtocolTests: XCTestCase {
         ticket = changes.ticket()
         let stopped = expectation(description: "stopped")
         Thread.detachNewThread { [ticket] in
-            if !changes.wait(after: ticket) { stopped.fulfill() }
+            if !changes.wait(after: ticket, timeout: 60) { stopped.fulfill() }
         }
         usleep(100_000)
         changes.stop()

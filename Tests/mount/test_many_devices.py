@@ -944,6 +944,9 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     # Seed 2233250103 (S3, 2026-11-28 01:20 UTC): a LOST version. A file moved away and back by
     # another device, which its uploader had followed as a delete meanwhile, was taken for an
     # upload a stop had kept from its record, and deleted (fixed, SyncEngineTests).
+    # Seed 1157816403 (folder, 2026-12-07 15:53 UTC, two builds running beside it): a conflict
+    # copy of a version that also won, at a copy of a copy of a copy of B/f0 (nothing lost); two
+    # replays passed, and the loop kept no logs: loop with DOCDRIVE_TEST_LOGS set.
     # Strict on both remotes.
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
     nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))

@@ -80,8 +80,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            // The file manager extension `docdrive desktop install` writes out.
-            resources: [.embedInCode("Desktop/docdrive_files.py")]
+            // The file manager extension `docdrive desktop install` writes out, after the status
+            // socket's client (which the document picker will share).
+            resources: [.embedInCode("Desktop/docdrive_status.py"), .embedInCode("Desktop/docdrive_files.py")]
         ),
         .testTarget(
             name: "DocDriveCoreTests",

@@ -88,12 +88,13 @@ RestartSec=5
 WantedBy=default.target
 EOF
 
-# The file manager extension (what `docdrive desktop install` writes for one user), for every
-# user, where Nautilus's and Nemo's python bindings look for extensions of the system.
+# The file manager extension (what `docdrive desktop install` writes for one user: the status
+# socket's client, then the extension's own text), for every user, where Nautilus's and Nemo's
+# python bindings look for extensions of the system.
 for fm in nautilus-python nemo-python; do
     install -d "$stage/usr/share/$fm/extensions"
-    sed 's|"@DOCDRIVE@"|"/usr/bin/docdrive"|' Sources/docdrive/Desktop/docdrive_files.py \
-        >"$stage/usr/share/$fm/extensions/docdrive_files.py"
+    { cat Sources/docdrive/Desktop/docdrive_status.py; printf '\n\n'; cat Sources/docdrive/Desktop/docdrive_files.py; } \
+        | sed 's|"@DOCDRIVE@"|"/usr/bin/docdrive"|' >"$stage/usr/share/$fm/extensions/docdrive_files.py"
 done
 
 install -d "$stage/DEBIAN"

@@ -22,8 +22,12 @@ struct Desktop: ParsableCommand {
     }
 
     /// The extension's text, with this docdrive's path in it (the menu items run it).
-    static func extensionText() -> String {
-        String(decoding: PackageResources.docdrive_files_py, as: UTF8.self)
+    static func extensionText() -> String { pythonText(PackageResources.docdrive_files_py) }
+
+    /// One of the desktop's python programs as it runs: the status socket's client
+    /// (docdrive_status.py), then the program's own text, with this docdrive's path in it.
+    static func pythonText(_ program: [UInt8]) -> String {
+        (String(decoding: PackageResources.docdrive_status_py, as: UTF8.self) + "\n\n" + String(decoding: program, as: UTF8.self))
             .replacingOccurrences(of: "\"@DOCDRIVE@\"", with: ControlProtocol.jsonString(Executable.commandPath))
     }
 

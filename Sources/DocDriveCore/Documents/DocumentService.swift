@@ -343,16 +343,27 @@ public final class DocumentService: Sendable {
     public func importDocument(app: String, path: String) throws(DriveError) -> CopyAnswer {
         try requireApp(app)
         let src = try place(path)
-        var fd: Int32, st: stat
+        var fd: Int32, st: stat, content: (root: BackingRoot, rel: String)
         switch try item(at: src, shown: path) {
-        case .file(let f, let s): (fd, st) = (f, s)
+        case .file(let f, let s): (fd, st, content) = (f, s, (src.root, src.rel))
         case .reference(let payload):
             let t = try target(of: payload, shown: path)
-            fd = t.fd
+            (fd, content) = (t.fd, (t.root, t.rel))
             st = stat()
             _ = fstatat(fd, "", &st, Sys.AT_EMPTY_PATH)
         }
         defer { Sys.close(fd) }
+        // A placeholder's content is downloaded first (in place: the same inode): the copy is of
+        // the document, not of the sparse file that stands for it.
+        if content.root.isStore, case .placeholder? = Placeholder.mark(fd: fd) {
+            do throws(DriveError) {
+                _ = try fs.sync.onDemand.fillAndWait(root: content.root.key, path: StorePath(content.rel))
+            } catch {
+                let why = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
+                throw DriveError(error.code, "\(path) is only on the remote and cannot be downloaded now (\(why.prefix(1).lowercased() + why.dropFirst())).")
+            }
+            _ = fstatat(fd, "", &st, Sys.AT_EMPTY_PATH)
+        }
         let inbox = fs.namespace.current().appFolders[app]!["Inbox"]!
         let dest = Place(root: inbox, rel: "")
         let dirfd = try openFolder(inbox, "", shown: display(dest))

@@ -105,7 +105,7 @@ Architecture: $arch
 Maintainer: DocDrive developers <docdrive@localhost>
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 Depends: $depends_line
-Suggests: python3-nautilus | nemo-python
+Suggests: python3-nautilus | nemo-python, python3-gi, gir1.2-gtk-3.0
 Section: utils
 Priority: optional
 Description: one folder over your apps' documents and your storage providers

@@ -84,9 +84,7 @@ public final class DocumentService: Sendable {
     func display(_ p: Place) -> String { fs.namespace.displayPath(rootKey: p.rootKey, p.rel) }
 
     func requireApp(_ app: String) throws(DriveError) {
-        guard fs.namespace.current().appFolders[app] != nil else {
-            throw DriveError(.notFound, "There is no app \"\(app)\" (see `docdrive app list`).")
-        }
+        guard fs.namespace.current().appFolders[app] != nil else { throw DriveError.noSuchApp(app) }
     }
 
     /// An O_PATH descriptor of a folder or file below a root (never leaving it, no symlinks).
@@ -664,5 +662,12 @@ public final class DocumentService: Sendable {
             return ReferenceRow(app: r.app, path: path, status: ReferenceProblem.missing.rawValue, item: p.item,
                                 target: fs.namespace.displayPath(rootKey: p.rootKey, p.hint))
         }
+    }
+}
+
+extension DriveError {
+    /// An app id the config does not have: the modes' sentence, which the picker says too.
+    public static func noSuchApp(_ app: String) -> DriveError {
+        DriveError(.notFound, "There is no app \"\(app)\" (see `docdrive app list`).")
     }
 }

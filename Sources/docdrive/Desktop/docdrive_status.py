@@ -1,12 +1,10 @@
 # The client of a DocDrive daemon's status socket ($XDG_RUNTIME_DIR/docdrive/status-HASH.sock, the
-# line protocol of docs/dev/control.md "The status socket"), for the desktop's python programs
-# (the file manager extension, docdrive_files.py): each is installed or run as one file, this text
-# followed by its own (`Desktop.pythonText` in DesktopCommand.swift).
+# line protocol of docs/dev/control.md "The status socket"), shared by the file manager extension
+# (docdrive_files.py) and the document picker (docdrive_picker.py): each is installed or run as
+# one file, this text followed by its own (`Desktop.pythonText` in DesktopCommand.swift).
 import os
 import socket
 import threading
-
-from gi.repository import GLib
 
 
 def escape(s):
@@ -89,7 +87,9 @@ class Drive:
         self.alive = True
         self.on_status = on_status
         # Change lines are read on the file manager's main loop (its Python may run no thread
-        # of ours while it waits for events).
+        # of ours while it waits for events). GLib is imported here, not above, so that the
+        # picker can say in a sentence that python3-gi is missing.
+        from gi.repository import GLib
         GLib.io_add_watch(self.watch_conn.sock.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP | GLib.IO_ERR, self.readable)
 
     def contains(self, path):

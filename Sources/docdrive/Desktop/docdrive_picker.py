@@ -49,7 +49,8 @@ MODES = {
 }
 # Set by tests: what the picker shows and does, a line each: ("shown", folder), ("folder",
 # path), ("row", path, state) the first time a row is drawn with a state, ("preview", path,
-# state, "picture"|"-"), ("message", kind, sentence), ("run", argv...), ("result", path).
+# state, "picture"|"-"), ("told", path, state) for a change line of the status socket, ("message",
+# kind, sentence), ("run", argv...), ("result", path).
 LOG = os.environ.get("DOCDRIVE_PICKER_LOG")
 
 
@@ -201,6 +202,7 @@ class Picker:
 
     def told(self, path, state, pinned):
         """A change line of the status socket: the row is drawn again."""
+        log("told", path, state)
         if self.states.get(path) != state:
             self.states[path] = state
             if self.view is not None:

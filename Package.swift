@@ -84,7 +84,7 @@ let package = Package(
             // The file manager extension `docdrive desktop install` writes out and the document
             // picker `docdrive pick` runs, each after the status socket's client they share.
             resources: [.embedInCode("Desktop/docdrive_status.py"), .embedInCode("Desktop/docdrive_files.py"),
-                        .embedInCode("Desktop/docdrive_picker.py")]
+                        .embedInCode("Desktop/docdrive_picker.py"), .embedInCode("Desktop/docdrive_picker_service.py")]
         ),
         .testTarget(
             name: "DocDriveCoreTests",

@@ -97,6 +97,12 @@ for fm in nautilus-python nemo-python; do
         | sed 's|"@DOCDRIVE@"|"/usr/bin/docdrive"|' >"$stage/usr/share/$fm/extensions/docdrive_files.py"
 done
 
+# The document picker's D-Bus activation file (what `docdrive desktop install` writes for one
+# user): the session bus starts the picker's service on the first call to org.docdrive.Picker1.
+install -d "$stage/usr/share/dbus-1/services"
+printf '[D-BUS Service]\nName=org.docdrive.Picker1\nExec=/usr/bin/docdrive desktop picker-service\n' \
+    >"$stage/usr/share/dbus-1/services/org.docdrive.Picker1.service"
+
 install -d "$stage/DEBIAN"
 cat >"$stage/DEBIAN/control" <<EOF
 Package: docdrive

@@ -106,16 +106,20 @@ struct Pick: ParsableCommand {
         job["statusSocket"] = StatusServer.folder().map { $0 + "/" + StatusServer.socketName(mountpoint: record.mountpoint) } ?? NSNull()
     }
 
-    /// Becomes the picker: its text in a memory file (no file to write or clean up), run by
-    /// python3 under the picker's name with the job as its one argument.
+    /// Becomes the picker, with the job as its one argument.
     static func execPicker(_ job: [String: Any]) throws {
-        let text = Desktop.pythonText(PackageResources.docdrive_picker_py)
         guard let data = try? JSONSerialization.data(withJSONObject: job, options: [.sortedKeys, .withoutEscapingSlashes]) else {
             warn("docdrive: The picker's arguments could not be written as JSON.")
             throw ExitCode(ExitCodes.failure)
         }
+        try execPython(Desktop.pythonText(PackageResources.docdrive_picker_py), name: programName, arguments: [String(decoding: data, as: UTF8.self)])
+    }
+
+    /// Becomes Debian's python3 running `text`, held in a memory file (no file to write or clean
+    /// up), as the program `name` (argv[0]).
+    static func execPython(_ text: String, name: String, arguments: [String]) throws {
         // Not close-on-exec: python3 opens it again as /proc/self/fd/N.
-        let fd = dd_memfd("docdrive-picker.py")
+        let fd = dd_memfd(name + ".py")
         guard fd >= 0 else {
             warn("docdrive: Cannot make the picker's memory file: \(String(cString: strerror(errno))).")
             throw ExitCode(ExitCodes.failure)
@@ -130,7 +134,7 @@ struct Pick: ParsableCommand {
             }
             bytes = bytes.dropFirst(n)
         }
-        let argv = [programName, "/proc/self/fd/\(fd)", String(decoding: data, as: UTF8.self)]
+        let argv = [name, "/proc/self/fd/\(fd)"] + arguments
         var cargs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
         execv(python, &cargs)
         warn("docdrive: Cannot run \(python): \(String(cString: strerror(errno))).")

@@ -20,8 +20,11 @@ shown, each row drawn with its sync state, the preview, the messages, the comman
   would read from its first bytes);
 * a wrong app id, an offline store and a placeholder that cannot be downloaded: one sentence each,
   in the window and on stderr.
+* on a session bus of the test's own, with the activation file `docdrive desktop install` wrote,
+  a call of org.docdrive.Picker1.Open starts the service, which shows the window and answers
+  with the reference's path; a cancelled Import is the error ...Error.Cancelled.
 DOCDRIVE_SCREENSHOT=PATH copies the screenshot of the picker over the store (docs/user/picker.png).
-In CI (CI=true) a missing Xvfb or xdotool fails the test; elsewhere it is skipped.
+In CI (CI=true) a missing Xvfb, xdotool or dbus-daemon fails the test; elsewhere it is skipped.
 """
 from __future__ import annotations
 
@@ -521,3 +524,113 @@ def test_an_offline_store_and_a_placeholder_that_cannot_be_downloaded_are_one_se
         assert xattr(k.d.mnt / "Away" / "far.txt", "user.docdrive.status") == "placeholder"
     finally:
         os.rename(away, k.away_remote)
+
+
+# --------------------------------------------------------------------------- the session bus
+
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:tmpdir=/tmp</listen>
+  <auth>EXTERNAL</auth>
+  <servicedir>{services}</servicedir>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
+BUS_NAME = "org.docdrive.Picker1"
+
+
+class BusPicker(Picker):
+    """A picker that the D-Bus service started for a call (`gdbus call`, started here): its
+    window is found by its title."""
+
+    def __init__(self, k: Desk, tmp: Path, env: dict, method: str, *args: str, title: str):
+        self.k, self.env, self.title = k, env, title
+        self.log_path = Path(env["DOCDRIVE_PICKER_LOG"])
+        self.p = subprocess.Popen(["gdbus", "call", "--session", "--dest", BUS_NAME, "--object-path", "/org/docdrive/Picker1",
+                                   "--method", f"{BUS_NAME}.{method}", "--timeout", "90", *args, title],
+                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        self.out = self.err = None
+
+    def point(self):
+        p = run(["xdotool", "search", "--onlyvisible", "--name", self.title], env=self.env, timeout=30, check=False)
+        windows = p.stdout.split()
+        assert windows, f"no window titled {self.title}; log: {self.log()[-10:]}"
+        self.xdotool("mousemove", "--window", windows[-1], "40", "40")
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+@pytest.mark.timeout(150)
+def test_the_picker_on_the_session_bus_is_started_on_demand_and_answers_with_the_paths(desk, tmp_path):
+    k = desk
+    need("dbus-daemon"), need("gdbus")
+    data = tmp_path / "share"
+    # `desktop install` writes the activation file; `uninstall` removes it.
+    k.d.cli("desktop", "install", env=k.d.env(XDG_DATA_HOME=str(data), HOME=str(tmp_path)))
+    service = data / "dbus-1" / "services" / f"{BUS_NAME}.service"
+    assert service.read_text() == f"[D-BUS Service]\nName={BUS_NAME}\nExec={os.path.realpath(k.d.bin)} desktop picker-service\n"
+    # A session bus of the test's own that activates from that folder; the service and the
+    # pickers it runs get the bus's environment (the display, the drive).
+    (tmp_path / "user").mkdir()
+    env = k.d.env(DISPLAY=k.display, DOCDRIVE_PICKER_LOG=str(tmp_path / "picker.log"), HOME=str(tmp_path / "user"),
+                  XDG_DATA_HOME=str(data), XDG_CONFIG_HOME=str(tmp_path / "user" / "config"),
+                  XDG_CACHE_HOME=str(tmp_path / "user" / "cache"), GSETTINGS_BACKEND="memory", NO_AT_BRIDGE="1",
+                  GTK_A11Y="none", GIO_USE_VFS="local", LANG="C.UTF-8")
+    for key in [key for key in env if key.startswith(("PYENV", "PYTHON"))]:
+        del env[key]
+    conf = tmp_path / "bus.conf"
+    conf.write_text(BUS_CONFIG.format(services=service.parent))
+    bus = subprocess.Popen(["dbus-daemon", f"--config-file={conf}", "--nofork", "--print-address=1"], env=env,
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+    left = []
+    try:
+        env["DBUS_SESSION_BUS_ADDRESS"] = bus.stdout.readline().strip()
+        assert env["DBUS_SESSION_BUS_ADDRESS"], "dbus-daemon gave no address"
+        # Open: the paths come back as the method's answer.
+        p = BusPicker(k, tmp_path, env, "Open", SECRET_ID, "['*.txt']", "false", title="Open for the bus test")
+        p.wait_for(lambda: any(r[0].startswith(str(k.d.mnt) + "/") for r in p.logged("row")), "its window")
+        p.type_path("Work/pick/agenda.txt")
+        p.key("Return")
+        assert p.finish(timeout=60) == 0, p.err
+        ref = k.d.mnt / ".by-app" / SECRET_ID / "Documents" / "agenda.txt"
+        assert p.out.strip() == f"(['{ref}'],)", p.out
+        assert xattr(ref, "user.docdrive.external") == "1" and ref.read_bytes() == b"notes\n"
+        os.unlink(ref)
+        # Cancel: the error Cancelled, nothing changed.
+        before = tree(*k.backing())
+        (tmp_path / "picker.log").unlink()
+        p = BusPicker(k, tmp_path, env, "Import", SECRET_ID, "[]", "false", title="Import for the bus test")
+        p.wait_for(lambda: any(r[0].startswith(str(k.d.mnt) + "/") for r in p.logged("row")), "its window")
+        p.type_path("Work/pick/report.txt")
+        p.escape()
+        assert p.finish(timeout=30) != 0 and f"{BUS_NAME}.Error.Cancelled" in p.err, p.err
+        assert tree(*k.backing()) == before
+    finally:
+        extra = children_of(bus.pid)  # the service D-Bus started
+        for pid in extra:
+            os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not any(pid_alive(pid) for pid in extra), 5)
+        left += [f"pid {pid}" for pid in extra if pid_alive(pid)]
+        bus.terminate()
+        bus.wait(timeout=10)
+        k.d.cli("desktop", "uninstall", env=k.d.env(XDG_DATA_HOME=str(data), HOME=str(tmp_path)))
+    assert not service.exists()
+    assert not left, f"left running: {left}"

@@ -74,14 +74,17 @@ let package = Package(
         .executableTarget(
             name: "docdrive",
             dependencies: [
+                "CDocDriveSys",
                 "DocDriveCore",
                 "DocDriveFUSE",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            // The file manager extension `docdrive desktop install` writes out.
-            resources: [.embedInCode("Desktop/docdrive_files.py")]
+            // The file manager extension `docdrive desktop install` writes out and the document
+            // picker `docdrive pick` runs, each after the status socket's client they share.
+            resources: [.embedInCode("Desktop/docdrive_status.py"), .embedInCode("Desktop/docdrive_files.py"),
+                        .embedInCode("Desktop/docdrive_picker.py"), .embedInCode("Desktop/docdrive_picker_service.py")]
         ),
         .testTarget(
             name: "DocDriveCoreTests",

@@ -88,13 +88,20 @@ RestartSec=5
 WantedBy=default.target
 EOF
 
-# The file manager extension (what `docdrive desktop install` writes for one user), for every
-# user, where Nautilus's and Nemo's python bindings look for extensions of the system.
+# The file manager extension (what `docdrive desktop install` writes for one user: the status
+# socket's client, then the extension's own text), for every user, where Nautilus's and Nemo's
+# python bindings look for extensions of the system.
 for fm in nautilus-python nemo-python; do
     install -d "$stage/usr/share/$fm/extensions"
-    sed 's|"@DOCDRIVE@"|"/usr/bin/docdrive"|' Sources/docdrive/Desktop/docdrive_files.py \
-        >"$stage/usr/share/$fm/extensions/docdrive_files.py"
+    { cat Sources/docdrive/Desktop/docdrive_status.py; printf '\n\n'; cat Sources/docdrive/Desktop/docdrive_files.py; } \
+        | sed 's|"@DOCDRIVE@"|"/usr/bin/docdrive"|' >"$stage/usr/share/$fm/extensions/docdrive_files.py"
 done
+
+# The document picker's D-Bus activation file (what `docdrive desktop install` writes for one
+# user): the session bus starts the picker's service on the first call to org.docdrive.Picker1.
+install -d "$stage/usr/share/dbus-1/services"
+printf '[D-BUS Service]\nName=org.docdrive.Picker1\nExec=/usr/bin/docdrive desktop picker-service\n' \
+    >"$stage/usr/share/dbus-1/services/org.docdrive.Picker1.service"
 
 install -d "$stage/DEBIAN"
 cat >"$stage/DEBIAN/control" <<EOF
@@ -104,7 +111,7 @@ Architecture: $arch
 Maintainer: DocDrive developers <docdrive@localhost>
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 Depends: $depends_line
-Suggests: python3-nautilus | nemo-python
+Suggests: python3-nautilus | nemo-python, python3-gi, gir1.2-gtk-3.0
 Section: utils
 Priority: optional
 Description: one folder over your apps' documents and your storage providers

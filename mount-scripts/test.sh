@@ -24,8 +24,9 @@ if [ "$quick" = 0 ]; then
     apt_install libglib2.0-bin
     APT_NO_RECOMMENDS=1 apt_install emacs-nox libreoffice-writer-nogui poppler-utils
     # The file manager test (test_desktop.py): Nautilus and its python bindings under Xvfb, with a
-    # session bus, and ImageMagick's `import` for the screenshot.
-    APT_NO_RECOMMENDS=1 apt_install nautilus python3-nautilus xvfb dbus imagemagick
+    # session bus, and ImageMagick's `import` for the screenshot. The picker test (test_picker.py):
+    # GTK 3 for Debian's python3 (what `docdrive pick` runs), and xdotool, which types in it.
+    APT_NO_RECOMMENDS=1 apt_install nautilus python3-nautilus xvfb dbus imagemagick python3-gi gir1.2-gtk-3.0 xdotool
     # The package test (Tests/package): debootstrap makes its Debian 12 root without Swift.
     apt_install debootstrap
 fi

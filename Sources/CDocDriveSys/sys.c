@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/fsuid.h>
 #include <sys/resource.h>
@@ -335,4 +336,10 @@ int dd_set_mount_atime(const char *path, int noatime, int strictatime, int nodir
     a.attr_set = noatime ? 0x10 : strictatime ? 0x20 : 0x00;
     if (nodiratime) a.attr_set |= 0x80;
     return (int)syscall(SYS_mount_setattr, AT_FDCWD, path, 0, &a, sizeof a);
+}
+
+/* memfd_create(2) without MFD_CLOEXEC: the descriptor outlives an exec (docdrive pick runs its
+   picker from one). */
+int dd_memfd(const char *name) {
+    return memfd_create(name, 0);
 }

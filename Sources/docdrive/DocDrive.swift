@@ -18,7 +18,7 @@ struct DocDrive: ParsableCommand {
         """,
         version: "0.1.0",
         subcommands: [Init.self, App.self, Store.self, Mount.self, Unmount.self, Status.self, Sync.self, Device.self,
-                      OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Bookmark.self, Grants.self,
+                      OpenDocument.self, ImportDocument.self, MoveDocument.self, ExportDocument.self, Pick.self, Bookmark.self, Grants.self,
                       Service.self, Desktop.self, Migrate.self, Query.self, Pin.self, Unpin.self, Evict.self, Internal.self]
     )
 

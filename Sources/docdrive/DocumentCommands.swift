@@ -7,9 +7,7 @@ import Foundation
 /// A path as the user gave it -> relative to the mount root. Absolute paths must be inside the
 /// mount; "./x" and "../x" are taken from the current folder; anything else is from the root.
 func mountRelative(_ path: String, home: DriveHome) throws(DriveError) -> String {
-    guard let record = home.liveMountRecord() else {
-        throw DriveError(.notMounted, "The drive is not mounted; mount it first (`docdrive mount DIR`).")
-    }
+    let record = try liveMount(home)
     var p = path
     if p.hasPrefix("./") || p.hasPrefix("../") || p == "." {
         p = FileManager.default.currentDirectoryPath + "/" + p
@@ -26,6 +24,14 @@ func mountRelative(_ path: String, home: DriveHome) throws(DriveError) -> String
         throw DriveError(.invalidName, "\(path) is not inside the drive mounted at \(record.mountpoint).")
     }
     return String(normal.dropFirst(mnt.count + 1))
+}
+
+/// The record of the drive's live mount, or the sentence of every command that needs one.
+func liveMount(_ home: DriveHome) throws(DriveError) -> MountRecord {
+    guard let record = home.liveMountRecord() else {
+        throw DriveError(.notMounted, "The drive is not mounted; mount it first (`docdrive mount DIR`).")
+    }
+    return record
 }
 
 /// Options of the commands that talk to the daemon.

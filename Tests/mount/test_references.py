@@ -237,6 +237,33 @@ def test_import_copies_into_the_inbox_until_the_app_closes(docs):
     assert src.read_bytes() == b"import me\n"
 
 
+def test_import_of_a_placeholder_downloads_it_first_and_says_when_it_cannot(docs):
+    """The copy is of the document, not of the empty sparse file that stands for it; with the
+    remote away, one sentence and no copy."""
+    src = docs.store / "far.txt"
+    src.write_bytes(b"kept on the remote\n")
+    docs.cli("sync", "--timeout", "60")
+    docs.cli("evict", str(src))
+    assert xattr(src, "user.docdrive.status") == "placeholder"
+    inbox = docs.drive.app_folder(SECRET_ID, "Inbox")
+    before = sorted(os.listdir(inbox))
+    remote, away = docs.drive.remote, docs.drive.remote.with_name("remote-away")
+    os.rename(remote, away)
+    try:
+        p = docs.cli("import", "--app", SECRET_ID, f"Work/{docs.name}/far.txt", check=False)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 1 and len(lines) == 1, p.stderr
+        assert lines[0].startswith(f"docdrive: Work/{docs.name}/far.txt is only on the remote and cannot be downloaded now ("), lines
+        assert sorted(os.listdir(inbox)) == before
+        assert xattr(src, "user.docdrive.status") == "placeholder"
+    finally:
+        os.rename(away, remote)
+    r = docs.json("import", "--app", SECRET_ID, f"Work/{docs.name}/far.txt")
+    assert Path(r["copy_absolute"]).read_bytes() == b"kept on the remote\n"
+    assert xattr(src, "user.docdrive.status") == "synced"
+    docs.json("app", "close", SECRET_ID)
+
+
 def test_import_copies_vanish_at_unmount(new_drive):
     d = new_drive().mount()
     (d.mnt / "Work" / "doc.txt").write_bytes(b"x\n")

@@ -96,4 +96,7 @@ void dd_crash_guard_thread_store(const char *name);
 const char *dd_crash_guard_current_store(void);
 /* Sets how the mount at PATH moves access times (mount_setattr(2), root only); -1 and errno. */
 int dd_set_mount_atime(const char *path, int noatime, int strictatime, int nodiratime);
+/* A file in memory (memfd_create(2)), kept across exec: a program handed to an interpreter as
+   /proc/self/fd/N. -1 and errno. */
+int dd_memfd(const char *name);
 #endif

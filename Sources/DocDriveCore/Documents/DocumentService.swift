@@ -84,9 +84,7 @@ public final class DocumentService: Sendable {
     func display(_ p: Place) -> String { fs.namespace.displayPath(rootKey: p.rootKey, p.rel) }
 
     func requireApp(_ app: String) throws(DriveError) {
-        guard fs.namespace.current().appFolders[app] != nil else {
-            throw DriveError(.notFound, "There is no app \"\(app)\" (see `docdrive app list`).")
-        }
+        guard fs.namespace.current().appFolders[app] != nil else { throw DriveError.noSuchApp(app) }
     }
 
     /// An O_PATH descriptor of a folder or file below a root (never leaving it, no symlinks).
@@ -343,16 +341,27 @@ public final class DocumentService: Sendable {
     public func importDocument(app: String, path: String) throws(DriveError) -> CopyAnswer {
         try requireApp(app)
         let src = try place(path)
-        var fd: Int32, st: stat
+        var fd: Int32, st: stat, content: (root: BackingRoot, rel: String)
         switch try item(at: src, shown: path) {
-        case .file(let f, let s): (fd, st) = (f, s)
+        case .file(let f, let s): (fd, st, content) = (f, s, (src.root, src.rel))
         case .reference(let payload):
             let t = try target(of: payload, shown: path)
-            fd = t.fd
+            (fd, content) = (t.fd, (t.root, t.rel))
             st = stat()
             _ = fstatat(fd, "", &st, Sys.AT_EMPTY_PATH)
         }
         defer { Sys.close(fd) }
+        // A placeholder's content is downloaded first (in place: the same inode): the copy is of
+        // the document, not of the sparse file that stands for it.
+        if content.root.isStore, case .placeholder? = Placeholder.mark(fd: fd) {
+            do throws(DriveError) {
+                _ = try fs.sync.onDemand.fillAndWait(root: content.root.key, path: StorePath(content.rel))
+            } catch {
+                let why = error.message.hasSuffix(".") ? String(error.message.dropLast()) : error.message
+                throw DriveError(error.code, "\(path) is only on the remote and cannot be downloaded now (\(why.prefix(1).lowercased() + why.dropFirst())).")
+            }
+            _ = fstatat(fd, "", &st, Sys.AT_EMPTY_PATH)
+        }
         let inbox = fs.namespace.current().appFolders[app]!["Inbox"]!
         let dest = Place(root: inbox, rel: "")
         let dirfd = try openFolder(inbox, "", shown: display(dest))
@@ -653,5 +662,12 @@ public final class DocumentService: Sendable {
             return ReferenceRow(app: r.app, path: path, status: ReferenceProblem.missing.rawValue, item: p.item,
                                 target: fs.namespace.displayPath(rootKey: p.rootKey, p.hint))
         }
+    }
+}
+
+extension DriveError {
+    /// An app id the config does not have: the modes' sentence, which the picker says too.
+    public static func noSuchApp(_ app: String) -> DriveError {
+        DriveError(.notFound, "There is no app \"\(app)\" (see `docdrive app list`).")
     }
 }

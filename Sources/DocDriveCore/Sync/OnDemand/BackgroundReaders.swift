@@ -17,6 +17,9 @@ public enum BackgroundReaders {
         "gnome-thumbnail-factory", "gdk-pixbuf-thumbnailer", "evince-thumbnailer", "totem-video-thumbnailer",
         "ffmpegthumbnailer", "gnome-epub-thumbnailer", "gnome-mobi-thumbnailer", "gsf-office-thumbnailer",
         "atril-thumbnailer", "xreader-thumbnailer", "tumblerd",
+        // DocDrive's own document picker (`docdrive pick`): it shows documents, never reads them,
+        // but GTK reads the start of a file whose name does not say its type
+        "docdrive-picker",
     ]
 
     /// The program of process `pid` when it is one of `programs`, else nil. Read from

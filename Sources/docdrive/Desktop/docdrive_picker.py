@@ -1,0 +1,471 @@
+# DocDrive's document picker (`docdrive pick`, PickCommand.swift): a GTK 3 file chooser over a
+# mounted drive, for one app and one mode. open and import choose documents (several with
+# --multiple), move-to and export-to a folder of a store for the app's documents. The drive's
+# stores and public apps are in the sidebar, each file's sync state is a column of the list (asked
+# of the status socket, followed while the window is open), a selected file's picture is shown
+# beside the list from the drive's attribute (never from its content). On Open the mode is
+# carried out by the docdrive command of the same name (`docdrive open|import|move|export
+# --json`), and the paths it gives are printed on stdout (or JSON); an error is one sentence in
+# the window and on stderr, and the window stays for another choice; Cancel (Escape, closing the
+# window) exits 1.
+#
+# `docdrive pick` runs this text (after the status socket's client, docdrive_status.py) as
+# /usr/bin/python3 under the name "docdrive-picker", with one argument: the JSON of what to do
+# (its keys are read in Picker.__init__). Under that name the drive refuses it the content of
+# placeholders, as it does desktop indexers: GIO reads the start of a file whose name says nothing
+# of its type, and browsing a store must download nothing.
+import json
+import os
+import sys
+
+try:
+    import gi
+    gi.require_version("Gtk", "3.0")
+    gi.require_version("GdkPixbuf", "2.0")
+    gi.require_version("Pango", "1.0")
+    from gi.repository import GdkPixbuf, Gio, Gtk, Pango
+except (ImportError, ValueError):
+    Gtk = None
+
+# The words the Sync column shows for a state of the status socket.
+STATE_WORDS = {
+    "synced": "Synced",
+    "placeholder": "Not downloaded",
+    "pending": "Waiting to upload",
+    "uploading": "Uploading",
+    "downloading": "Downloading",
+    "conflict": "Conflict",
+    "failed": "Upload failed",
+    "local": "On this device",
+    "offline": "Offline",
+}
+# What each mode runs, the button that does it, and the field of the command's JSON answer that
+# is the resulting path.
+MODES = {
+    "open": ("open", "_Open", "reference_absolute"),
+    "import": ("import", "_Import", "copy_absolute"),
+    "move-to": ("move", "_Move Here", "target_absolute"),
+    "export-to": ("export", "_Export Here", "copy_absolute"),
+}
+# Set by tests: what the picker shows and does, a line each: ("shown", folder), ("folder",
+# path), ("row", path, state) the first time a row is drawn with a state, ("preview", path,
+# state, "picture"|"-"), ("told", path, state) for a change line of the status socket, ("message",
+# kind, sentence), ("run", argv...), ("result", path).
+LOG = os.environ.get("DOCDRIVE_PICKER_LOG")
+
+
+def log(*fields):
+    if LOG:
+        try:
+            with open(LOG, "a", encoding="utf-8", errors="surrogateescape") as f:
+                f.write("\t".join(fields) + "\n")
+        except OSError:
+            pass
+
+
+def say(sentence):
+    """One sentence on stderr, as every docdrive command says an error."""
+    sys.stderr.write(f"docdrive: {sentence}\n")
+    sys.stderr.flush()
+
+
+def gtk_ready():
+    """Whether a window can be shown; if not, why is said on stderr."""
+    if Gtk is None:
+        say("The picker needs GTK 3 for python3: apt install python3-gi gir1.2-gtk-3.0.")
+        return False
+    ok = Gtk.init_check(sys.argv)
+    if not (ok[0] if isinstance(ok, tuple) else ok):
+        say("The picker needs a graphical session, and none can be opened here (DISPLAY or WAYLAND_DISPLAY).")
+        return False
+    return True
+
+
+class Picker:
+    def __init__(self, job):
+        self.job = job
+        self.docdrive = job["docdrive"]
+        self.home = job["home"]
+        self.mnt = job["mountpoint"].rstrip("/") or "/"
+        self.app = job["app"]
+        self.mode = job["mode"]
+        self.stores = job["stores"]        # [{name, display, folder, offline}]
+        self.apps = job["apps"]            # [{id, name, public, folder}]
+        self.documents = job["documents"]  # move-to, export-to: the app's documents, mount-relative
+        self.verb, accept, self.answer_key = MODES[self.mode]
+        self.results = []                  # the commands' JSON answers, in order
+        self.exit_code = 1
+        self.states = {}                   # path -> state, from the status socket
+        self.logged_rows = set()
+        self.drive = None
+        self.running = False
+        self.view = None
+        self.said = set()                  # the warnings said on stderr (each once)
+        folder_mode = self.mode in ("move-to", "export-to")
+        action = Gtk.FileChooserAction.SELECT_FOLDER if folder_mode else Gtk.FileChooserAction.OPEN
+        d = Gtk.FileChooserDialog(title=job.get("title") or self.default_title(), action=action)
+        d.add_buttons("_Cancel", Gtk.ResponseType.CANCEL, accept, Gtk.ResponseType.ACCEPT)
+        d.set_default_response(Gtk.ResponseType.ACCEPT)
+        d.set_local_only(True)
+        d.set_select_multiple(bool(job.get("multiple")) and not folder_mode)
+        for place in [s["folder"] for s in self.stores] + [a["folder"] for a in self.apps if a["public"]]:
+            try:
+                d.add_shortcut_folder(place)
+            except Exception:  # a folder the mount does not show (yet): no shortcut
+                pass
+        self.add_filter(d, job.get("types") or [])
+        self.bar, self.bar_label = self.make_bar()
+        d.get_content_area().pack_start(self.bar, False, False, 0)
+        d.get_content_area().reorder_child(self.bar, 0)
+        self.preview_image, self.preview_label = self.make_preview(d)
+        d.connect("current-folder-changed", self.folder_changed)
+        d.connect("update-preview", self.update_preview)
+        d.connect("response", self.responded)
+        d.connect("map-event", self.shown)
+        self.dialog = d
+        self.connect_status()
+        self.add_sync_column()
+        d.set_current_folder(self.mnt)
+
+    def shown(self, d, event):
+        # GtkFileChooserDialog sizes itself from GSettings and its widget's wish (1124 x 822 and
+        # more) as it is mapped: a window that fits a laptop's screen.
+        d.resize(860, 540)
+        log("shown", d.get_current_folder() or "")
+        return False
+
+    def default_title(self):
+        name = next((a["name"] for a in self.apps if a["id"] == self.app), self.app)
+        return {"open": f"Open a document in {name}", "import": f"Import a document into {name}",
+                "move-to": f"Move {name}'s documents to a store", "export-to": f"Export {name}'s documents to a store"}[self.mode]
+
+    # ---- the window's parts
+
+    def add_filter(self, d, types):
+        if not types:
+            return
+        f = Gtk.FileFilter()
+        f.set_name(", ".join(types))
+        for t in types:
+            if "/" in t:
+                f.add_mime_type(t)
+            else:
+                f.add_pattern(t)
+        d.add_filter(f)
+        d.set_filter(f)
+
+    def make_bar(self):
+        bar = Gtk.InfoBar()
+        label = Gtk.Label(xalign=0)
+        label.set_line_wrap(True)
+        label.set_selectable(True)
+        bar.get_content_area().add(label)
+        bar.set_no_show_all(True)
+        label.show()
+        return bar, label
+
+    def make_preview(self, d):
+        box = Gtk.Box(orientation=Gtk.Orientation.VERTICAL, spacing=6)
+        box.set_size_request(170, -1)
+        image = Gtk.Image()
+        label = Gtk.Label()
+        label.set_line_wrap(True)
+        label.set_line_wrap_mode(Pango.WrapMode.WORD_CHAR)
+        label.set_max_width_chars(20)
+        box.pack_start(image, False, False, 0)
+        box.pack_start(label, False, False, 0)
+        box.show_all()
+        d.set_preview_widget(box)
+        d.set_use_preview_label(False)
+        return image, label
+
+    def show_message(self, kind, sentence):
+        """A sentence at the top of the window (kind: "error", "warning", "info"), or none."""
+        if not sentence:
+            self.bar.hide()
+            return
+        self.bar.set_message_type({"error": Gtk.MessageType.ERROR, "warning": Gtk.MessageType.WARNING}.get(kind, Gtk.MessageType.INFO))
+        self.bar_label.set_text(sentence)
+        self.bar.show()
+        log("message", kind, sentence)
+
+    # ---- sync states
+
+    def connect_status(self):
+        path = self.job.get("statusSocket")
+        if not path:
+            return
+        try:
+            self.drive = Drive(path, self.told)
+        except OSError:
+            self.drive = None
+
+    def told(self, path, state, pinned):
+        """A change line of the status socket: the row is drawn again."""
+        log("told", path, state)
+        if self.states.get(path) != state:
+            self.states[path] = state
+            if self.view is not None:
+                self.view.queue_draw()
+
+    def state_of(self, path):
+        store = self.store_at(path)
+        if store is not None and store["folder"] == path and store.get("offline"):
+            return "offline"
+        s = self.states.get(path)
+        if s is None and self.drive is not None and self.drive.alive and self.inside(path):
+            try:
+                s = self.drive.status([path]).get(path, ("none", False))[0]
+            except OSError:
+                s = None
+            self.states[path] = s or "none"
+        return s or "none"
+
+    def ask_folder(self, folder):
+        """The states of a folder's files in one request, and a subscription to their changes."""
+        if self.drive is None or not self.drive.alive or not self.inside(folder):
+            return
+        try:
+            names = sorted(os.listdir(folder))[:5000]
+        except OSError:
+            return
+        try:
+            got = self.drive.status([os.path.join(folder, n) for n in names])
+            self.drive.subscribe(folder)
+        except OSError:
+            self.drive.alive = False
+            return
+        for p, (state, _) in got.items():
+            self.states[p] = state
+
+    def add_sync_column(self):
+        """A "Sync" column in the chooser's list. GtkFileChooser has no place for one: it is added
+        to the list's tree view, found among the widget's children, whose model has a GFile per
+        row. Without that view (another GTK) the state is only in the preview."""
+        self.view = self.find(self.dialog, Gtk.TreeView)
+        if self.view is None:
+            return
+        renderer = Gtk.CellRendererText()
+        column = Gtk.TreeViewColumn("Sync", renderer)
+        column.set_cell_data_func(renderer, self.draw_state)
+        column.set_resizable(True)
+        self.view.insert_column(column, 1)
+
+    def find(self, widget, kind):
+        if isinstance(widget, kind):
+            return widget
+        if isinstance(widget, Gtk.Container):
+            for child in widget.get_children():
+                found = self.find(child, kind)
+                if found is not None:
+                    return found
+        return None
+
+    @staticmethod
+    def file_column(model):
+        for i in range(model.get_n_columns()):
+            if model.get_column_type(i) == Gio.File.__gtype__:
+                return i
+        return None
+
+    def draw_state(self, column, cell, model, it, data=None):
+        i = self.file_column(model)
+        f = model.get_value(it, i) if i is not None else None
+        path = f.get_path() if f is not None else None
+        state = self.state_of(path) if path else "none"
+        cell.set_property("text", STATE_WORDS.get(state, ""))
+        if path and LOG and self.inside(path) and (path, state) not in self.logged_rows:
+            self.logged_rows.add((path, state))
+            log("row", path, state)
+
+    # ---- places
+
+    def inside(self, path):
+        return path == self.mnt or path.startswith(self.mnt + "/")
+
+    def store_at(self, path):
+        for s in self.stores:
+            if path == s["folder"] or path.startswith(s["folder"] + "/"):
+                return s
+        return None
+
+    def folder_changed(self, d):
+        folder = d.get_current_folder()
+        if not folder:
+            return
+        log("folder", folder)
+        self.ask_folder(folder)
+        store = self.store_at(folder)
+        if store is not None:
+            self.refresh_offline(store)
+        elif not self.running:
+            self.show_message(None, None)
+
+    def refresh_offline(self, store):
+        """Asks `docdrive status --json` again (in the background) whether the store is offline,
+        and says so at the top of the window."""
+        self.show_offline(store)
+        argv = [self.docdrive, "status", "--home", self.home, "--json"]
+        try:
+            p = Gio.Subprocess.new(argv, Gio.SubprocessFlags.STDOUT_PIPE | Gio.SubprocessFlags.STDERR_SILENCE)
+        except Exception:
+            return
+
+        def done(p, res):
+            try:
+                _, out, _ = p.communicate_utf8_finish(res)
+                st = json.loads(out)
+            except Exception:
+                return
+            for s in st.get("stores", []):
+                if s.get("name") == store["name"]:
+                    sync = s.get("sync") or {}
+                    store["offline"] = (sync.get("offlineReason") or "its remote does not answer") if sync.get("offline") else None
+            if self.store_at(self.dialog.get_current_folder() or "") is store and not self.running:
+                self.show_offline(store)
+        p.communicate_utf8_async(None, None, done)
+
+    def show_offline(self, store):
+        why = store.get("offline")
+        if why:
+            why = why.rstrip(".")
+            sentence = (f"The store {store['display']} is offline ({why}): a document that is not downloaded "
+                        "cannot be imported until it answers.")
+            if sentence not in self.said:
+                self.said.add(sentence)
+                say(sentence)
+            self.show_message("warning", sentence)
+        elif not self.running:
+            self.show_message(None, None)
+
+    def update_preview(self, d):
+        path = d.get_preview_filename()
+        if not path or not self.inside(path) or os.path.isdir(path):
+            d.set_preview_widget_active(False)
+            return
+        state = self.state_of(path)
+        picture = None
+        try:
+            data = os.getxattr(path, "user.docdrive.thumbnail")
+            loader = GdkPixbuf.PixbufLoader()
+            loader.write(data)
+            loader.close()
+            picture = loader.get_pixbuf()
+            width = 128  # the drive's pictures are 256 px
+            picture = picture.scale_simple(width, max(1, picture.get_height() * width // picture.get_width()), GdkPixbuf.InterpType.BILINEAR)
+        except Exception:
+            picture = None
+        if picture is not None:
+            self.preview_image.set_from_pixbuf(picture)
+        else:
+            self.preview_image.set_from_icon_name("text-x-generic", Gtk.IconSize.DIALOG)
+        self.preview_label.set_text(f"{os.path.basename(path)}\n{STATE_WORDS.get(state, '')}")
+        d.set_preview_widget_active(True)
+        log("preview", path, state, "picture" if picture is not None else "-")
+
+    # ---- Open and Cancel
+
+    def responded(self, d, response):
+        if response != Gtk.ResponseType.ACCEPT:
+            self.finish()
+            return
+        if self.running:
+            return
+        jobs = self.jobs()
+        if jobs:
+            self.running = True
+            d.set_sensitive(False)
+            self.run_next(jobs)
+
+    def jobs(self):
+        """The commands the choice asks for, or None (a sentence shown) when it cannot be done."""
+        if self.mode in ("open", "import"):
+            paths = self.dialog.get_filenames()
+            if not paths:
+                return None
+            return [(p, [self.docdrive, self.verb, "--home", self.home, "--app", self.app, p, "--json"]) for p in paths]
+        folder = self.dialog.get_filename() or self.dialog.get_current_folder()
+        store = self.store_at(folder or "")
+        if store is None:
+            names = ", ".join(s["display"] for s in self.stores) or "none"
+            self.fail(f"Choose a folder in a store ({names}) to {self.verb} the documents to.")
+            return None
+        to = folder[len(self.mnt) + 1:]
+        return [(doc, [self.docdrive, self.verb, "--home", self.home, "--app", self.app, doc, "--to", to, "--json"])
+                for doc in self.documents]
+
+    def run_next(self, jobs):
+        if not jobs:
+            self.exit_code = 0
+            self.finish()
+            return
+        (what, argv), rest = jobs[0], jobs[1:]
+        log("run", *argv[1:])
+        self.show_message("info", f"{self.verb.capitalize()}: {what} ...")
+        p = Gio.Subprocess.new(argv, Gio.SubprocessFlags.STDOUT_PIPE | Gio.SubprocessFlags.STDERR_PIPE)
+
+        def done(p, res):
+            _, out, err = p.communicate_utf8_finish(res)
+            if p.get_exit_status() != 0:
+                sentence = (err or "").strip().splitlines()
+                sentence = sentence[-1] if sentence else f"docdrive {self.verb} failed (exit {p.get_exit_status()})."
+                self.fail(sentence[len("docdrive: "):] if sentence.startswith("docdrive: ") else sentence)
+                return
+            try:
+                self.results.append(json.loads(out))
+            except ValueError:
+                self.fail(f"docdrive {self.verb} gave an answer that is not JSON.")
+                return
+            self.run_next(rest)
+        p.communicate_utf8_async(None, None, done)
+
+    def fail(self, sentence):
+        """An error: one sentence in the window and on stderr; the window stays for another choice."""
+        say(sentence)
+        self.running = False
+        self.dialog.set_sensitive(True)
+        self.show_message("error", sentence)
+
+    def finish(self):
+        paths = [r.get(self.answer_key, "") for r in self.results]
+        for p in paths:
+            log("result", p)
+        if self.job.get("json"):
+            print(json.dumps({"app": self.app, "mode": self.mode, "paths": paths, "results": self.results,
+                              "cancelled": self.exit_code != 0}, indent=2, sort_keys=True))
+        else:
+            for p in paths:
+                print(p)
+        sys.stdout.flush()
+        Gtk.main_quit()
+
+
+def show_error(sentence):
+    """A sentence in a window of its own, for an error found before the picker could open."""
+    d = Gtk.MessageDialog(message_type=Gtk.MessageType.ERROR, buttons=Gtk.ButtonsType.CLOSE, text="DocDrive picker")
+    d.format_secondary_text(sentence)
+    d.set_title("DocDrive picker")
+    d.show_all()
+    log("message", "error", sentence)
+    d.run()
+    d.destroy()
+
+
+def main():
+    job = json.loads(sys.argv[1])
+    error = job.get("error")
+    if error:
+        say(error["message"])
+    if not gtk_ready():
+        return error["exit"] if error else 1
+    if error:
+        show_error(error["message"])
+        return error["exit"]
+    picker = Picker(job)
+    picker.dialog.show_all()
+    Gtk.main()
+    return picker.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

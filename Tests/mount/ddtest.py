@@ -10,12 +10,15 @@ import ctypes
 import errno
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -420,3 +423,28 @@ def cleanup_folder(path: Path):
 
 def stat_kind(mode):
     return stat.S_IFMT(mode)
+
+
+def need(tool: str) -> str:
+    """The path of `tool`; a test without it fails in CI (CI=true) and is skipped elsewhere."""
+    path = shutil.which(tool)
+    if path is None:
+        msg = f"{tool} is not installed (mount-scripts/test.sh installs it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of the processes whose parent is `pid`."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(d))
+    return out

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 import ddtest
-from ddtest import Drive, pid_alive, run, wait_until
+from ddtest import Drive, children_of, need, pid_alive, run, wait_until
 
 EMBLEMS = {"synced": "emblem-default", "pending": "emblem-synchronizing", "uploading": "emblem-synchronizing",
            "placeholder": "emblem-web", "conflict": "emblem-important", "failed": "emblem-unreadable"}
@@ -319,29 +319,6 @@ for paths in ([{placeholder!r}], [{conflict!r}], [{synced!r}], ["/etc/passwd"]):
 
 
 # --------------------------------------------------------------------------- Nautilus
-
-def need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        msg = f"{tool} is not installed (mount-scripts/test.sh installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[1]) == pid:
-                out.append(int(d))
-    return out
-
 
 BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">

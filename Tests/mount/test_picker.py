@@ -38,21 +38,11 @@ from pathlib import Path
 
 import pytest
 
-from ddtest import NOTES_ID, SECRET_ID, Drive, pid_alive, run, wait_until
+from ddtest import NOTES_ID, SECRET_ID, Drive, children_of, need, pid_alive, run, wait_until
 from test_placeholders import odt_with_picture, tiny_png
 
 pytestmark = pytest.mark.timeout(120)
 PICTURE = tiny_png(b"\x20\x80\xe0")
-
-
-def need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        msg = f"{tool} is not installed (mount-scripts/test.sh installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
 
 
 def xattr(path, name):
@@ -563,19 +553,6 @@ class BusPicker(Picker):
         windows = p.stdout.split()
         assert windows, f"no window titled {self.title}; log: {self.log()[-10:]}"
         self.xdotool("mousemove", "--window", windows[-1], "40", "40")
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(fields[1]) == pid:
-                out.append(int(d))
-    return out
 
 
 @pytest.mark.timeout(150)

@@ -22,6 +22,38 @@ public enum DriveChange {
     case config(DriveConfig, mtime: timespec)
 }
 
+extension DriveChange {
+    /// Which kind of change this is, for the subscribers that follow only some (`follows`).
+    @inline(__always)
+    public var kind: DriveChangeKinds {
+        switch self {
+        case .mount(.saved, _): .saves
+        case .mount: .fileOperations
+        case .remote: .remote
+        case .document: .documents
+        case .config: .config
+        }
+    }
+}
+
+/// The kinds of change a subscriber follows (`DriveChangeSubscriber.follows`). A subscriber is
+/// never called for a change of a kind it does not follow: the stream looks at the kind before it
+/// touches the subscriber (a weakly held one is not even loaded), so that a mount operation costs
+/// nothing in the parts that follow only a new config.
+public struct DriveChangeKinds: OptionSet, Sendable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// `.mount`, but a save.
+    public static let fileOperations = DriveChangeKinds(rawValue: 1)
+    /// `.mount(.saved)`: a file's content saved through the mount.
+    public static let saves = DriveChangeKinds(rawValue: 2)
+    public static let remote = DriveChangeKinds(rawValue: 4)
+    public static let documents = DriveChangeKinds(rawValue: 8)
+    public static let config = DriveChangeKinds(rawValue: 16)
+    public static let mount: DriveChangeKinds = [.fileOperations, .saves]
+    public static let all: DriveChangeKinds = [.mount, .remote, .documents, .config]
+}
+
 /// A name a document mode made, replaced or removed in a backing folder.
 public struct DocumentChange {
     /// The top-level folder (an app's container folder, or a store's local copy).
@@ -41,7 +73,13 @@ public struct DocumentChange {
 /// * `.document`: a control thread, after the mode's system calls;
 /// * `.config`: the thread that noticed the change (ConfigWatch), no lock of the drive held.
 public protocol DriveChangeSubscriber: Sendable {
+    /// The kinds of change this subscriber is called for, read once when it subscribes.
+    var follows: DriveChangeKinds { get }
     func changed(_ change: DriveChange)
+}
+
+extension DriveChangeSubscriber {
+    public var follows: DriveChangeKinds { .all }
 }
 
 /// The stream. Its subscribers, told in this order:
@@ -55,11 +93,15 @@ public protocol DriveChangeSubscriber: Sendable {
 /// 6. the namespace, then the sync service: a new config shows in the mount (a store added) before
 ///    its store's sync starts;
 /// 7. whatever the drive's maker added (tests; the daemon's query index, after the sync).
+/// Each is told only the kinds of change it `follows` (the file system: saves, the sync's and the
+/// document modes' changes; the namespace, the sync service and the query index: a new config).
 /// 1 to 3 are part of every stream (an id the sync gives an item must reach the index even when no
 /// file system was made); 4 to 7 subscribe when their part is made. A change published before a
 /// part subscribed has nothing to tell it (before the mount there is no kernel cache).
 public final class DriveChanges: Sendable {
     private struct Entry: @unchecked Sendable {
+        /// The subscriber's `follows`, kept here: checked before the subscriber is touched.
+        let follows: DriveChangeKinds
         let strong: (any DriveChangeSubscriber)?
         /// A part that owns the stream through its parts (the file system) is held weakly.
         weak var weak: (any DriveChangeSubscriber & AnyObject)?
@@ -69,22 +111,23 @@ public final class DriveChanges: Sendable {
 
     public init(index: ItemIndex) {
         let first: [any DriveChangeSubscriber] = [KernelNodes(), IndexRecorder(index: index), UploadNotes()]
-        subscribers = Mutex(first.map { Entry(strong: $0, weak: nil) })
+        subscribers = Mutex(first.map { Entry(follows: $0.follows, strong: $0, weak: nil) })
     }
 
     /// Adds `s` after the subscribers already there.
     public func subscribe(_ s: any DriveChangeSubscriber) {
-        subscribers.withLock { $0.append(Entry(strong: s, weak: nil)) }
+        subscribers.withLock { $0.append(Entry(follows: s.follows, strong: s, weak: nil)) }
     }
 
     /// Adds `s`, held weakly (a part that holds the stream), after the subscribers already there.
     public func subscribeWeakly(_ s: any DriveChangeSubscriber & AnyObject) {
-        subscribers.withLock { $0.append(Entry(strong: nil, weak: s)) }
+        subscribers.withLock { $0.append(Entry(follows: s.follows, strong: nil, weak: s)) }
     }
 
     @inline(__always)
     public func publish(_ change: DriveChange) {
-        for e in subscribers.withLock({ $0 }) {
+        let kind = change.kind
+        for e in subscribers.withLock({ $0 }) where e.follows.contains(kind) {
             if let s = e.strong { s.changed(change) } else if let s = e.weak { s.changed(change) }
         }
     }

@@ -45,6 +45,8 @@ extension DriveFileSystem {
 /// The kernel's view: nodes of removed, renamed and replaced files, the folder-path cache, the
 /// references' identity generation.
 struct KernelNodes: DriveChangeSubscriber {
+    var follows: DriveChangeKinds { .mount }
+
     func changed(_ change: DriveChange) {
         guard case let .mount(change, fs) = change else { return }
         switch change {
@@ -85,6 +87,7 @@ struct KernelNodes: DriveChangeSubscriber {
 /// sync engine gave items of the remote.
 struct IndexRecorder: DriveChangeSubscriber {
     let index: ItemIndex
+    var follows: DriveChangeKinds { [.mount, .remote] }
 
     func changed(_ change_: DriveChange) {
         let change: FileChange
@@ -129,6 +132,8 @@ struct IndexRecorder: DriveChangeSubscriber {
 /// The upload scheduler: which store paths changed, through the mount (see FileSystem+Changes) or
 /// by a document mode.
 struct UploadNotes: DriveChangeSubscriber {
+    var follows: DriveChangeKinds { [.mount, .documents] }
+
     func changed(_ change_: DriveChange) {
         let change: FileChange, fs: DriveFileSystem
         switch change_ {

@@ -142,6 +142,8 @@ public final class StatusMarks: Sendable {
 
 /// A path the sync engine changed behind the mount has a new state to show.
 extension StatusMarks: DriveChangeSubscriber {
+    public var follows: DriveChangeKinds { .remote }
+
     public func changed(_ change: DriveChange) {
         if case let .remote(.entry(root, path, _)) = change { mark(root: root, path: path) }
     }

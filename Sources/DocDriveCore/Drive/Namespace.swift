@@ -91,6 +91,8 @@ final class Namespace: Sendable {
 }
 
 extension Namespace: DriveChangeSubscriber {
+    public var follows: DriveChangeKinds { .config }
+
     public func changed(_ change: DriveChange) {
         if case let .config(config, _) = change { configChanged(config) }
     }

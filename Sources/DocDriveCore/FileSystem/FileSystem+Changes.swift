@@ -212,6 +212,9 @@ extension DriveFileSystem {
 /// local copies (on its worker) and what a document mode changed in a backing folder: the kernel
 /// forgets its cached entry, and a document that arrived gets its picture.
 extension DriveFileSystem: DriveChangeSubscriber {
+    /// Not a file operation but a save: those are the kernel table's (KernelNodes).
+    public var follows: DriveChangeKinds { [.saves, .remote, .documents] }
+
     public func changed(_ change: DriveChange) {
         switch change {
         case let .mount(.saved(file, _, .at(path)), _):

@@ -651,6 +651,8 @@ private func c_mallopt(_ param: Int32, _ value: Int32) -> Int32
 private func c_lgetxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
 
 extension QueryEngine: DriveChangeSubscriber {
+    public var follows: DriveChangeKinds { .config }
+
     public func changed(_ change: DriveChange) {
         if case let .config(config, _) = change { configChanged(config) }
     }

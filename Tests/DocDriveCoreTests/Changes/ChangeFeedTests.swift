@@ -29,8 +29,16 @@ final class ChangeRecorder: DriveChangeSubscriber {
     func take() -> [String] { lines.withLock { l in defer { l.removeAll() }; return l } }
 }
 
+/// Counts the changes it is called for, following only saves (as the file system's pictures do).
+final class SaveCounter: DriveChangeSubscriber {
+    let calls = Atomic<Int>(0)
+    var follows: DriveChangeKinds { .saves }
+    func changed(_ change: DriveChange) { calls.add(1, ordering: .relaxed) }
+}
+
 final class ChangeFeedTests: XCTestCase {
     var home: DriveHome!
+    var drive: Drive!
     var fs: DriveFileSystem!
     let recorder = ChangeRecorder()
     let me = Caller(uid: getuid(), gid: getgid(), pid: getpid())
@@ -39,8 +47,9 @@ final class ChangeFeedTests: XCTestCase {
         home = DriveHome(path: NSTemporaryDirectory() + "dd-feed-\(UUID().uuidString)")
         let config = DriveConfig(apps: [AppConfig(id: "org.n", name: "Notes", isPublic: true)], stores: [])
         try home.initialize(with: config)
-        fs = Drive(home: home, config: config, index: try ItemIndex(path: home.indexPath),
-                   logger: Logger(label: "test"), subscribers: [recorder]).fs
+        drive = Drive(home: home, config: config, index: try ItemIndex(path: home.indexPath),
+                      logger: Logger(label: "test"), subscribers: [recorder])
+        fs = drive.fs
     }
 
     override func tearDown() {
@@ -90,5 +99,23 @@ final class ChangeFeedTests: XCTestCase {
         XCTAssertThrowsError(try "gone".withCString { (c) throws in try fs.unlink(parent: notes, name: c) })
         XCTAssertThrowsError(try "l".withCString { (c) throws in try fs.rmdir(parent: notes, name: c) })
         XCTAssertEqual(recorder.take(), [])
+    }
+
+    /// A subscriber is called only for the kinds it follows (checked before a weakly held one is
+    /// loaded): here, of a create, a write, a save, a rename and an unlink, only the save.
+    func testASubscriberIsCalledOnlyForTheKindsItFollows() throws {
+        let saves = SaveCounter()
+        drive.changes.subscribeWeakly(saves)
+        let notes = try node(DriveFileSystem.rootID, "Notes")
+        let (_, f) = try "k.txt".withCString { (c) throws in try fs.create(parent: notes, name: c, mode: 0o644, flags: O_RDWR, caller: me) }
+        let data = Array("hello".utf8)
+        _ = try fs.write(f, data, count: data.count, offset: 0)
+        fs.release(f)
+        try "k.txt".withCString { a throws in try "m.txt".withCString { b throws in
+            try fs.rename(parent: notes, name: a, newParent: notes, newName: b, flags: 0)
+        } }
+        try "m.txt".withCString { (c) throws in try fs.unlink(parent: notes, name: c) }
+        XCTAssertEqual(recorder.take(), ["created k.txt file", "saved", "renamed k.txt m.txt", "removed m.txt"])
+        XCTAssertEqual(saves.calls.load(ordering: .relaxed), 1)
     }
 }

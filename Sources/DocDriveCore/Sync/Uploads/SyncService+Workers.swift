@@ -311,6 +311,8 @@ extension SyncService {
 }
 
 extension SyncService: DriveChangeSubscriber {
+    public var follows: DriveChangeKinds { .config }
+
     /// Stores added to or removed from config.yaml while mounted (ConfigWatch).
     public func changed(_ change: DriveChange) {
         if case let .config(config, mtime) = change { apply(config, mtime: mtime) }

@@ -35,7 +35,8 @@ struct Pick: ParsableCommand {
         command prints the resulting paths (the reference, the Inbox copy, the document's new place \
         or the exported copy), one a line, or JSON; an error is one sentence in the window and on \
         stderr, and the window stays. Cancel or Escape exits 1 and changes nothing. Ctrl+L types a \
-        path. Needs a graphical session and python3-gi with gir1.2-gtk-3.0.
+        path; Alt+R shows Recent, what the app picked lately. Needs a graphical session and \
+        python3-gi with gir1.2-gtk-3.0.
         """)
 
     /// The program that shows the window: Debian's python3, which python3-gi is for.

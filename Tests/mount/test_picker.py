@@ -2,7 +2,7 @@
 
 One drive (module scope) with the apps Notes (public) and Secret (private), the folder store
 "Work" and a folder store "Away" whose remote is taken away by the offline test. Work/pick holds
-report.txt, agenda.txt, image.png, plan.odt (a document with a picture, evicted: a placeholder)
+report.txt, agenda.txt, image.png, plan.odt (a document with a red picture, evicted: a placeholder)
 and "LICENSE" (no name ending, evicted). Each test starts `docdrive pick` in a display of its own
 (Xvfb, started here, stopped by pid), types with xdotool as a user does (Ctrl+L and a path, Return;
 Escape; Ctrl+A in the list), and reads what the picker logged (DOCDRIVE_PICKER_LOG: the folder
@@ -18,12 +18,16 @@ shown, each row drawn with its sync state, the preview, the messages, the comman
 * each file's sync state is in its row and follows a change; a placeholder's picture is shown
   from the drive's attribute, and browsing downloads nothing (not even "LICENSE", whose type GTK
   would read from its first bytes);
+* a placeholder's picture is its icon in the list (the screenshot's pixels, not only the log);
+* the Recent place (Alt+R) offers what the app picked lately, in any store or app, through
+  links that the modes follow to the documents, and leaves out a document that was deleted or
+  whose path now holds another item; another app's Recent does not show them;
 * a wrong app id, an offline store and a placeholder that cannot be downloaded: one sentence each,
   in the window and on stderr.
 * on a session bus of the test's own, with the activation file `docdrive desktop install` wrote,
   a call of org.docdrive.Picker1.Open starts the service, which shows the window and answers
   with the reference's path; a cancelled Import is the error ...Error.Cancelled.
-DOCDRIVE_SCREENSHOT=PATH copies the screenshot of the picker over the store (docs/user/picker.png).
+The screenshot in docs/user/picker.png is taken by picker_screenshot.py, over a drive of its own.
 In CI (CI=true) a missing Xvfb, xdotool or dbus-daemon fails the test; elsewhere it is skipped.
 """
 from __future__ import annotations
@@ -43,6 +47,7 @@ from test_placeholders import odt_with_picture, tiny_png
 
 pytestmark = pytest.mark.timeout(120)
 PICTURE = tiny_png(b"\x20\x80\xe0")
+RED = b"\xe0\x30\x20"  # plan.odt's picture: a colour GTK's theme does not draw (its selection is blue)
 
 
 def xattr(path, name):
@@ -79,7 +84,7 @@ class Desk:
         self.runtime = runtime
         self.pick = d.mnt / "Work" / "pick"
         self.away_remote = d.base / "away-remote"
-        self.plan = odt_with_picture(PICTURE, "the plan")  # (its zip entries carry the time they were made)
+        self.plan = odt_with_picture(tiny_png(RED), "the plan")  # (its zip entries carry the time they were made)
         self.display = None
         self.xvfb = None
 
@@ -153,11 +158,11 @@ def stop_display(k: Desk) -> list[str]:
 class Picker:
     """`docdrive pick ARGS` in the test display, started here and stopped by its pid."""
 
-    def __init__(self, k: Desk, tmp: Path, *args: str):
+    def __init__(self, k: Desk, tmp: Path, *args: str, home: Path | None = None):
         self.k = k
         self.log_path = tmp / "picker.log"
         tmp.mkdir()
-        home = tmp / "user"
+        home = home or tmp / "user"
         self.env = k.d.env(DISPLAY=k.display, DOCDRIVE_PICKER_LOG=str(self.log_path), HOME=str(home),
                            XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"),
                            XDG_CACHE_HOME=str(home / "cache"), GSETTINGS_BACKEND="memory", NO_AT_BRIDGE="1",
@@ -460,8 +465,6 @@ def test_rows_show_each_files_sync_state_and_browsing_downloads_nothing(desk, pi
     shot = p.log_path.parent / "picker.png"
     run(["import", "-display", k.display, "-window", "root", "-crop", "860x540+0+0", "+repage", str(shot)], env=p.env, timeout=30)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
-    if os.environ.get("DOCDRIVE_SCREENSHOT"):
-        shutil.copy(shot, os.environ["DOCDRIVE_SCREENSHOT"])
     p.escape()
     assert p.finish() == 1
     # Nothing was downloaded: not the placeholders shown, not "LICENSE", whose type GTK reads
@@ -469,6 +472,128 @@ def test_rows_show_each_files_sync_state_and_browsing_downloads_nothing(desk, pi
     assert downloads(k.d) == before
     assert xattr(k.pick / "LICENSE", "user.docdrive.status") == "placeholder"
     assert xattr(k.pick / "plan.odt", "user.docdrive.status") == "placeholder"
+
+
+def screenshot_rgb(p: Picker) -> bytes:
+    """The picker's window (the display's top left, 860 x 540: no window manager places it) as RGB bytes."""
+    raw = p.log_path.parent / "shot.rgb"
+    run(["import", "-display", p.k.display, "-window", "root", "-crop", "860x540+0+0", "+repage", "-depth", "8", f"rgb:{raw}"],
+        env=p.env, timeout=30)
+    data = raw.read_bytes()
+    assert len(data) == 860 * 540 * 3, len(data)
+    return data
+
+
+def pixels_of(colour: bytes, data: bytes, width=860, tolerance=12) -> list[tuple[int, int]]:
+    """Where the screenshot has that colour: (x, y) of each pixel."""
+    r, g, b = colour
+    out = []
+    for i in range(0, len(data), 3):
+        if abs(data[i] - r) <= tolerance and abs(data[i + 1] - g) <= tolerance and abs(data[i + 2] - b) <= tolerance:
+            out.append(((i // 3) % width, (i // 3) // width))
+    return out
+
+
+def test_a_placeholders_picture_is_its_icon_in_the_list(desk, picker):
+    k = desk
+    before = downloads(k.d)
+    plan = str(k.pick / "plan.odt")
+    p = picker("--app", SECRET_ID, "--mode", "import", "--type", "*.odt").shown()
+    p.go_to("Work/pick")
+    p.wait_for(lambda: [plan] in p.logged("icon") and p.rows(k.pick).get("plan.odt") == "placeholder",
+               "plan.odt's row drawn with its picture")
+    # On the screen: the picture's red, at the size of a list icon, in the list (the preview pane,
+    # right of the list, shows it 128 px wide when the row is selected).
+    in_list = []
+
+    def red_icon():
+        in_list[:] = [(x, y) for x, y in pixels_of(RED, screenshot_rgb(p)) if x < 400]
+        return len(in_list) >= 100
+    assert wait_until(red_icon, 10, 0.5), f"no picture in the list: {len(in_list)} red pixels left of the preview"
+    xs, ys = [x for x, _ in in_list], [y for _, y in in_list]
+    assert max(xs) - min(xs) < 24 and max(ys) - min(ys) < 24, (min(xs), min(ys), max(xs), max(ys))
+    p.escape()
+    assert p.finish() == 1
+    assert downloads(k.d) == before
+    assert xattr(k.pick / "plan.odt", "user.docdrive.status") == "placeholder"
+
+
+def recent_list(k: Desk, app: str) -> list[str]:
+    """The documents in an app's recent list (the drive home's picker/recent/APP.json), newest first."""
+    try:
+        entries = json.loads((k.d.home / "picker" / "recent" / f"{app}.json").read_text())["entries"]
+    except FileNotFoundError:
+        return []
+    return [e["path"] for e in entries if e["kind"] == "document"]
+
+
+@pytest.mark.timeout(180)
+def test_recent_offers_what_the_app_picked_and_leaves_out_what_is_gone(desk, picker):
+    k = desk
+    (k.d.home / "picker" / "recent" / f"{SECRET_ID}.json").unlink(missing_ok=True)
+    folder = k.d.mnt / "Work" / "recent"
+    folder.mkdir()
+    for n in ("keep.txt", "gone.txt", "replaced.txt"):
+        (folder / n).write_bytes(n.encode() + b"\n")
+    note = k.d.mnt / "Notes" / "recent-note.txt"
+    note.write_bytes(b"a note\n")
+    try:
+        # Imported: the three of Work/recent (Ctrl+A), then a document of the app Notes.
+        p = picker("--app", SECRET_ID, "--mode", "import", "--multiple").shown()
+        p.go_to("Work/recent")
+        p.wait_for(lambda: {"keep.txt", "gone.txt", "replaced.txt"} <= set(p.rows(folder)), "Work/recent's rows")
+        p.key("ctrl+a")  # (the display hands the keys to the window in order: Return comes after it)
+        p.key("Return")
+        assert p.finish(timeout=60) == 0, p.err
+        assert len(p.out.splitlines()) == 3, p.out
+        p = picker("--app", SECRET_ID, "--mode", "import").shown()
+        p.type_path("Notes/recent-note.txt")
+        p.key("Return")
+        assert p.finish(timeout=60) == 0, p.err
+        assert recent_list(k, SECRET_ID)[0] == "Notes/recent-note.txt", recent_list(k, SECRET_ID)
+        assert set(recent_list(k, SECRET_ID)) == {"Notes/recent-note.txt", "Work/recent/keep.txt", "Work/recent/gone.txt",
+                                                  "Work/recent/replaced.txt"}
+        # One deleted; another item put where one was (another id: deleted, then a new document
+        # made under its name; renaming it away first would be an editor's save, the same item).
+        os.unlink(folder / "gone.txt")
+        old_id = xattr(folder / "replaced.txt", "user.docdrive.id")
+        os.unlink(folder / "replaced.txt")
+        (folder / "replaced.txt").write_bytes(b"another document\n")
+        assert xattr(folder / "replaced.txt", "user.docdrive.id") not in (None, old_id)
+        # Alt+R: the Recent place, with the two that are still there, each with its sync state.
+        p = picker("--app", SECRET_ID, "--mode", "open").shown()
+        p.key("alt+r")
+        recent = Path(p.logged("recent")[0][0])
+        p.wait_for(lambda: ["folder", str(recent)] in p.log(), "the Recent place")
+        p.wait_for(lambda: {"keep.txt", "recent-note.txt"} <= set(p.rows(recent)), "the Recent place's rows")
+        assert p.logged("recent-entry") == [["recent-note.txt", str(note)], ["keep.txt", str(folder / "keep.txt")]], p.logged("recent-entry")
+        dropped = {Path(path).name: why for path, why in p.logged("recent-dropped")}
+        assert dropped == {"gone.txt": "gone", "replaced.txt": "another item is there now"}, dropped
+        assert p.rows(recent)["recent-note.txt"] == "local", p.rows(recent)
+        assert p.rows(recent)["keep.txt"] in ("pending", "uploading", "synced"), p.rows(recent)
+        # Chosen there (typed, relative to the place shown), it is the document in its store that is opened.
+        p.type_path("keep.txt")
+        p.key("Return")
+        assert p.finish(timeout=60) == 0, p.err
+        ref = Path(one_line(p.out))
+        assert ref == k.d.mnt / ".by-app" / SECRET_ID / "Documents" / "keep.txt"
+        assert xattr(ref, "user.docdrive.target") == "Work/recent/keep.txt" and xattr(ref, "user.docdrive.external") == "1"
+        assert recent_list(k, SECRET_ID) == ["Work/recent/keep.txt", "Notes/recent-note.txt"]
+        assert not recent.exists(), "the Recent place's folder is left"
+        # Another app's Recent place has none of them.
+        p = picker("--app", NOTES_ID, "--mode", "open").shown()
+        p.key("alt+r")
+        other = Path(p.logged("recent")[0][0])
+        p.wait_for(lambda: ["folder", str(other)] in p.log(), "the Recent place of Notes")
+        assert not {"keep.txt", "recent-note.txt"} & {e[0] for e in p.logged("recent-entry")}, p.logged("recent-entry")
+        # Ended from outside (SIGTERM): its Recent folder goes too.
+        p.stop()
+        assert p.p.returncode == -signal.SIGTERM and not other.exists(), (p.p.returncode, other)
+        os.unlink(ref)
+    finally:
+        k.d.cli("app", "close", SECRET_ID)
+        shutil.rmtree(folder, ignore_errors=True)
+        note.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- errors

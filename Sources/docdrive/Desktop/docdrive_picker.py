@@ -3,7 +3,8 @@
 # --multiple), move-to and export-to a folder of a store for the app's documents. The drive's
 # stores and public apps are in the sidebar, each file's sync state is a column of the list (asked
 # of the status socket, followed while the window is open), a selected file's picture is shown
-# beside the list from the drive's attribute (never from its content). On Open the mode is
+# beside the list and as its icon in the list, from the drive's attribute (never from its
+# content), and a "Recent" place holds what the app picked lately. On Open the mode is
 # carried out by the docdrive command of the same name (`docdrive open|import|move|export
 # --json`), and the paths it gives are printed on stdout (or JSON); an error is one sentence in
 # the window and on stderr, and the window stays for another choice; Cancel (Escape, closing the
@@ -14,16 +15,23 @@
 # (its keys are read in Picker.__init__). Under that name the drive refuses it the content of
 # placeholders, as it does desktop indexers: GIO reads the start of a file whose name says nothing
 # of its type, and browsing a store must download nothing.
+import atexit
+import fcntl
 import json
 import os
+import shutil
+import signal
+import stat
 import sys
+import tempfile
+import time
 
 try:
     import gi
     gi.require_version("Gtk", "3.0")
     gi.require_version("GdkPixbuf", "2.0")
     gi.require_version("Pango", "1.0")
-    from gi.repository import GdkPixbuf, Gio, Gtk, Pango
+    from gi.repository import GdkPixbuf, Gio, GLib, Gtk, Pango
 except (ImportError, ValueError):
     Gtk = None
 
@@ -47,10 +55,15 @@ MODES = {
     "move-to": ("move", "_Move Here", "target_absolute"),
     "export-to": ("export", "_Export Here", "copy_absolute"),
 }
+# How many documents (or folders, for move-to and export-to) the Recent place keeps for an app.
+RECENT_MAX = 20
 # Set by tests: what the picker shows and does, a line each: ("shown", folder), ("folder",
-# path), ("row", path, state) the first time a row is drawn with a state, ("preview", path,
-# state, "picture"|"-"), ("told", path, state) for a change line of the status socket, ("message",
-# kind, sentence), ("run", argv...), ("result", path).
+# path), ("row", path, state) the first time a row is drawn with a state, ("icon", path) the
+# first time a row is drawn with the document's picture as its icon, ("preview", path, state,
+# "picture"|"-"), ("told", path, state) for a change line of the status socket, ("recent",
+# folder) the Recent place's folder, ("recent-entry", name, path) for each entry in it,
+# ("recent-dropped", path, why) for an entry left out, ("message", kind, sentence), ("run",
+# argv...), ("result", path).
 LOG = os.environ.get("DOCDRIVE_PICKER_LOG")
 
 
@@ -97,18 +110,34 @@ class Picker:
         self.exit_code = 1
         self.states = {}                   # path -> state, from the status socket
         self.logged_rows = set()
+        self.pictures = {}                 # mount path -> its picture for the list (a pixbuf), or None
+        self.logged_icons = set()
+        self.icon_size = 16
+        self.picked = []                   # what was chosen and carried out (mount paths), for Recent
         self.drive = None
         self.running = False
         self.view = None
         self.said = set()                  # the warnings said on stderr (each once)
         folder_mode = self.mode in ("move-to", "export-to")
+        self.recent = Recent(self.home, self.app, self.mnt, folder_mode)
+        # GTK's own Recent place lists the user's recent files of every program, most of them
+        # outside the drive; the picker's Recent place (the first shortcut) takes its place, also
+        # for its key, Alt+R.
+        Gtk.Settings.get_default().set_property("gtk-recent-files-enabled", False)
+        # GTK puts the working folder in the sidebar when it is not the home folder: not wherever
+        # the command was started (the drive is there already: its stores and apps, and the mount
+        # itself when it is under the home folder).
+        try:
+            os.chdir(os.path.expanduser("~"))
+        except OSError:
+            pass
         action = Gtk.FileChooserAction.SELECT_FOLDER if folder_mode else Gtk.FileChooserAction.OPEN
         d = Gtk.FileChooserDialog(title=job.get("title") or self.default_title(), action=action)
         d.add_buttons("_Cancel", Gtk.ResponseType.CANCEL, accept, Gtk.ResponseType.ACCEPT)
         d.set_default_response(Gtk.ResponseType.ACCEPT)
         d.set_local_only(True)
         d.set_select_multiple(bool(job.get("multiple")) and not folder_mode)
-        for place in [s["folder"] for s in self.stores] + [a["folder"] for a in self.apps if a["public"]]:
+        for place in [self.recent.folder] + [s["folder"] for s in self.stores] + [a["folder"] for a in self.apps if a["public"]]:
             try:
                 d.add_shortcut_folder(place)
             except Exception:  # a folder the mount does not show (yet): no shortcut
@@ -125,7 +154,17 @@ class Picker:
         self.dialog = d
         self.connect_status()
         self.add_sync_column()
+        self.add_pictures()
+        widget = self.find(d, Gtk.FileChooserWidget)
+        if widget is not None:
+            widget.connect("recent-shortcut", self.recent_key)
         d.set_current_folder(self.mnt)
+
+    def recent_key(self, widget):
+        """Alt+R (GtkFileChooserWidget's "recent-shortcut"): the picker's Recent place."""
+        widget.stop_emission_by_name("recent-shortcut")
+        self.dialog.set_current_folder(self.recent.folder)
+        return True
 
     def shown(self, d, event):
         # GtkFileChooserDialog sizes itself from GSettings and its widget's wish (1124 x 822 and
@@ -203,6 +242,7 @@ class Picker:
     def told(self, path, state, pinned):
         """A change line of the status socket: the row is drawn again."""
         log("told", path, state)
+        self.pictures.pop(path, None)  # a picture the drive made since, or a new one
         if self.states.get(path) != state:
             self.states[path] = state
             if self.view is not None:
@@ -223,15 +263,21 @@ class Picker:
 
     def ask_folder(self, folder):
         """The states of a folder's files in one request, and a subscription to their changes."""
-        if self.drive is None or not self.drive.alive or not self.inside(folder):
+        if self.drive is None or not self.drive.alive:
+            return
+        if folder == self.recent.folder:
+            paths = list(self.recent.links.values())
+        elif self.inside(folder):
+            try:
+                paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder))[:5000]]
+            except OSError:
+                return
+        else:
             return
         try:
-            names = sorted(os.listdir(folder))[:5000]
-        except OSError:
-            return
-        try:
-            got = self.drive.status([os.path.join(folder, n) for n in names])
-            self.drive.subscribe(folder)
+            got = self.drive.status(paths)
+            for parent in sorted({os.path.dirname(p) for p in paths} if folder == self.recent.folder else {folder}):
+                self.drive.subscribe(parent)
         except OSError:
             self.drive.alive = False
             return
@@ -271,17 +317,75 @@ class Picker:
     def draw_state(self, column, cell, model, it, data=None):
         i = self.file_column(model)
         f = model.get_value(it, i) if i is not None else None
-        path = f.get_path() if f is not None else None
+        shown = f.get_path() if f is not None else None
+        path = self.real(shown) if shown else None
         state = self.state_of(path) if path else "none"
         cell.set_property("text", STATE_WORDS.get(state, ""))
-        if path and LOG and self.inside(path) and (path, state) not in self.logged_rows:
-            self.logged_rows.add((path, state))
-            log("row", path, state)
+        if path and LOG and self.inside(path) and (shown, state) not in self.logged_rows:
+            self.logged_rows.add((shown, state))
+            log("row", shown, state)
+
+    def add_pictures(self):
+        """A document's picture (the drive's attribute user.docdrive.thumbnail, a placeholder's
+        too) as its icon in the list, as a file manager shows thumbnails: drawn over the icon GTK
+        puts in the name column's picture cell, at the same size."""
+        if self.view is None:
+            return
+        for column in self.view.get_columns():
+            for cell in column.get_cells():
+                if isinstance(cell, Gtk.CellRendererPixbuf):
+                    _, height = cell.get_fixed_size()
+                    if height > 0:
+                        self.icon_size = max(16, height - 2 * cell.get_property("ypad"))
+                    column.set_cell_data_func(cell, self.draw_icon)
+                    return
+
+    def draw_icon(self, column, cell, model, it, data=None):
+        i = self.file_column(model)
+        f = model.get_value(it, i) if i is not None else None
+        shown = f.get_path() if f is not None else None
+        path = self.real(shown) if shown else None
+        if not path or not self.inside(path):
+            return
+        picture = self.picture(path)
+        if picture is None:
+            return
+        cell.set_property("pixbuf", picture)
+        if LOG and shown not in self.logged_icons:
+            self.logged_icons.add(shown)
+            log("icon", shown)
+
+    def picture(self, path):
+        """The list's picture of a document, from the drive's attribute (never its content), or None."""
+        if path in self.pictures:
+            return self.pictures[path]
+        picture = None
+        try:
+            data = os.getxattr(path, "user.docdrive.thumbnail")
+            loader = GdkPixbuf.PixbufLoader()
+            loader.write(data)
+            loader.close()
+            pixbuf = loader.get_pixbuf()
+            # A pixbuf, not a cairo surface at the screen's scale as GTK draws its icons: that
+            # would need python3-gi-cairo too.
+            side = self.icon_size
+            w, h = pixbuf.get_width(), pixbuf.get_height()
+            k = min(side / w, side / h)
+            picture = pixbuf.scale_simple(max(1, round(w * k)), max(1, round(h * k)), GdkPixbuf.InterpType.BILINEAR)
+        except Exception:  # no picture (or not one GdkPixbuf reads): GTK's icon stays
+            picture = None
+        self.pictures[path] = picture
+        return picture
 
     # ---- places
 
     def inside(self, path):
         return path == self.mnt or path.startswith(self.mnt + "/")
+
+    def real(self, path):
+        """The mount path of what `path` shows: itself, or for an entry of the Recent place (or
+        something below one) the document or folder it links to."""
+        return self.recent.target(path) or path
 
     def store_at(self, path):
         for s in self.stores:
@@ -292,6 +396,11 @@ class Picker:
     def folder_changed(self, d):
         folder = d.get_current_folder()
         if not folder:
+            return
+        real = self.real(folder)
+        if real != folder:
+            # A folder of the Recent place opened: it is shown where it is, in its store.
+            d.set_current_folder(real)
             return
         log("folder", folder)
         self.ask_folder(folder)
@@ -340,6 +449,7 @@ class Picker:
 
     def update_preview(self, d):
         path = d.get_preview_filename()
+        path = self.real(path) if path else None
         if not path or not self.inside(path) or os.path.isdir(path):
             d.set_preview_widget_active(False)
             return
@@ -380,18 +490,19 @@ class Picker:
     def jobs(self):
         """The commands the choice asks for, or None (a sentence shown) when it cannot be done."""
         if self.mode in ("open", "import"):
-            paths = self.dialog.get_filenames()
+            paths = [self.real(p) for p in self.dialog.get_filenames()]
             if not paths:
                 return None
-            return [(p, [self.docdrive, self.verb, "--home", self.home, "--app", self.app, p, "--json"]) for p in paths]
+            return [(p, p, [self.docdrive, self.verb, "--home", self.home, "--app", self.app, p, "--json"]) for p in paths]
         folder = self.dialog.get_filename() or self.dialog.get_current_folder()
+        folder = self.real(folder) if folder else folder
         store = self.store_at(folder or "")
         if store is None:
             names = ", ".join(s["display"] for s in self.stores) or "none"
             self.fail(f"Choose a folder in a store ({names}) to {self.verb} the documents to.")
             return None
         to = folder[len(self.mnt) + 1:]
-        return [(doc, [self.docdrive, self.verb, "--home", self.home, "--app", self.app, doc, "--to", to, "--json"])
+        return [(folder, doc, [self.docdrive, self.verb, "--home", self.home, "--app", self.app, doc, "--to", to, "--json"])
                 for doc in self.documents]
 
     def run_next(self, jobs):
@@ -399,7 +510,7 @@ class Picker:
             self.exit_code = 0
             self.finish()
             return
-        (what, argv), rest = jobs[0], jobs[1:]
+        (chosen, what, argv), rest = jobs[0], jobs[1:]
         log("run", *argv[1:])
         self.show_message("info", f"{self.verb.capitalize()}: {what} ...")
         p = Gio.Subprocess.new(argv, Gio.SubprocessFlags.STDOUT_PIPE | Gio.SubprocessFlags.STDERR_PIPE)
@@ -416,6 +527,8 @@ class Picker:
             except ValueError:
                 self.fail(f"docdrive {self.verb} gave an answer that is not JSON.")
                 return
+            if chosen not in self.picked:
+                self.picked.append(chosen)
             self.run_next(rest)
         p.communicate_utf8_async(None, None, done)
 
@@ -437,7 +550,148 @@ class Picker:
             for p in paths:
                 print(p)
         sys.stdout.flush()
+        if self.picked:
+            self.recent.remember(self.picked)
         Gtk.main_quit()
+
+
+class Recent:
+    """What an app picked lately, across the stores and apps: the documents it opened or imported
+    (the folders it moved or exported to, in move-to and export-to), newest first. The list is
+    kept in the drive home, picker/recent/APP.json (mount-relative paths and item ids, at most
+    RECENT_MAX of each kind), and shown as the place "Recent": a folder of the picker's own (in
+    XDG_RUNTIME_DIR, removed when it ends) with a link to each entry. An entry whose document is
+    gone, is a reference whose target is gone, or whose path now holds another item (another id)
+    is left out, and dropped from the list."""
+
+    def __init__(self, home, app, mnt, folders):
+        self.mnt = mnt
+        self.kind = "folder" if folders else "document"
+        self.file = os.path.join(home, "picker", "recent", app + ".json") if "/" not in app and not app.startswith(".") else None
+        self.links = {}                    # a link's path in the Recent folder -> the mount path
+        run = os.environ.get("XDG_RUNTIME_DIR")
+        try:
+            self.base = tempfile.mkdtemp(prefix="docdrive-picker-", dir=run if run and os.path.isdir(run) else None)
+        except OSError:
+            self.base = tempfile.mkdtemp(prefix="docdrive-picker-")
+        atexit.register(self.close)
+        self.folder = os.path.join(self.base, "Recent")
+        os.mkdir(self.folder, 0o700)
+        log("recent", self.folder)
+        try:
+            self.fill()
+        except Exception as e:  # an unreadable list: an empty Recent place, never a picker that fails
+            log("recent-dropped", self.file or "", f"the list: {e}")
+
+    def target(self, path):
+        """The mount path a path in the Recent folder stands for, or None."""
+        if not path.startswith(self.folder + "/"):
+            return None
+        rest = path[len(self.folder) + 1:].split("/", 1)
+        target = self.links.get(os.path.join(self.folder, rest[0]))
+        if target is None:
+            return None
+        return target if len(rest) == 1 else os.path.join(target, rest[1])
+
+    def close(self):
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def locked(self):
+        os.makedirs(os.path.dirname(self.file), mode=0o700, exist_ok=True)
+        f = open(self.file + ".lock", "a")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return f
+
+    def read(self):
+        try:
+            with open(self.file, encoding="utf-8") as f:
+                entries = json.load(f).get("entries", [])
+        except (OSError, ValueError, AttributeError):
+            return []
+        return [e for e in entries if isinstance(e, dict) and isinstance(e.get("path"), str) and e.get("kind") in ("document", "folder")]
+
+    def write(self, entries):
+        tmp = f"{self.file}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"entries": entries}, f, indent=1)
+        os.replace(tmp, self.file)
+
+    def why_gone(self, entry, path):
+        """Why an entry is not shown (None: it is shown)."""
+        rel = entry["path"]
+        if not rel or rel.startswith("/") or ".." in rel.split("/"):
+            return "not a path in the drive"
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return "gone"
+        if stat.S_ISDIR(st.st_mode) != (self.kind == "folder"):
+            return "gone"
+        if xattr(path, "user.docdrive.status") == "missing":
+            return "its target is gone"
+        if entry.get("id") and xattr(path, "user.docdrive.id") not in (None, entry["id"]):
+            return "another item is there now"
+        return None
+
+    def fill(self):
+        if self.file is None:
+            return
+        with self.locked():
+            entries = self.read()
+            kept = []
+            for e in entries:
+                if e["kind"] != self.kind:
+                    kept.append(e)
+                    continue
+                path = os.path.join(self.mnt, e["path"])
+                why = self.why_gone(e, path)
+                if why is not None:
+                    log("recent-dropped", path, why)
+                    continue
+                kept.append(e)
+                if len(self.links) < RECENT_MAX:
+                    self.add_link(path)
+            if kept != entries:
+                self.write(kept)
+
+    def add_link(self, path):
+        """A link in the Recent folder, under the document's name (two of one name: the second
+        with its top folder, the store's or the app's name, after it)."""
+        name = os.path.basename(path)
+        stem, ext = os.path.splitext(name)
+        top = os.path.relpath(path, self.mnt).split("/", 1)[0]
+        for n in [name, f"{stem} ({top}){ext}"] + [f"{stem} ({top} {i}){ext}" for i in range(2, 100)]:
+            link = os.path.join(self.folder, n)
+            if link not in self.links:
+                os.symlink(path, link)
+                self.links[link] = path
+                log("recent-entry", n, path)
+                return
+
+    def remember(self, paths):
+        """What was just picked, at the top of the list."""
+        if self.file is None:
+            return
+        try:
+            with self.locked():
+                entries = self.read()
+                for path in reversed(paths):
+                    if not path.startswith(self.mnt + "/"):
+                        continue
+                    rel = path[len(self.mnt) + 1:]
+                    entries = [e for e in entries if not (e["kind"] == self.kind and e["path"] == rel)]
+                    entries.insert(0, {"path": rel, "id": xattr(path, "user.docdrive.id"), "kind": self.kind, "picked": int(time.time())})
+                mine = [e for e in entries if e["kind"] == self.kind][:RECENT_MAX]
+                self.write(mine + [e for e in entries if e["kind"] != self.kind])
+        except OSError as e:
+            say(f"The list of recent documents ({self.file}) could not be written: {e.strerror or e}.")
+
+
+def xattr(path, name):
+    try:
+        return os.getxattr(path, name).decode("utf-8", "replace")
+    except OSError:
+        return None
 
 
 def show_error(sentence):
@@ -462,9 +716,20 @@ def main():
         show_error(error["message"])
         return error["exit"]
     picker = Picker(job)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        # Ended from outside: the Recent place's folder goes too, then the signal ends the picker.
+        GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, ended, (sig, picker))
     picker.dialog.show_all()
     Gtk.main()
     return picker.exit_code
+
+
+def ended(what):
+    sig, picker = what
+    picker.recent.close()
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+    return False
 
 
 if __name__ == "__main__":

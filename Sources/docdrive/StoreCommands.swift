@@ -71,6 +71,8 @@ struct Store: ParsableCommand {
         var bandwidth: String?
         @Option(help: ArgumentHelp("Seconds between two looks at the remote for other devices' changes (default 10).", valueName: "seconds"))
         var poll: Double = StoreConfig.defaultPoll
+        @Option(help: ArgumentHelp("S3: the longest what another tool (not DocDrive) writes in the bucket takes to appear: the whole bucket is listed this often (1h, 10m, 90s; default 1h). DocDrive's own writes appear at the next poll.", valueName: "time"))
+        var reconcile: String?
         @Flag(help: "Download every file of the store as soon as it is listed (default: on demand, when opened, if the remote already holds documents; all local for a new, empty one).")
         var allLocal = false
         @Flag(help: "Show the remote's files as placeholders, downloaded when opened (the default when the remote already holds documents).")
@@ -94,6 +96,13 @@ struct Store: ParsableCommand {
                 guard StoreConfig.pollRange.contains(poll) else {
                     throw DriveError(.invalidConfig, "--poll \(poll) must be between 0.2 and 86400 seconds.")
                 }
+                var sweep = StoreConfig.defaultReconcile
+                if let reconcile {
+                    guard let r = StoreConfig.parseDuration(reconcile), StoreConfig.reconcileRange.contains(r) else {
+                        throw DriveError(.invalidConfig, "--reconcile \(reconcile) is not a time between 1s and 7d (like 1h, 10m or 90s).")
+                    }
+                    sweep = r
+                }
                 var cache: Int64?
                 if let cacheLimit {
                     guard let b = StoreConfig.parseBandwidth(cacheLimit), b == 0 || b >= 1 << 20 else {
@@ -105,6 +114,7 @@ struct Store: ParsableCommand {
                 var config = StoreConfig(name: name, displayName: display ?? name, remote: remote, writebackDelay: writeback,
                                          workers: workers, bandwidth: limit, poll: poll)
                 config.cacheLimit = cache
+                config.reconcile = sweep
                 if letIndexersDownload { config.indexers = .download }
                 let added = try home.addStore(config,
                                            content: allLocal ? .allLocal : onDemand ? .onDemand : nil)

@@ -31,6 +31,9 @@ from weed import ACCESS_KEY, REGION, SECRET_KEY, FaultProxy, UnconditionalProxy,
 
 STORE = "s3"
 POLL = 0.5
+# What another tool writes is seen within a second (the tests' boto3 writes); the default is an
+# hour, with the change mark telling DocDrive's own writes at once.
+RECONCILE = 1
 WRITEBACK = 0.1
 MiB = 1 << 20
 
@@ -129,7 +132,8 @@ class S3Device:
         d.extra_env.update(weed.env({}))
         d.extra_env["DOCDRIVE_LOG_LEVEL"] = os.environ.get("DOCDRIVE_LOG_LEVEL", "info")
         d.cli("store", "add", STORE, "--name", "S3", "--s3", endpoint, "--bucket", weed.bucket, "--prefix", prefix,
-              "--path-style", "--writeback", str(WRITEBACK), "--poll", str(POLL), "--part-size", "5M", *store_args,
+              "--path-style", "--writeback", str(WRITEBACK), "--poll", str(POLL), "--part-size", "5M",
+              *(() if "--reconcile" in store_args else ("--reconcile", str(RECONCILE))), *store_args,
               timeout=120)
 
     @property
@@ -692,6 +696,46 @@ def test_an_idle_store_sends_no_request_and_a_remote_back_is_retried_at_once(wee
         # then the device finds it back by itself (no poll is due), and the save goes up.
         assert wait_until(lambda: f"store {STORE}: remote reachable again; retrying now" in dev.d.log_tail(200), 30, 0.2), dev.d.log_tail(40)
         assert wait_until(lambda: f"{prefix}/second.txt" in bucket_objects(c, weed.bucket, prefix), 60, 0.2), dev.d.log_tail(40)
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.timeout(240)
+def test_an_idle_poll_is_one_head_of_the_change_mark_and_another_devices_save_comes_at_once(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    for i in range(40):
+        c.put_object(Bucket=weed.bucket, Key=f"{prefix}/Old/f{i:02}.txt", Body=f"file {i}\n".encode())
+    proxy = FaultProxy(weed.port)
+    seen = []
+    proxy.failing = lambda method, path: seen.append((method, path)) and False
+    try:
+        # Given two devices on a store of 40 objects, with the default reconcile (an hour),
+        # A's requests counted,
+        a = S3Device(new_drive(), weed, proxy.endpoint, prefix, "--reconcile", "1h").mount()
+        b = S3Device(new_drive(), weed, weed.endpoint, prefix, "--reconcile", "1h").mount()
+        a.sync()
+        b.sync()
+        time.sleep(1)
+        # when five seconds pass with nothing saved anywhere (ten polls),
+        seen.clear()
+        time.sleep(5)
+        idle = list(seen)
+        # then each poll of A was one HEAD of the store's change mark: no listing.
+        mark = f"/{weed.bucket}/{prefix}/.docdrive/changes"
+        print(f"{len(idle)} requests in 5 s of an idle device (poll {POLL} s)")
+        assert 5 <= len(idle) <= 12 and all(r == ("HEAD", mark) for r in idle), idle
+        # When B saves a file, A shows it within a few polls (B's batch rewrote the mark),
+        save(b.path(b"from-b.txt"), b"saved on B\n")
+        start = time.monotonic()
+        assert wait_until(lambda: os.path.exists(a.path(b"from-b.txt")), 30, 0.05), a.d.log_tail(30)
+        print(f"B's save shown on A after {time.monotonic() - start:.2f} s (writeback {WRITEBACK} s, poll {POLL} s)")
+        assert open(a.path(b"from-b.txt"), "rb").read() == b"saved on B\n"
+        # and what another tool writes, which leaves the mark as it is, comes with `docdrive
+        # sync` (a whole listing), as it would at the reconcile.
+        c.put_object(Bucket=weed.bucket, Key=f"{prefix}/foreign.txt", Body=b"from boto3\n")
+        a.sync()
+        assert open(a.path(b"foreign.txt"), "rb").read() == b"from boto3\n"
     finally:
         proxy.stop()
 

@@ -140,6 +140,10 @@ public struct StoreConfig: Equatable, Sendable {
     public var bandwidth: Int64?
     /// Seconds between two looks at the remote for other devices' changes.
     public var poll: Double
+    /// Seconds within which a whole listing of a remote whose polls see only DocDrive's writes
+    /// (S3: the change mark, `Remote.fingerprintSeesEveryWriter`) looks for what other tools
+    /// wrote: the longest a foreign write takes to appear.
+    public var reconcile: Double = StoreConfig.defaultReconcile
     /// Whether a remote item's content comes down when it is listed (`allLocal`) or when it is
     /// first opened (`onDemand`: until then it is a placeholder, see Sync/Placeholder.swift).
     public var content: ContentMode = .allLocal
@@ -166,6 +170,21 @@ public struct StoreConfig: Equatable, Sendable {
     public static let defaultWritebackDelay = 2.0
     public static let defaultPoll = 10.0
     public static let pollRange = 0.2...86400.0
+    public static let defaultReconcile = 3600.0
+    public static let reconcileRange = 1.0...604800.0
+
+    /// Reads a duration such as `90`, `90s`, `30m`, `1h` or `2d` (seconds); nil when the text is
+    /// not one.
+    public static func parseDuration(_ text: String) -> Double? {
+        var t = text.trimmingCharacters(in: .whitespaces).lowercased()
+        var unit = 1.0
+        if let last = t.last, let u = ["s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0][String(last)] {
+            unit = u
+            t.removeLast()
+        }
+        guard let v = Double(t), v.isFinite, v >= 0 else { return nil }
+        return v * unit
+    }
     public static let defaultWorkers = 4
     public static let workerRange = 1...64
 
@@ -304,7 +323,7 @@ extension DriveConfig {
         if let stores = top["stores"] {
             for node in try reader.sequence(stores, "stores") {
                 let m = try reader.mapping(node, "a store", allowed: ["name", "display", "remote", "writeback", "workers", "bandwidth", "poll",
-                                                                          "content", "cache-limit", "indexers", "readahead"])
+                                                                          "reconcile", "content", "cache-limit", "indexers", "readahead"])
                 let name = try reader.string(m, "name", in: node, what: "a store")
                 guard let remoteNode = m["remote"] else {
                     throw reader.error(node, "store \(name) has no remote (add `remote: {type: folder, path: /some/folder}`)")
@@ -373,6 +392,15 @@ extension DriveConfig {
                 var store = StoreConfig(
                     name: name, displayName: try reader.optionalString(m, "display") ?? name, remote: remote, writebackDelay: delay,
                     workers: workers, bandwidth: bandwidth, poll: poll)
+                if let node = m["reconcile"] {
+                    guard case .scalar(let sc) = node, let r = StoreConfig.parseDuration(sc.string) else {
+                        throw reader.error(node, "the reconcile time of store \(name) must be a duration, like 1h, 30m or 90s")
+                    }
+                    guard StoreConfig.reconcileRange.contains(r) else {
+                        throw reader.error(node, "the reconcile time of store \(name) must be between 1 second and 7 days (7d), not \(sc.string)")
+                    }
+                    store.reconcile = r
+                }
                 if let node = m["content"] {
                     guard case .scalar(let sc) = node, let mode = StoreConfig.ContentMode(rawValue: sc.string) else {
                         throw reader.error(node, "the content of store \(name) must be \"on-demand\" (downloaded when opened) or \"all-local\" (downloaded when listed)")
@@ -504,7 +532,8 @@ extension DriveConfig {
         #          `indexers` skip (the default: desktop indexers and thumbnailers
         #          are refused a placeholder's content) or download, `readahead`
         #          on (the default: while a program opens a folder's files one
-        #          after another, its next small placeholders download ahead) or off.
+        #          after another, its next small placeholders download ahead) or off,
+        #          `reconcile` how soon (S3) what another tool wrote is seen (1h, 10m).
 
         """
         out += "apps:\n"
@@ -520,6 +549,7 @@ extension DriveConfig {
             out += "    workers: \(store.workers)\n"
             if let b = store.bandwidth { out += "    bandwidth: \(b)\n" }
             if store.poll != StoreConfig.defaultPoll { out += "    poll: \(store.poll)\n" }
+            if store.reconcile != StoreConfig.defaultReconcile { out += "    reconcile: \(store.reconcile)\n" }
             if store.content != .allLocal { out += "    content: \(store.content.rawValue)\n" }
             if let l = store.cacheLimit { out += "    cache-limit: \(l)\n" }
             if store.indexers != .skip { out += "    indexers: \(store.indexers.rawValue)\n" }

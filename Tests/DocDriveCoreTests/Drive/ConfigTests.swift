@@ -205,4 +205,35 @@ final class ConfigTests: XCTestCase {
         XCTAssertNil(StoreConfig.parseBandwidth("-1M"))
         XCTAssertNil(StoreConfig.parseBandwidth(""))
     }
+
+    /// A store's reconcile time: a duration with a unit (or seconds), 1 s to 7 days, one hour when
+    /// absent, written back as read; anything else is refused with its line.
+    func testReconcileTimesAreReadCheckedAndWrittenBack() throws {
+        XCTAssertEqual(StoreConfig.parseDuration("90"), 90)
+        XCTAssertEqual(StoreConfig.parseDuration("90s"), 90)
+        XCTAssertEqual(StoreConfig.parseDuration("10m"), 600)
+        XCTAssertEqual(StoreConfig.parseDuration("1.5h"), 5400)
+        XCTAssertEqual(StoreConfig.parseDuration("2D"), 172_800)
+        XCTAssertNil(StoreConfig.parseDuration("soon"))
+        XCTAssertNil(StoreConfig.parseDuration("-1h"))
+        XCTAssertNil(StoreConfig.parseDuration(""))
+        let text = """
+        stores:
+          - name: a
+            remote: {type: folder, path: /tmp/a}
+          - name: b
+            reconcile: 10m
+            remote: {type: folder, path: /tmp/b}
+        """
+        let c = try DriveConfig.parse(text, file: "config.yaml")
+        XCTAssertEqual(c.stores.map(\.reconcile), [3600, 600])
+        XCTAssertEqual(try DriveConfig.parse(c.yaml(), file: "config.yaml"), c)
+        for (value, words) in [("soon", "a duration"), ("0.5s", "between 1 second and 7 days"), ("8d", "between 1 second and 7 days")] {
+            let bad = text.replacingOccurrences(of: "reconcile: 10m", with: "reconcile: \(value)")
+            XCTAssertThrowsError(try DriveConfig.parse(bad, file: "config.yaml")) { e in
+                let m = (e as? DriveError)?.message ?? ""
+                XCTAssertTrue(m.contains("line 5") && m.contains(words), m)
+            }
+        }
+    }
 }

@@ -1,14 +1,33 @@
 // EngineRemote: a store's remote as the sync engine calls it: the same calls, each failure in the
 // engine's own terms (a RemoteError becomes the engine's error here, and nowhere else).
 import Foundation
+import Synchronization
 
 /// The remote of a store, as `StoreSync` uses it. Forwards every call to `remote`; a failure is
 /// the engine's error with the remote's sentence and its code mapped once (`DriveError.init(_:)`),
 /// so the engine decides on one error type.
 package struct EngineRemote: Sendable {
     package let remote: any Remote
+    /// The writes this device made on the remote since it last announced them (`announce`),
+    /// shared by the copies of this value. Starts at one: the first announcement of a run also
+    /// covers writes a stop of the last run made unannounced.
+    private let unannounced = UnannouncedWrites()
 
     package init(_ remote: any Remote) { self.remote = remote }
+
+    /// Tells the other devices of the writes made since the last time (`Remote.announceChanges`:
+    /// S3's change mark), when there were any. A failure leaves them for the next call.
+    package func announce() {
+        let n = unannounced.count.load(ordering: .acquiring)
+        guard n > 0 else { return }
+        do {
+            try remote.announceChanges()
+            unannounced.count.subtract(n, ordering: .releasing)
+        } catch {}
+    }
+
+    /// Counts a write before it is made (one that fails may still have reached the remote).
+    private func writing() { unannounced.count.add(1, ordering: .releasing) }
 
     package var displayName: String { remote.displayName }
 
@@ -43,14 +62,16 @@ package struct EngineRemote: Sendable {
 
     package func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                 limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
-        try call { () throws(RemoteError) in
+        writing()
+        return try call { () throws(RemoteError) in
             try remote.upload(from: source, to: path, expecting: expecting, meta: meta, limit: limit, progress: progress)
         }
     }
 
     package func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                             limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> (item: RemoteItem, folder: StorePath?) {
-        try call { () throws(RemoteError) in
+        writing()
+        return try call { () throws(RemoteError) in
             try remote.uploadDurableLater(from: source, to: path, expecting: expecting, meta: meta, limit: limit, progress: progress)
         }
     }
@@ -60,23 +81,28 @@ package struct EngineRemote: Sendable {
     }
 
     package func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
-        try call { () throws(RemoteError) in try remote.makeFolder(path, meta: meta) }
+        writing()
+        return try call { () throws(RemoteError) in try remote.makeFolder(path, meta: meta) }
     }
 
     package func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
-        try call { () throws(RemoteError) in try remote.makeSymlink(target, at: path, expecting: expecting, meta: meta) }
+        writing()
+        return try call { () throws(RemoteError) in try remote.makeSymlink(target, at: path, expecting: expecting, meta: meta) }
     }
 
     package func delete(_ path: StorePath, version: String) throws(DriveError) {
+        writing()
         try call { () throws(RemoteError) in try remote.delete(path, version: version) }
     }
 
     package func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem {
-        try call { () throws(RemoteError) in try remote.move(from, version: version, to: to) }
+        writing()
+        return try call { () throws(RemoteError) in try remote.move(from, version: version, to: to) }
     }
 
     package func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
-        try call { () throws(RemoteError) in try remote.reassign(path, version: version, meta: meta) }
+        writing()
+        return try call { () throws(RemoteError) in try remote.reassign(path, version: version, meta: meta) }
     }
 
     package func picture(item id: String) throws(DriveError) -> [UInt8]? {
@@ -90,4 +116,9 @@ package struct EngineRemote: Sendable {
     package func removeStaleUploads() -> Int { remote.removeStaleUploads() }
 
     package func finishCleanup() { remote.finishCleanup() }
+}
+
+/// How many writes a device made on a remote since it last announced them (`EngineRemote`).
+private final class UnannouncedWrites: Sendable {
+    let count = Atomic<Int>(1)
 }

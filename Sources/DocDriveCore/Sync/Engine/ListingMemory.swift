@@ -14,12 +14,16 @@ import Synchronization
 ///   its listing, and the bases' generation, read before it compared them. A poll that finds
 ///   both the same would compare the same listing with the same bases and find nothing again:
 ///   it ends there, without reading every item's metadata; `row` counts such polls since the
-///   last whole one;
+///   last whole one. `wholeDue`: for a fingerprint that does not see every writer (S3's change
+///   mark sees DocDrive's writes, not another tool's: `Remote.fingerprintSeesEveryWriter`), the
+///   time by which a whole poll comes (the store's `reconcile`), instead of a count;
+/// * `wholeWanted`: the next poll that could end quietly is a whole one (`docdrive sync` asks for
+///   it: what another tool wrote is seen then, not at the reconcile);
 /// * `unshown`: how many objects the last listing left unshown (`RemoteListing.unshown`),
 ///   logged when it changes, not at every poll.
 ///
 /// Rules (`State.broken`, checked after every change):
-/// * `quiet.row` is at most `quietPollsInARow` (then a whole poll comes);
+/// * without `wholeDue`, `quiet.row` is at most `quietPollsInARow` (then a whole poll comes);
 /// * before the first listing (`paths` nil) no id, no duplicate and no quiet poll is known;
 /// * every listed id's path is among the listed paths (both come from one listing);
 /// * a duplicate id has at least two paths, in byte order;
@@ -39,8 +43,9 @@ package final class ListingMemory: Sendable {
         package var ids = ListedIDs()
         package var paths: Set<Int>? = nil
         package var duplicates: [String: (paths: [StorePath], since: Double)] = [:]
-        package var quiet: (fingerprint: [UInt8], bases: UInt64, row: Int)? = nil
+        package var quiet: (fingerprint: [UInt8], bases: UInt64, row: Int, wholeDue: Double?)? = nil
         package var unshown = 0
+        package var wholeWanted = false
 
         package init() {}
     }
@@ -120,16 +125,28 @@ package final class ListingMemory: Sendable {
 
     // MARK: quiet polls
 
-    /// Whether a poll may end here, at `fingerprint` with the bases at `bases`: both are those
-    /// of the last poll that found nothing, and fewer than `quietPollsInARow` polls in a row
-    /// ended so (counted then).
-    package func endsQuietly(fingerprint: [UInt8], bases: UInt64) -> Bool {
+    /// Whether a poll may end here, at `fingerprint` with the bases at `bases`, at `now`: both
+    /// are those of the last poll that found nothing, and fewer than `quietPollsInARow` polls in
+    /// a row ended so (counted then), or, where that poll set a time for the next whole one, it
+    /// is not yet.
+    package func endsQuietly(fingerprint: [UInt8], bases: UInt64, now: Double) -> Bool {
         state.withLock { s in
-            guard let q = s.quiet, q.fingerprint == fingerprint, q.bases == bases, q.row < Self.quietPollsInARow else { return false }
+            if s.wholeWanted {
+                s.wholeWanted = false
+                return false
+            }
+            guard let q = s.quiet, q.fingerprint == fingerprint, q.bases == bases,
+                  q.wholeDue.map({ now < $0 }) ?? (q.row < Self.quietPollsInARow) else { return false }
             s.quiet?.row += 1
             Invariants.check(s)
             return true
         }
+    }
+
+    /// The next poll that could end quietly lists the whole remote (a poll already running may
+    /// still end quietly).
+    package func wantWhole() {
+        state.withLock { $0.wholeWanted = true }
     }
 
     /// A poll compares the listing with the bases: the last quiet one is forgotten.
@@ -140,10 +157,11 @@ package final class ListingMemory: Sendable {
         }
     }
 
-    /// A poll found nothing to do at `fingerprint` with the bases at `bases`.
-    package func foundNothing(fingerprint: [UInt8], bases: UInt64) {
+    /// A poll found nothing to do at `fingerprint` with the bases at `bases`; `wholeDue`: the
+    /// time by which a whole poll must come however quiet (nil: after `quietPollsInARow`).
+    package func foundNothing(fingerprint: [UInt8], bases: UInt64, wholeDue: Double? = nil) {
         state.withLock { s in
-            s.quiet = (fingerprint, bases, 0)
+            s.quiet = (fingerprint, bases, 0, wholeDue)
             Invariants.check(s)
         }
     }
@@ -153,7 +171,7 @@ package final class ListingMemory: Sendable {
 
 extension ListingMemory.State: CheckedState {
     package var broken: String? {
-        if let q = quiet, q.row < 0 || q.row > ListingMemory.quietPollsInARow {
+        if let q = quiet, q.row < 0 || q.wholeDue == nil && q.row > ListingMemory.quietPollsInARow {
             return "ListingMemory: \(q.row) quiet polls in a row, more than \(ListingMemory.quietPollsInARow)"
         }
         guard let paths else {

@@ -66,11 +66,14 @@ extension StoreSync {
     /// a few items, and nobody waits for it.)
     func startPoll(placingEarly: Bool) -> PollStart {
         polls.start()
+        // What this device wrote and has not told (a write of the poller's own, a batch whose
+        // announcement failed, a stop before it): told before looking, once for all.
+        remote.announce()
         do {
             guard placingEarly, content == .onDemand else {
                 let fingerprint = try remote.fingerprint()
                 let generation = bases.generation
-                if let fingerprint, lastListing.endsQuietly(fingerprint: fingerprint, bases: generation) {
+                if let fingerprint, lastListing.endsQuietly(fingerprint: fingerprint, bases: generation, now: Date().timeIntervalSince1970) {
                     return PollStart(unchangedAt: fingerprint)
                 }
                 return PollStart(listing: .success(noteUnshown(try remote.listQuickly())), early: [], fingerprint: fingerprint)
@@ -210,7 +213,8 @@ extension StoreSync {
         let batch = changed.sorted { $0.bytes.count < $1.bytes.count }.map { (key, $0, now) }
         try? queue.enqueueAll(batch, keepingRetries: true)
         if let fingerprint = start.fingerprint, batch.isEmpty, !placedNew, several.isEmpty, early.isEmpty, !wasOffline {
-            lastListing.foundNothing(fingerprint: fingerprint, bases: basesRead)
+            lastListing.foundNothing(fingerprint: fingerprint, bases: basesRead,
+                                     wholeDue: remote.remote.fingerprintSeesEveryWriter ? nil : Date().timeIntervalSince1970 + reconcile)
         }
         return batch.count
     }

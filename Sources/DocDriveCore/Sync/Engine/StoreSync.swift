@@ -128,13 +128,17 @@ final class StoreSync: Sendable {
     /// Files a delete from the remote took from the local copy, kept a while (`deleted` beside
     /// the cache).
     let recentlyDeleted: RecentlyDeleted
+    /// Seconds within which a whole listing comes however quiet the polls, where the remote's
+    /// fingerprint does not see every writer (StoreConfig.reconcile).
+    let reconcile: Double
 
     init(key: String, name: String, cache: String, downloads: String, remote: any Remote, device: DeviceIdentity,
          index: ItemIndex, coordinator: Coordinator, logger: Logger, limit: BandwidthLimit?,
          content: StoreConfig.ContentMode = .allLocal, cacheLimit: Int64? = nil,
          localFiles: any LocalFiles, changes: DriveChanges, probe: SyncProbe? = nil,
          progress: @escaping @Sendable (StorePath, Int64, Int64, TransferDirection) -> Void, progressDone: @escaping @Sendable (StorePath) -> Void,
-         statusMarks: StatusMarks = StatusMarks()) {
+         statusMarks: StatusMarks = StatusMarks(), reconcile: Double = StoreConfig.defaultReconcile) {
+        self.reconcile = reconcile
         self.key = key
         self.name = name
         self.cache = cache

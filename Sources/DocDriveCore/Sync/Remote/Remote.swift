@@ -169,6 +169,15 @@ public protocol Remote: Sendable {
     /// equal listing.
     func fingerprint() throws(RemoteError) -> [UInt8]?
 
+    /// Whether `fingerprint` changes with every writer's change (a folder remote's walk), or
+    /// only with DocDrive's (S3's change mark, which another tool does not rewrite): then a poll
+    /// lists the whole remote at least once per the store's `reconcile` time however quiet.
+    var fingerprintSeesEveryWriter: Bool { get }
+
+    /// Tells the other devices that this one changed the store, where `fingerprint` does not see
+    /// it by itself (S3: rewrites the change mark). Called after a batch of writes, once for all.
+    func announceChanges() throws(RemoteError)
+
     /// The item at `path`, or nil when there is none.
     func item(at path: StorePath) throws(RemoteError) -> RemoteItem?
 
@@ -247,6 +256,10 @@ extension Remote {
     public func complete(_ listing: consuming RemoteListing) throws(RemoteError) -> [RemoteItem] { listing.items }
 
     public func fingerprint() throws(RemoteError) -> [UInt8]? { nil }
+
+    public var fingerprintSeesEveryWriter: Bool { true }
+
+    public func announceChanges() throws(RemoteError) {}
 
     public func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                                    limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> (item: RemoteItem, folder: StorePath?) {

@@ -10,10 +10,12 @@ import Glibc
 #endif
 
 extension SyncService {
-    /// Asks every store to look at its remote now; returns the poll counts to wait past.
+    /// Asks every store to look at its remote now, listing all of it where a quiet poll would
+    /// not see another tool's writes (S3); returns the poll counts to wait past.
     public func pollNow() -> [String: Int] {
         var out = [String: Int]()
         for (key, store) in allStores() {
+            if !store.sync.remote.remote.fingerprintSeesEveryWriter { store.sync.lastListing.wantWhole() }
             out[key] = store.sync.polls.started
             store.sync.polls.want()
         }

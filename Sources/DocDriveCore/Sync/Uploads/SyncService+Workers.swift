@@ -295,6 +295,8 @@ extension SyncService {
             // The batch's small files: durable on the remote, then recorded, before their
             // entries end (nothing is shown as uploaded that a crash could take back).
             store.sync.commit(batch)
+            // The other devices are told of the batch's writes once (S3: the change mark).
+            store.sync.remote.announce()
             if !batch.failures.isEmpty {
                 for i in endings.indices {
                     if let why = batch.failures[endings[i].0.path] { endings[i].1 = .failed(why) }

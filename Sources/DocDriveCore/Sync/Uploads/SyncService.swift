@@ -139,7 +139,7 @@ public final class SyncService: Sendable {
                                  _ = inFlight.withLock { $0.removeValue(forKey: storeName + "/" + path.description) }
                                  statusChanges.changed()
                              },
-                             statusMarks: statusMarks)
+                             statusMarks: statusMarks, reconcile: config.reconcile)
         return StoreRuntime(config: config, cache: home.cachePath(config.name), sync: sync, limit: limit)
     }
 

@@ -27,15 +27,32 @@ final class ListingMemoryTests: XCTestCase {
     func testQuietPollsEndAfterNineInARow() {
         let m = ListingMemory()
         m.listed(ids: ListedIDs(), paths: [])
-        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7), "no poll found nothing yet")
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7, now: 0), "no poll found nothing yet")
         m.foundNothing(fingerprint: [1], bases: 7)
-        XCTAssertFalse(m.endsQuietly(fingerprint: [2], bases: 7))
-        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 8))
+        XCTAssertFalse(m.endsQuietly(fingerprint: [2], bases: 7, now: 0))
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 8, now: 0))
         XCTAssertEqual(ListingMemory.quietPollsInARow, 9)
-        for k in 0..<9 { XCTAssertTrue(m.endsQuietly(fingerprint: [1], bases: 7), "quiet poll \(k + 1)") }
-        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7), "the tenth is a whole poll")
+        for k in 0..<9 { XCTAssertTrue(m.endsQuietly(fingerprint: [1], bases: 7, now: 0), "quiet poll \(k + 1)") }
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7, now: 0), "the tenth is a whole poll")
         m.forgetQuiet()
-        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7))
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7, now: 0))
+        XCTAssertNil(m.broken)
+    }
+
+    /// Where the last quiet poll set a time for the next whole one (a fingerprint that does not
+    /// see every writer), polls end quietly until then however many, and not from then on.
+    func testQuietPollsEndAtTheirTimeWhereOneIsSet() {
+        let m = ListingMemory()
+        m.listed(ids: ListedIDs(), paths: [])
+        m.foundNothing(fingerprint: [1], bases: 7, wholeDue: 1000)
+        for k in 0..<50 { XCTAssertTrue(m.endsQuietly(fingerprint: [1], bases: 7, now: 900 + Double(k)), "quiet poll \(k + 1)") }
+        XCTAssertNil(m.broken)
+        XCTAssertFalse(m.endsQuietly(fingerprint: [2], bases: 7, now: 960), "the mark changed")
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7, now: 1000), "the whole poll is due")
+        m.foundNothing(fingerprint: [1], bases: 7, wholeDue: 2000)
+        m.wantWhole()
+        XCTAssertFalse(m.endsQuietly(fingerprint: [1], bases: 7, now: 1500), "a whole poll asked for")
+        XCTAssertTrue(m.endsQuietly(fingerprint: [1], bases: 7, now: 1500), "asked for once")
         XCTAssertNil(m.broken)
     }
 
@@ -71,7 +88,7 @@ final class ListingMemoryTests: XCTestCase {
     func testEachBrokenRuleIsNamed() {
         var s = ListingMemory.State()
         XCTAssertNil(s.broken)
-        s.quiet = ([1], 1, 0)
+        s.quiet = ([1], 1, 0, nil)
         XCTAssertEqual(s.broken, "ListingMemory: a quiet poll before the first listing")
         s.quiet = nil
         s.ids = ListedIDs(byID: ["1": "a"])
@@ -88,9 +105,11 @@ final class ListingMemoryTests: XCTestCase {
         XCTAssertEqual(s.broken, "ListingMemory: the listed id at b is not among the listed paths")
         s.paths!.insert(StorePath("b").hashValue)
         XCTAssertNil(s.broken)
-        s.quiet = ([1], 1, ListingMemory.quietPollsInARow + 1)
+        s.quiet = ([1], 1, ListingMemory.quietPollsInARow + 1, nil)
         XCTAssertEqual(s.broken, "ListingMemory: 10 quiet polls in a row, more than 9")
-        s.quiet = ([1], 1, ListingMemory.quietPollsInARow)
+        s.quiet = ([1], 1, ListingMemory.quietPollsInARow + 1, 100)
+        XCTAssertNil(s.broken, "a whole poll due by a time, not by a count")
+        s.quiet = ([1], 1, ListingMemory.quietPollsInARow, nil)
         XCTAssertNil(s.broken)
         s.duplicates = ["1": (["a"], 0)]
         XCTAssertEqual(s.broken, "ListingMemory: the duplicate id 1 is at 1 path")

@@ -145,6 +145,7 @@ struct Status: ParsableCommand {
                 if let rs = st.remote {
                     var o: [String: Any] = ["offline": rs.offlineSince != nil, "devices": rs.devices]
                     if let t = rs.lastPoll { o["lastPoll"] = t }
+                    if let t = rs.lastListing { o["lastListing"] = t }
                     if let n = rs.polls { o["polls"] = n }
                     if let t = rs.offlineSince { o["offlineSince"] = t }
                     if let why = rs.offlineReason { o["offlineReason"] = why }
@@ -204,6 +205,10 @@ struct Status: ParsableCommand {
                     line("    offline since \(clock(since)): \(why)\(why.hasSuffix(".") ? "" : ".") Changes wait here until it answers.")
                 } else if let last = rs.lastPoll {
                     line("    remote looked at \(clock(last))\(rs.devices.isEmpty ? "" : "; devices writing to it: " + rs.devices.joined(separator: ", "))")
+                    if case .s3 = c.remote, let whole = rs.lastListing {
+                        // (a quiet poll reads only the change mark, which another tool leaves as it is)
+                        line("    listed whole at \(clock(whole)): what another tool writes in the bucket shows by \(clock(whole + c.reconcile)) (reconcile \(duration(c.reconcile)))")
+                    }
                 }
                 if let why = rs.downloadProblem { line("    download failed: \(why)") }
                 if let b = rs.cacheBytes, let l = c.cacheLimit { line("    on this device: \(bytes(b)) of its cache limit of \(bytes(l))") }
@@ -249,6 +254,14 @@ struct Status: ParsableCommand {
 
     /// "2 s", "0.5 s".
     static func seconds(_ t: Double) -> String { String(format: "%g s", t) }
+
+    /// A longer time as people say it: "90 s", "10 min", "1 h", "2 days".
+    static func duration(_ t: Double) -> String {
+        if t < 120 { return seconds(t) }
+        if t < 3600 { return String(format: "%g min", (t / 60 * 10).rounded() / 10) }
+        if t < 172_800 { return String(format: "%g h", (t / 3600 * 10).rounded() / 10) }
+        return String(format: "%g days", (t / 86400 * 10).rounded() / 10)
+    }
 
     /// Sizes the way people read them (binary units, one decimal).
     static func bytes(_ n: Int64) -> String {

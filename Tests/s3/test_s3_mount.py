@@ -725,6 +725,11 @@ def test_an_idle_poll_is_one_head_of_the_change_mark_and_another_devices_save_co
         mark = f"/{weed.bucket}/{prefix}/.docdrive/changes"
         print(f"{len(idle)} requests in 5 s of an idle device (poll {POLL} s)")
         assert 5 <= len(idle) <= 12 and all(r == ("HEAD", mark) for r in idle), idle
+        # (`docdrive status` says when A last listed the bucket whole, before its last look, and
+        # so by when another tool's writes show: an hour after it)
+        sync = a.store_status()["sync"]
+        assert sync["lastListing"] < sync["lastPoll"] - 4, sync
+        assert "listed whole at" in a.d.cli("status", timeout=60).stdout and "(reconcile 1 h)" in a.d.cli("status", timeout=60).stdout
         # When B saves a file, A shows it within a few polls (B's batch rewrote the mark),
         save(b.path(b"from-b.txt"), b"saved on B\n")
         start = time.monotonic()

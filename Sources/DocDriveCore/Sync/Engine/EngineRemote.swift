@@ -17,17 +17,22 @@ package struct EngineRemote: Sendable {
 
     /// Tells the other devices of the writes made since the last time (`Remote.announceChanges`:
     /// S3's change mark), when there were any. A failure leaves them for the next call.
+    /// Workers call it at once: the first takes the count, the others find none (what they wrote
+    /// was done when the count was taken, so its announcement covers it).
     package func announce() {
-        let n = unannounced.count.load(ordering: .acquiring)
+        let n = unannounced.count.exchange(0, ordering: .acquiringAndReleasing)
         guard n > 0 else { return }
         do {
             try remote.announceChanges()
-            unannounced.count.subtract(n, ordering: .releasing)
-        } catch {}
+        } catch {
+            unannounced.count.add(n, ordering: .releasing)
+        }
     }
 
-    /// Counts a write before it is made (one that fails may still have reached the remote).
-    private func writing() { unannounced.count.add(1, ordering: .releasing) }
+    /// Counts a write once it is done, whether it succeeded or not (one that failed may still have
+    /// reached the remote): never before, or an announcement made meanwhile by another worker
+    /// would take it while it has not landed, and nobody would announce it after.
+    private func wrote() { unannounced.count.add(1, ordering: .releasing) }
 
     package var displayName: String { remote.displayName }
 
@@ -62,7 +67,7 @@ package struct EngineRemote: Sendable {
 
     package func upload(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                 limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> RemoteItem {
-        writing()
+        defer { wrote() }
         return try call { () throws(RemoteError) in
             try remote.upload(from: source, to: path, expecting: expecting, meta: meta, limit: limit, progress: progress)
         }
@@ -70,7 +75,7 @@ package struct EngineRemote: Sendable {
 
     package func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                             limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(DriveError) -> (item: RemoteItem, folder: StorePath?) {
-        writing()
+        defer { wrote() }
         return try call { () throws(RemoteError) in
             try remote.uploadDurableLater(from: source, to: path, expecting: expecting, meta: meta, limit: limit, progress: progress)
         }
@@ -81,27 +86,27 @@ package struct EngineRemote: Sendable {
     }
 
     package func makeFolder(_ path: StorePath, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
-        writing()
+        defer { wrote() }
         return try call { () throws(RemoteError) in try remote.makeFolder(path, meta: meta) }
     }
 
     package func makeSymlink(_ target: [UInt8], at path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
-        writing()
+        defer { wrote() }
         return try call { () throws(RemoteError) in try remote.makeSymlink(target, at: path, expecting: expecting, meta: meta) }
     }
 
     package func delete(_ path: StorePath, version: String) throws(DriveError) {
-        writing()
+        defer { wrote() }
         try call { () throws(RemoteError) in try remote.delete(path, version: version) }
     }
 
     package func move(_ from: StorePath, version: String, to: StorePath) throws(DriveError) -> RemoteItem {
-        writing()
+        defer { wrote() }
         return try call { () throws(RemoteError) in try remote.move(from, version: version, to: to) }
     }
 
     package func reassign(_ path: StorePath, version: String, meta: RemoteMeta) throws(DriveError) -> RemoteItem {
-        writing()
+        defer { wrote() }
         return try call { () throws(RemoteError) in try remote.reassign(path, version: version, meta: meta) }
     }
 

@@ -42,6 +42,7 @@ package final class RemoteStatus: Sendable {
             s.remote.offlineSince = nil
             s.remote.offlineReason = nil
             s.remote.lastPoll = time
+            s.remote.lastListing = time
             s.remote.polls = (s.remote.polls ?? 0) + 1
             s.remote.devices = devices
             Invariants.check(s)
@@ -135,6 +136,9 @@ extension RemoteStatus.State: CheckedState {
             return remote.lastPoll == nil ? "RemoteStatus: \(remote.polls!) polls, but no last poll" : "RemoteStatus: a last poll, but no count of polls"
         }
         if let n = remote.polls, n < 1 { return "RemoteStatus: \(n) polls counted, with a last poll" }
+        if let l = remote.lastListing, remote.lastPoll.map({ l > $0 }) ?? true {
+            return "RemoteStatus: a whole listing at \(l), after the last poll (\(remote.lastPoll.map { String($0) } ?? "none"))"
+        }
         if remote.cacheBytes != cacheUse {
             return "RemoteStatus: \(remote.cacheBytes.map(String.init) ?? "no") bytes of content shown, \(cacheUse.map(String.init) ?? "none") counted"
         }

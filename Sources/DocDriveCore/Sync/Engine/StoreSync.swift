@@ -50,6 +50,9 @@ enum SyncOutcome: Equatable {
 /// The state `docdrive status` shows for a store's remote.
 public struct RemoteState: Equatable, Sendable, Codable {
     public var lastPoll: Double?
+    /// When a poll last listed the whole remote (a poll that ends at the fingerprint does not):
+    /// on S3, what another tool wrote before then is shown here.
+    public var lastListing: Double? = nil
     public var offlineSince: Double?
     public var offlineReason: String?
     /// Names of the devices that wrote what the remote holds (`deviceNames`).

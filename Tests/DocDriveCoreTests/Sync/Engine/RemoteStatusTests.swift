@@ -11,10 +11,11 @@ final class RemoteStatusTests: XCTestCase {
         XCTAssertEqual(s.remote.offlineSince, 10, "since the first failure")
         XCTAssertEqual(s.remote.offlineReason, "timed out", "for the last reason")
         XCTAssertTrue(s.polled(at: 30, devices: ["laptop"]), "it was offline")
-        XCTAssertEqual(s.remote, { var r = RemoteState(lastPoll: 30, devices: ["laptop"]); r.polls = 1; return r }())
+        XCTAssertEqual(s.remote, { var r = RemoteState(lastPoll: 30, devices: ["laptop"]); r.polls = 1; r.lastListing = 30; return r }())
         s.polledUnchanged(at: 40)
         XCTAssertEqual(s.remote.polls, 2)
         XCTAssertEqual(s.remote.lastPoll, 40)
+        XCTAssertEqual(s.remote.lastListing, 30, "a poll that ended at the fingerprint listed nothing")
         s.held(at: 50, "it crashed the daemon")
         XCTAssertEqual(s.remote.offlineReason, "it crashed the daemon")
         s.retried()
@@ -70,6 +71,9 @@ final class RemoteStatusTests: XCTestCase {
         s.remote.polls = 0
         XCTAssertEqual(s.broken, "RemoteStatus: 0 polls counted, with a last poll")
         s.remote.polls = 1
+        s.remote.lastListing = 10
+        XCTAssertEqual(s.broken, "RemoteStatus: a whole listing at 10.0, after the last poll (9.0)")
+        s.remote.lastListing = 9
         s.cacheUse = 100
         XCTAssertEqual(s.broken, "RemoteStatus: no bytes of content shown, 100 counted")
         s.remote.cacheBytes = -5

@@ -359,21 +359,9 @@ class Picker:
         """The list's picture of a document, from the drive's attribute (never its content), or None."""
         if path in self.pictures:
             return self.pictures[path]
-        picture = None
-        try:
-            data = os.getxattr(path, "user.docdrive.thumbnail")
-            loader = GdkPixbuf.PixbufLoader()
-            loader.write(data)
-            loader.close()
-            pixbuf = loader.get_pixbuf()
-            # A pixbuf, not a cairo surface at the screen's scale as GTK draws its icons: that
-            # would need python3-gi-cairo too.
-            side = self.icon_size
-            w, h = pixbuf.get_width(), pixbuf.get_height()
-            k = min(side / w, side / h)
-            picture = pixbuf.scale_simple(max(1, round(w * k)), max(1, round(h * k)), GdkPixbuf.InterpType.BILINEAR)
-        except Exception:  # no picture (or not one GdkPixbuf reads): GTK's icon stays
-            picture = None
+        # A pixbuf, not a cairo surface at the screen's scale as GTK draws its icons: that would
+        # need python3-gi-cairo too. No picture (or not one GdkPixbuf reads): GTK's icon stays.
+        picture = stored_picture(path, self.icon_size, self.icon_size)
         self.pictures[path] = picture
         return picture
 
@@ -454,17 +442,7 @@ class Picker:
             d.set_preview_widget_active(False)
             return
         state = self.state_of(path)
-        picture = None
-        try:
-            data = os.getxattr(path, "user.docdrive.thumbnail")
-            loader = GdkPixbuf.PixbufLoader()
-            loader.write(data)
-            loader.close()
-            picture = loader.get_pixbuf()
-            width = 128  # the drive's pictures are 256 px
-            picture = picture.scale_simple(width, max(1, picture.get_height() * width // picture.get_width()), GdkPixbuf.InterpType.BILINEAR)
-        except Exception:
-            picture = None
+        picture = stored_picture(path, 128, 1 << 16)  # 128 wide (the drive's pictures are 256 px)
         if picture is not None:
             self.preview_image.set_from_pixbuf(picture)
         else:
@@ -685,6 +663,22 @@ class Recent:
                 self.write(mine + [e for e in entries if e["kind"] != self.kind])
         except OSError as e:
             say(f"The list of recent documents ({self.file}) could not be written: {e.strerror or e}.")
+
+
+def stored_picture(path, width, height):
+    """The document's picture as the drive keeps it (`user.docdrive.thumbnail`, never its
+    content), scaled to fit `width` x `height` pixels; None when there is none GdkPixbuf reads."""
+    try:
+        data = os.getxattr(path, "user.docdrive.thumbnail")  # first: a loader must be closed once made
+        loader = GdkPixbuf.PixbufLoader()
+        loader.write(data)
+        loader.close()
+        pixbuf = loader.get_pixbuf()
+        w, h = pixbuf.get_width(), pixbuf.get_height()
+        k = min(width / w, height / h)
+        return pixbuf.scale_simple(max(1, round(w * k)), max(1, round(h * k)), GdkPixbuf.InterpType.BILINEAR)
+    except Exception:
+        return None
 
 
 def xattr(path, name):

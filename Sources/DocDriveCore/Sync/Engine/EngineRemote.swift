@@ -36,6 +36,8 @@ package struct EngineRemote: Sendable {
 
     package var displayName: String { remote.displayName }
 
+    package var fingerprintSeesEveryWriter: Bool { remote.fingerprintSeesEveryWriter }
+
     private func call<T>(_ body: () throws(RemoteError) -> T) throws(DriveError) -> T {
         do { return try body() } catch { throw DriveError(error) }
     }

@@ -214,7 +214,7 @@ extension StoreSync {
         try? queue.enqueueAll(batch, keepingRetries: true)
         if let fingerprint = start.fingerprint, batch.isEmpty, !placedNew, several.isEmpty, early.isEmpty, !wasOffline {
             lastListing.foundNothing(fingerprint: fingerprint, bases: basesRead,
-                                     wholeDue: remote.remote.fingerprintSeesEveryWriter ? nil : Date().timeIntervalSince1970 + reconcile)
+                                     wholeDue: remote.fingerprintSeesEveryWriter ? nil : Date().timeIntervalSince1970 + reconcile)
         }
         return batch.count
     }

@@ -15,7 +15,7 @@ extension SyncService {
     public func pollNow() -> [String: Int] {
         var out = [String: Int]()
         for (key, store) in allStores() {
-            if !store.sync.remote.remote.fingerprintSeesEveryWriter { store.sync.lastListing.wantWhole() }
+            if !store.sync.remote.fingerprintSeesEveryWriter { store.sync.lastListing.wantWhole() }
             out[key] = store.sync.polls.started
             store.sync.polls.want()
         }

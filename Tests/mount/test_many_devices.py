@@ -966,6 +966,9 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     closed: list[tuple[str, bytes]] = []  # (device, content) of every version a device closed
     where: dict[bytes, str] = {}  # the path each closed version was written at (for the failure message)
     superseded: set[bytes] = set()  # versions a device replaced or deleted after seeing them
+    # What this test did, per operation: "NUMBER DEVICE OP PATH [-> PATH] [raced]", with what an
+    # unlink or a replace read, so that a version gone can be told from one the test removed.
+    done: list[str] = []
 
     def replace(p: Path, data: bytes, append: bool = False) -> bytes:
         """Writes `data` into p (made if missing; after its end with `append`) through the one
@@ -979,6 +982,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
             while chunk := os.read(fd, 1 << 20):
                 old += chunk
             superseded.add(old)
+            done[-1] += f" (read {len(old)} bytes {old[:20]!r})"
             if not append:
                 os.ftruncate(fd, 0)
             at = len(old) if append else 0
@@ -1001,6 +1005,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
         finally:
             os.close(fd)
         superseded.add(old)
+        done[-1] += f" (read {len(old)} bytes {old[:20]!r})"
         if os.stat(p).st_ino != ino:
             raise FileNotFoundError(p)  # replaced by a download since the read: raced
         os.unlink(p)
@@ -1023,37 +1028,50 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
         dev = rng.choice(devs)
         op = rng.choices(["create", "edit", "append", "rename", "move", "delete", "same"], [5, 5, 2, 2, 2, 2, 2])[0]
         existing = files(dev)
+
+        def did(d, what, p, q=None):
+            done.append(f"{i} {d.name} {what} {p.relative_to(d.dir)}" + (f" -> {q.relative_to(d.dir)}" if q else ""))
         try:
             if op == "create" or not existing:
                 p = dev.dir / rng.choice(folders) / rng.choice(names)
                 data = content(dev)
+                did(dev, "create", p)
                 replace(p, data)
                 closed.append((dev.name, data))
                 where[data] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "edit":
                 p = rng.choice(existing)
                 data = content(dev)
+                did(dev, op, p)
                 replace(p, data)
                 closed.append((dev.name, data))
                 where[data] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "append":
                 p = rng.choice(existing)
+                did(dev, op, p)
                 closed.append((dev.name, replace(p, content(dev), append=True)))
                 where[closed[-1][1]] = f"{op} {i} at {p.relative_to(dev.dir)}"
             elif op == "rename":
                 p = rng.choice(existing)
                 q = p.parent / rng.choice(names)
+                did(dev, op, p, q)
                 if not q.exists():
                     # Never over a file the device downloaded since the look (unseen).
                     renameat2(p, q, RENAME_NOREPLACE)
+                else:
+                    done[-1] += " (not: there is a file there)"
             elif op == "move":
                 p = rng.choice(existing)
                 q = dev.dir / rng.choice(folders) / p.name
+                did(dev, op, p, q)
                 q.parent.mkdir(parents=True, exist_ok=True)
                 if not q.exists():
                     renameat2(p, q, RENAME_NOREPLACE)
+                else:
+                    done[-1] += " (not: there is a file there)"
             elif op == "delete":
                 p = rng.choice(existing)
+                did(dev, op, p)
                 remove(p)
             elif op == "same":
                 # The same file edited on two devices at once.
@@ -1061,15 +1079,20 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
                 for other in devs:
                     if (other.dir / rel).exists():
                         data = content(other)
+                        did(other, op, other.dir / rel)
                         replace(other.dir / rel, data)
                         closed.append((other.name, data))
                         where[data] = f"{op} {i} at {rel}"
         except (FileNotFoundError, FileExistsError):
             op += " (raced)"
+            if done and done[-1].startswith(f"{i} "):
+                done[-1] += " (raced)"
         counts[op] = counts.get(op, 0) + 1
         if rng.random() < 0.1:
             time.sleep(rng.choice([0.05, 0.2, POLL, 2 * POLL]))
     print("operations:", counts)
+    if keep:
+        (Path(keep) / f"{shared.kind}-{seed}-test.log").write_text("\n".join(done) + "\n")
     t_last = time.monotonic()
     # How long until the three devices agree by themselves (no `docdrive sync`).
     def agree():
@@ -1160,6 +1183,7 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
         lines = [f"{d.name}: {line[11:]}" for d in devs for line in d.d.log_path.read_text(errors="replace").splitlines()
                  if any(f" {st}.txt" in line or f" {st} (" in line or f"/{st}.txt" in line for st in stems)]
         where_now = {k: v[:40] for k, v in final.items() if any(os.path.basename(k).startswith(st) for st in stems)}
+        lines += [f"test: {line}" for line in done if any(f" {st}.txt" in line or f" {st} (" in line or f"/{st}.txt" in line for st in stems)][-60:]
         # The logs first, the finding last: CI shows the end of a long message.
         raise AssertionError("\n".join(lines[-150:]) + f"\nseed {seed}: {len(lost)} closed versions are lost: "
                              f"{lost[:10]}\nfinal: {where_now}\nreplay with DOCDRIVE_SYNC_SEED={seed}")

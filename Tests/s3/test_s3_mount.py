@@ -745,6 +745,56 @@ def test_an_idle_poll_is_one_head_of_the_change_mark_and_another_devices_save_co
         proxy.stop()
 
 
+@pytest.mark.timeout(240)
+def test_another_devices_saves_renames_and_deletes_come_through_the_journal_without_a_listing(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    for i in range(40):
+        c.put_object(Bucket=weed.bucket, Key=f"{prefix}/Old/f{i:02}.txt", Body=f"file {i}\n".encode())
+    proxy = FaultProxy(weed.port)
+    seen = []
+    proxy.failing = lambda method, path: seen.append((method, path)) and False
+    try:
+        # Given two devices on a store of 40 objects, with the default reconcile (an hour), A's
+        # requests counted,
+        a = S3Device(new_drive(), weed, proxy.endpoint, prefix, "--reconcile", "1h").mount()
+        b = S3Device(new_drive(), weed, weed.endpoint, prefix, "--reconcile", "1h").mount()
+        save(b.path(b"Old/mine.txt"), b"made on B before\n")  # (an item id of DocDrive's own)
+        b.sync()
+        a.sync()
+        b.sync()
+        time.sleep(1)
+        seen.clear()
+        # when B saves a new file in a new folder, edits one, renames one and deletes one,
+        save(b.path(b"New/deep/made.txt"), b"made on B\n")
+        save(b.path(b"Old/f01.txt"), b"edited on B\n")
+        os.rename(b.path(b"Old/mine.txt"), b.path(b"Old/renamed.txt"))
+        os.unlink(b.path(b"Old/f03.txt"))
+        b.sync()
+
+        def arrived():
+            try:
+                return (open(a.path(b"New/deep/made.txt"), "rb").read() == b"made on B\n"
+                        and open(a.path(b"Old/f01.txt"), "rb").read() == b"edited on B\n"
+                        and os.path.exists(a.path(b"Old/renamed.txt")) and not os.path.exists(a.path(b"Old/mine.txt"))
+                        and not os.path.exists(a.path(b"Old/f03.txt")))
+            except FileNotFoundError:
+                return False
+        # then A shows all four by itself,
+        assert wait_until(arrived, 30, 0.1), a.d.log_tail(40)
+        # having listed the store's journal, never the store (its 40 objects; a look whether a
+        # changed path is a folder lists at most one key under it),
+        listings = [p for m, p in seen if m == "GET" and "list-type=2" in p]
+        print(f"A's requests until it showed B's changes: {len(seen)}, listings: {listings}")
+        assert any(f"prefix={prefix}%2F.docdrive%2Fjournal%2F&" in p for p in listings), listings
+        whole = [p for p in listings if f"prefix={prefix}%2F&" in p or "max-keys=1&" not in p + "&" and "journal" not in p]
+        assert not whole, whole
+        # and the rename kept the item's id (a move, not a delete and a new file).
+        assert os.getxattr(a.path(b"Old/renamed.txt"), "user.docdrive.id") == os.getxattr(b.path(b"Old/renamed.txt"), "user.docdrive.id"), a.d.log_tail(60) + "\n---- B\n" + b.d.log_tail(60)
+    finally:
+        proxy.stop()
+
+
 @pytest.mark.timeout(180)
 def test_a_move_whose_delete_failed_leaves_no_copy_behind(weed, new_drive, boto):
     c = boto(weed.endpoint)

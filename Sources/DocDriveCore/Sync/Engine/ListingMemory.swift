@@ -20,14 +20,23 @@ import Synchronization
 /// * `wholeWanted`: the next poll that could end quietly is a whole one (`docdrive sync` asks for
 ///   it: what another tool wrote is seen then, not at the reconcile);
 /// * `unshown`: how many objects the last listing left unshown (`RemoteListing.unshown`),
-///   logged when it changes, not at every poll.
+///   logged when it changes, not at every poll;
+/// * `journal`: on a remote that keeps a journal (`Remote.keepsJournal`), where this device
+///   stands in it (set by a whole listing, advanced by each reading) and the time by which a
+///   whole listing comes however well the journal reads (the store's `reconcile`); nil before
+///   the first whole listing and after a reading that failed: the next poll that is not quiet
+///   lists the whole remote;
+/// * `since`: what the journal said changed after the last listing, over its ids and paths:
+///   `moved` (an id's path now), `deleted` (paths gone; an id listed or moved there is gone).
 ///
 /// Rules (`State.broken`, checked after every change):
 /// * without `wholeDue`, `quiet.row` is at most `quietPollsInARow` (then a whole poll comes);
 /// * before the first listing (`paths` nil) no id, no duplicate and no quiet poll is known;
 /// * every listed id's path is among the listed paths (both come from one listing);
 /// * a duplicate id has at least two paths, in byte order;
-/// * `unshown` is not negative.
+/// * `unshown` is not negative;
+/// * without `journal`, nothing is known `since` the listing; with it, a poll ends quietly at
+///   a fingerprint whatever the bases (the journal, not a comparison, finds what changed).
 /// (`ids`' folders, sorted out at the first question after a listing, `inFolder`, are a cache
 /// of the same listing: filling it changes no rule, and is not checked, which would cost a
 /// look at every id per folder asked about.)
@@ -46,8 +55,27 @@ package final class ListingMemory: Sendable {
         package var quiet: (fingerprint: [UInt8], bases: UInt64, row: Int, wholeDue: Double?)? = nil
         package var unshown = 0
         package var wholeWanted = false
+        package var journal: (cursor: JournalCursor, wholeDue: Double)? = nil
+        package var since = Since()
 
         package init() {}
+    }
+
+    /// What a journal said changed since the listing.
+    package struct Since {
+        package var moved: [String: StorePath] = [:]
+        package var deleted: Set<StorePath> = []
+        package var isEmpty: Bool { moved.isEmpty && deleted.isEmpty }
+    }
+
+    /// What the next poll does, after one HEAD of the fingerprint (`nextPoll`).
+    package enum NextPoll: Equatable {
+        /// Nothing changed: it ends.
+        case quiet
+        /// It reads the journal after this cursor.
+        case journal(JournalCursor)
+        /// It lists the whole remote.
+        case whole
     }
 
     private let state = Mutex(State())
@@ -58,22 +86,78 @@ package final class ListingMemory: Sendable {
 
     /// A poll listed the remote: its ids, and the hashes of all its paths (made by the caller,
     /// before the lock is taken).
-    package func listed(ids: ListedIDs, paths: Set<Int>) {
+    /// `journal`: the cursor of a remote that keeps a journal, taken before the listing (the
+    /// keys it applied lately are kept), and the time by which the next whole listing comes.
+    package func listed(ids: ListedIDs, paths: Set<Int>, journal: (cursor: JournalCursor, wholeDue: Double)? = nil) {
         state.withLock { s in
             s.ids = ids
             s.paths = paths
+            s.since = Since()
+            if var j = journal {
+                j.cursor.applied.formUnion(s.journal?.cursor.applied ?? [])
+                s.journal = j
+            } else {
+                s.journal = nil
+            }
             Invariants.check(s)
         }
     }
 
-    /// Where the last listing had the item `id`.
-    package func path(ofID id: String) -> StorePath? {
-        state.withLock { $0.ids[id] }
+    /// A reading of the journal found `changes` (oldest first) and ended at `cursor`: the ids and
+    /// paths they name are where they say (the decision of each looks at the remote again).
+    package func journaled(_ changes: [JournalChange], cursor: JournalCursor) {
+        state.withLock { s in
+            guard s.journal != nil, s.paths != nil else { return }
+            s.journal?.cursor = cursor
+            for c in changes {
+                if let from = c.from {
+                    s.since.deleted.insert(from)
+                    s.paths?.remove(from.hashValue)
+                }
+                switch c.op {
+                case .put, .move:
+                    s.since.deleted.remove(c.path)
+                    s.paths?.insert(c.path.hashValue)
+                    if let id = c.id { s.since.moved[id] = c.path }
+                case .delete:
+                    s.since.deleted.insert(c.path)
+                    s.paths?.remove(c.path.hashValue)
+                }
+            }
+            Invariants.check(s)
+        }
     }
 
-    /// The paths with an id the last listing had directly in `folder`.
+    /// A reading of the journal failed: the next poll that is not quiet lists the whole remote
+    /// (keeping what `cursor` applied).
+    package func journalBroken(cursor: JournalCursor) {
+        state.withLock { s in
+            s.journal = nil
+            s.since = Since()
+            s.quiet = nil
+            s.wholeWanted = true
+            Invariants.check(s)
+        }
+    }
+
+    /// Where the last listing had the item `id`, or where the journal since says it is.
+    package func path(ofID id: String) -> StorePath? {
+        state.withLock { s in
+            if let p = s.since.moved[id] { return s.since.deleted.contains(p) ? nil : p }
+            return s.ids[id].flatMap { s.since.deleted.contains($0) ? nil : $0 }
+        }
+    }
+
+    /// The paths with an id the last listing had directly in `folder` (and the journal since).
     package func inFolder(_ folder: StorePath) -> [StorePath] {
-        state.withLock { $0.ids.inFolder(folder) }  // fills a cache: no rule changes (see above)
+        state.withLock { s in
+            var out = s.ids.inFolder(folder)  // fills a cache: no rule changes (see above)
+            guard !s.since.isEmpty else { return out }
+            out.removeAll { s.since.deleted.contains($0) }
+            let known = Set(out)
+            out += Set(s.since.moved.values).filter { $0.folder == folder && !known.contains($0) && !s.since.deleted.contains($0) }
+            return out
+        }
     }
 
     /// Whether a listing was made and did not hold `path` (nil: no listing yet).
@@ -130,18 +214,31 @@ package final class ListingMemory: Sendable {
     /// a row ended so (counted then), or, where that poll set a time for the next whole one, it
     /// is not yet.
     package func endsQuietly(fingerprint: [UInt8], bases: UInt64, now: Double) -> Bool {
+        nextPoll(fingerprint: fingerprint, bases: bases, now: now) == .quiet
+    }
+
+    /// What a poll that found `fingerprint` with the bases at `bases` does at `now`: ends
+    /// (`endsQuietly`; with a journal, whatever the bases), reads the journal (there is one, and
+    /// the whole listing is not due), or lists the whole remote.
+    package func nextPoll(fingerprint: [UInt8], bases: UInt64, now: Double) -> NextPoll {
         state.withLock { s in
             if s.wholeWanted {
                 s.wholeWanted = false
-                return false
+                return .whole
             }
-            guard let q = s.quiet, q.fingerprint == fingerprint, q.bases == bases,
-                  q.wholeDue.map({ now < $0 }) ?? (q.row < Self.quietPollsInARow) else { return false }
-            s.quiet?.row += 1
-            Invariants.check(s)
-            return true
+            if let q = s.quiet, q.fingerprint == fingerprint, q.bases == bases || s.journal != nil,
+               q.wholeDue.map({ now < $0 }) ?? (q.row < Self.quietPollsInARow) {
+                s.quiet?.row += 1
+                Invariants.check(s)
+                return .quiet
+            }
+            if let j = s.journal, now < j.wholeDue { return .journal(j.cursor) }
+            return .whole
         }
     }
+
+    /// The time by which the next whole listing comes on a journal (nil: no journal).
+    package var journalWholeDue: Double? { state.withLock { $0.journal?.wholeDue } }
 
     /// The next poll that could end quietly lists the whole remote (a poll already running may
     /// still end quietly).
@@ -180,8 +277,9 @@ extension ListingMemory.State: CheckedState {
             if quiet != nil { return "ListingMemory: a quiet poll before the first listing" }
             return unshown < 0 ? "ListingMemory: \(unshown) objects unshown" : nil
         }
+        if journal == nil, !since.isEmpty { return "ListingMemory: journal changes known without a journal" }
         var notListed: StorePath?
-        ids.forEachPath { p in if notListed == nil, !paths.contains(p.hashValue) { notListed = p } }
+        ids.forEachPath { p in if notListed == nil, !paths.contains(p.hashValue), !since.deleted.contains(p) { notListed = p } }
         if let notListed { return "ListingMemory: the listed id at \(notListed) is not among the listed paths" }
         for (id, d) in duplicates {
             if d.paths.count < 2 { return "ListingMemory: the duplicate id \(id) is at \(d.paths.count) path\(d.paths.count == 1 ? "" : "s")" }

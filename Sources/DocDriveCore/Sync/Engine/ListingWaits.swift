@@ -89,6 +89,21 @@ package final class ListingWaits: Sendable {
         }
     }
 
+    /// What a reading of the journal tells of the creates no listing had shown (`named`: the
+    /// versions its changes name at their paths, nil for a delete or a write with none): as a
+    /// listing would, where a path it does not name is unchanged since the last poll, so a
+    /// create there is seen once a poll made after it ended (`done`).
+    package func journaled(named: [StorePath: String?], done: Int) {
+        state.withLock { s in
+            guard !s.creates.isEmpty else { return }
+            s.creates = s.creates.filter { path, c in
+                guard let named = named[path] else { return done < c.polls }
+                return named != c.version  // another write there: its decision looks
+            }
+            Invariants.check(s)
+        }
+    }
+
     /// What the listing of a poll (`items`, `at`) tells of the creates no listing had shown: one
     /// it shows is seen; one a listing made after it (`done` polls had ended before this one)
     /// shows replaced by another create is kept for its path's decision, and otherwise forgotten.

@@ -51,6 +51,20 @@ package final class RemoteStatus: Sendable {
     }
 
     /// A poll ended at `time` at the remote's fingerprint (nothing changed).
+    /// A poll read the remote's journal at `time` (no listing): online. Returns whether it was
+    /// offline.
+    package func polledJournal(at time: Double) -> Bool {
+        state.withLock { s in
+            let was = s.remote.offlineSince != nil
+            s.remote.offlineSince = nil
+            s.remote.offlineReason = nil
+            s.remote.lastPoll = time
+            s.remote.polls = (s.remote.polls ?? 0) + 1
+            Invariants.check(s)
+            return was
+        }
+    }
+
     package func polledUnchanged(at time: Double) {
         state.withLock { s in
             s.remote.lastPoll = time

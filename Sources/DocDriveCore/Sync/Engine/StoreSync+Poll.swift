@@ -33,13 +33,21 @@ extension StoreSync {
         /// The fingerprint and the bases were those of the last poll that found nothing: there
         /// is no listing, and nothing to compare.
         let unchanged: Bool
+        /// A reading of the remote's journal, instead of a listing (`Remote.keepsJournal`).
+        let journal: JournalPage?
+        /// For a listing of a remote that keeps a journal: the remote's time before it (the
+        /// journal is read from there on).
+        let journalStart: Int64?
 
-        fileprivate init(listing: Result<RemoteListing, DriveError>, early: Set<StorePath>, fingerprint: [UInt8]? = nil) {
+        fileprivate init(listing: Result<RemoteListing, DriveError>, early: Set<StorePath>, fingerprint: [UInt8]? = nil,
+                         journalStart: Int64? = nil) {
             lookups = (try? listing.get().pending.count) ?? 0
             held = Mutex((listing, early))
             placedEarly = !early.isEmpty
             self.fingerprint = fingerprint
             unchanged = false
+            journal = nil
+            self.journalStart = journalStart
         }
 
         fileprivate init(unchangedAt fingerprint: [UInt8]) {
@@ -48,6 +56,18 @@ extension StoreSync {
             placedEarly = false
             self.fingerprint = fingerprint
             unchanged = true
+            journal = nil
+            journalStart = nil
+        }
+
+        fileprivate init(journal: JournalPage, fingerprint: [UInt8]) {
+            lookups = 0
+            held = Mutex(nil)
+            placedEarly = false
+            self.fingerprint = fingerprint
+            unchanged = false
+            self.journal = journal
+            journalStart = nil
         }
 
         fileprivate func take() -> (listing: Result<RemoteListing, DriveError>, early: Set<StorePath>)? {
@@ -73,11 +93,21 @@ extension StoreSync {
             guard placingEarly, content == .onDemand else {
                 let fingerprint = try remote.fingerprint()
                 let generation = bases.generation
-                if let fingerprint, lastListing.endsQuietly(fingerprint: fingerprint, bases: generation, now: Date().timeIntervalSince1970) {
-                    return PollStart(unchangedAt: fingerprint)
+                if let fingerprint {
+                    switch lastListing.nextPoll(fingerprint: fingerprint, bases: generation, now: Date().timeIntervalSince1970) {
+                    case .quiet: return PollStart(unchangedAt: fingerprint)
+                    case .journal(let cursor):
+                        if let page = readJournal(after: cursor) { return PollStart(journal: page, fingerprint: fingerprint) }
+                    case .whole: break
+                    }
                 }
-                return PollStart(listing: .success(noteUnshown(try remote.listQuickly())), early: [], fingerprint: fingerprint)
+                // The journal is read from the time before the listing (the fingerprint's answer
+                // gave it).
+                let journalStart = remote.keepsJournal ? try remote.journalTime() : nil
+                return PollStart(listing: .success(noteUnshown(try remote.listQuickly())), early: [], fingerprint: fingerprint,
+                                 journalStart: journalStart)
             }
+            let journalStart = remote.keepsJournal ? try remote.journalTime() : nil
             if (try? bases.count(root: key)) == 0 {
                 // Nothing known here yet (a store just joined): every item is new, and each
                 // part of the listing becomes placeholders while the next one comes.
@@ -93,14 +123,39 @@ extension StoreSync {
                 noteUnshown(listing)
                 if shown > 0 { logger.info("store \(name): \(shown) new items of the remote shown here (files as placeholders)") }
                 if !early.isEmpty { logger.info("store \(name): \(early.count) items placed before their metadata was read") }
-                return PollStart(listing: .success(listing), early: early)
+                return PollStart(listing: .success(listing), early: early, journalStart: journalStart)
             }
             let listing = noteUnshown(try remote.listQuickly())
             let early = listing.pending.isEmpty ? [] : placeBeforeMetadata(listing)
-            return PollStart(listing: .success(listing), early: early)
+            return PollStart(listing: .success(listing), early: early, journalStart: journalStart)
         } catch {
             return PollStart(listing: .failure(error), early: [])
         }
+    }
+
+    /// The journal after `cursor`, nil when it cannot be read or asks for a whole listing (said
+    /// once per reason; the poll then lists the whole remote). A remote that cannot be reached
+    /// throws as its listing would.
+    func readJournal(after cursor: JournalCursor) -> JournalPage? {
+        let page: JournalPage
+        do {
+            page = try remote.readJournal(after: cursor)
+        } catch {
+            logger.debug("store \(name): the journal cannot be read (\(error.message)); listing the store instead")
+            lastListing.journalBroken(cursor: cursor)
+            return nil
+        }
+        if let u = page.unreadable {
+            logger.warning("store \(name): the journal object \(u.key) on \(remote.displayName) cannot be used: \(u.why); the store is listed whole instead")
+            lastListing.journalBroken(cursor: page.cursor)
+            return nil
+        }
+        if let w = page.batches.first(where: { $0.batch.whole }) {
+            logger.debug("store \(name): \(w.batch.deviceName ?? w.batch.device) wrote what it could not name (a stop of its last run): the store is listed whole")
+            lastListing.journalBroken(cursor: page.cursor)
+            return nil
+        }
+        return page
     }
 
     /// Logs the objects a listing leaves unshown, once each time their number changes.
@@ -127,6 +182,7 @@ extension StoreSync {
             status.polledUnchanged(at: Date().timeIntervalSince1970)
             return 0
         }
+        if let page = start.journal, let fingerprint = start.fingerprint { return finishJournalPoll(page, fingerprint: fingerprint) }
         // Kept again below only if this poll finds nothing to do.
         lastListing.forgetQuiet()
         let items: [RemoteItem]
@@ -164,7 +220,9 @@ extension StoreSync {
             _ = try? queue.makeDue(.all, root: key)
         }
         // Kept: the ids in 16 bytes each, not the listing's strings.
-        lastListing.listed(ids: ListedIDs(byID: byID), paths: Set(items.map(\.path.hashValue)))
+        let wholeDue = Date().timeIntervalSince1970 + reconcile
+        lastListing.listed(ids: ListedIDs(byID: byID), paths: Set(items.map(\.path.hashValue)),
+                           journal: start.journalStart.map { (JournalCursor(time: $0), wholeDue) })
         waits.listed(items, at: at, done: polls.ended)
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
         var changed = Set<StorePath>()
@@ -214,8 +272,46 @@ extension StoreSync {
         try? queue.enqueueAll(batch, keepingRetries: true)
         if let fingerprint = start.fingerprint, batch.isEmpty, !placedNew, several.isEmpty, early.isEmpty, !wasOffline {
             lastListing.foundNothing(fingerprint: fingerprint, bases: basesRead,
-                                     wholeDue: remote.fingerprintSeesEveryWriter ? nil : Date().timeIntervalSince1970 + reconcile)
+                                     wholeDue: remote.fingerprintSeesEveryWriter ? nil : wholeDue)
         }
+        return batch.count
+    }
+
+    /// The rest of a poll that read the journal: every path its new objects name is decided
+    /// again (with the folders above a new one that have no base, and the folder of a delete,
+    /// which may be gone with it); the listing's memory takes what they say. The fingerprint
+    /// read before the journal ends the next polls quietly until it changes.
+    func finishJournalPoll(_ page: JournalPage, fingerprint: [UInt8]) -> Int {
+        let now = Date().timeIntervalSince1970
+        if status.polledJournal(at: now) {
+            logger.info("store \(name): the remote answers again")
+            _ = try? queue.makeDue(.all, root: key)
+        }
+        let changes = page.batches.flatMap(\.batch.changes)
+        lastListing.journaled(changes, cursor: page.cursor)
+        var named = [StorePath: String?]()
+        var changed = Set<StorePath>()
+        for c in changes {
+            for p in c.paths {
+                changed.insert(p)
+                named[p] = c.op == .delete || p == c.from ? String?.none : c.version
+                var folder = p.folder
+                while !folder.bytes.isEmpty, !changed.contains(folder), (try? bases.base(root: key, path: folder)) ?? nil == nil {
+                    changed.insert(folder)
+                    folder = folder.folder
+                }
+            }
+            if c.op == .delete || c.op == .move, let gone = c.from ?? (c.op == .delete ? c.path : nil), !gone.folder.bytes.isEmpty {
+                changed.insert(gone.folder)
+            }
+        }
+        waits.journaled(named: named, done: polls.ended)
+        let batch = changed.sorted { $0.bytes.count < $1.bytes.count }.map { (key, $0, now) }
+        try? queue.enqueueAll(batch, keepingRetries: true)
+        if !changes.isEmpty {
+            logger.debug("store \(name): the journal names \(changes.count) change\(changes.count == 1 ? "" : "s") of other devices: \(batch.count) path\(batch.count == 1 ? "" : "s") to decide")
+        }
+        lastListing.foundNothing(fingerprint: fingerprint, bases: bases.generation, wholeDue: lastListing.journalWholeDue)
         return batch.count
     }
 

@@ -146,7 +146,9 @@ final class StoreSync: Sendable {
         self.name = name
         self.cache = cache
         self.downloads = downloads
-        self.remote = EngineRemote(remote)
+        // Next to the downloads folder: the store's own state.
+        self.remote = EngineRemote(remote, device: device.id, deviceName: device.name,
+                                   pendingFile: (downloads as NSString).deletingLastPathComponent + "/unannounced-writes")
         self.device = device
         self.index = index
         self.queue = index.uploads

@@ -129,6 +129,12 @@ public enum RemoteExpectation: Equatable, Sendable {
     case absent
     /// Exactly this version (S3 `If-Match`, folder: the version checked under the store's lock).
     case version(String)
+
+    /// The version expected, nil for `absent`.
+    public var version: String? {
+        if case .version(let v) = self { return v }
+        return nil
+    }
 }
 
 /// A store's remote as the sync engine uses it. Every write and delete is conditional: when the
@@ -175,8 +181,20 @@ public protocol Remote: Sendable {
     var fingerprintSeesEveryWriter: Bool { get }
 
     /// Tells the other devices that this one changed the store, where `fingerprint` does not see
-    /// it by itself (S3: rewrites the change mark). Called after a batch of writes, once for all.
-    func announceChanges() throws(RemoteError)
+    /// it by itself (S3: a journal object naming the batch's changes, then the change mark
+    /// rewritten). Called after a batch of writes, once for all.
+    func announceChanges(_ batch: JournalBatch) throws(RemoteError)
+
+    /// Whether the remote keeps a journal of DocDrive's changes (`readJournal`): then a poll that
+    /// finds the fingerprint changed reads the journal, not the whole remote.
+    var keepsJournal: Bool { get }
+
+    /// The remote's own time now, in milliseconds (a journal cursor starts there), nil when not
+    /// known.
+    func journalTime() throws(RemoteError) -> Int64?
+
+    /// What other devices wrote after `cursor` (`keepsJournal` remotes only).
+    func readJournal(after cursor: JournalCursor) throws(RemoteError) -> JournalPage
 
     /// The item at `path`, or nil when there is none.
     func item(at path: StorePath) throws(RemoteError) -> RemoteItem?
@@ -259,7 +277,13 @@ extension Remote {
 
     public var fingerprintSeesEveryWriter: Bool { true }
 
-    public func announceChanges() throws(RemoteError) {}
+    public func announceChanges(_ batch: JournalBatch) throws(RemoteError) {}
+
+    public var keepsJournal: Bool { false }
+
+    public func journalTime() throws(RemoteError) -> Int64? { nil }
+
+    public func readJournal(after cursor: JournalCursor) throws(RemoteError) -> JournalPage { JournalPage(cursor: cursor) }
 
     public func uploadDurableLater(from source: Int32, to path: StorePath, expecting: RemoteExpectation, meta: RemoteMeta,
                                    limit: BandwidthLimit?, progress: ((Int64, Int64) -> Void)?) throws(RemoteError) -> (item: RemoteItem, folder: StorePath?) {

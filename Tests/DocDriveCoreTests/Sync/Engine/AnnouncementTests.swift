@@ -18,7 +18,9 @@ final class AnnouncingRemote: Remote, @unchecked Sendable {
 
     var displayName: String { folder.displayName }
     var fingerprintSeesEveryWriter: Bool { false }
-    func announceChanges() throws(RemoteError) { log.withLock { $0.append("announce") } }
+    func announceChanges(_ batch: JournalBatch) throws(RemoteError) {
+        log.withLock { $0.append("announce" + batch.changes.map { " \($0.op.rawValue) \($0.path)" }.joined()) }
+    }
     func checkReachable() throws(RemoteError) { try folder.checkReachable() }
     func list() throws(RemoteError) -> [RemoteItem] { try folder.list() }
     func item(at path: StorePath) throws(RemoteError) -> RemoteItem? { try folder.item(at: path) }
@@ -74,7 +76,7 @@ final class AnnouncementTests: XCTestCase {
         _ = try engine.upload(from: fd, to: "a.txt", expecting: .absent, meta: RemoteMeta(), limit: nil, progress: nil)
         engine.announce()
         engine.announce()
-        XCTAssertEqual(fake.log.withLock { $0 }, ["announce", "uploaded a.txt", "announce"])
+        XCTAssertEqual(fake.log.withLock { $0 }, ["announce", "uploaded a.txt", "announce put a.txt"])
     }
 
     /// One worker's batch ends (and announces) while another worker's upload is on its way: that
@@ -100,7 +102,7 @@ final class AnnouncementTests: XCTestCase {
         fake.release.signal()
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         let log = fake.log.withLock { $0 }
-        XCTAssertEqual(log.last, "announce", "the upload was never announced after it landed: \(log)")
+        XCTAssertEqual(log.last, "announce put a.txt", "the upload was never announced after it landed: \(log)")
         XCTAssertEqual(log.firstIndex(of: "uploaded a.txt").map { $0 < log.count - 1 }, true, "\(log)")
     }
 }

@@ -119,3 +119,51 @@ final class ListingMemoryTests: XCTestCase {
         XCTAssertNil(s.broken)
     }
 }
+
+final class ListingMemoryJournalTests: XCTestCase {
+    /// On a journal, a poll whose fingerprint changed reads the journal until the whole listing
+    /// is due; quiet polls end at the fingerprint whatever the bases; a reading that failed, or
+    /// `docdrive sync`, makes the next one a whole listing.
+    func testPollsReadTheJournalUntilTheWholeListingIsDue() {
+        let m = ListingMemory()
+        m.listed(ids: ListedIDs(), paths: [], journal: (JournalCursor(time: 5_000), wholeDue: 1000))
+        XCTAssertEqual(m.nextPoll(fingerprint: [1], bases: 7, now: 10), .journal(JournalCursor(time: 5_000)))
+        m.foundNothing(fingerprint: [1], bases: 7, wholeDue: m.journalWholeDue)
+        XCTAssertEqual(m.nextPoll(fingerprint: [1], bases: 8, now: 20), .quiet, "the bases changed here: still quiet on a journal")
+        XCTAssertEqual(m.nextPoll(fingerprint: [2], bases: 8, now: 30), .journal(JournalCursor(time: 5_000)))
+        XCTAssertEqual(m.nextPoll(fingerprint: [2], bases: 8, now: 1000), .whole, "the reconcile is due")
+        m.journalBroken(cursor: JournalCursor(time: 6_000))
+        XCTAssertEqual(m.nextPoll(fingerprint: [1], bases: 7, now: 40), .whole)
+        m.listed(ids: ListedIDs(), paths: [], journal: (JournalCursor(time: 7_000), wholeDue: 2000))
+        m.wantWhole()
+        XCTAssertEqual(m.nextPoll(fingerprint: [3], bases: 7, now: 50), .whole)
+        XCTAssertEqual(m.nextPoll(fingerprint: [3], bases: 7, now: 50), .journal(JournalCursor(time: 7_000)))
+        m.listed(ids: ListedIDs(), paths: [])
+        XCTAssertEqual(m.nextPoll(fingerprint: [3], bases: 7, now: 50), .whole, "no journal")
+        XCTAssertNil(m.broken)
+    }
+
+    /// What a journal names moves ids and paths over the last listing: a move is found where it
+    /// went (the decision of a renamed item asks), a deleted path is gone, a new one listed;
+    /// the next whole listing replaces all of it.
+    func testTheJournalMovesIdsAndPathsOverTheListing() {
+        let m = ListingMemory()
+        let a: StorePath = "d/a", b: StorePath = "d/b", c: StorePath = "e/c"
+        m.listed(ids: ListedIDs(byID: ["1": a, "2": b]), paths: [a.hashValue, b.hashValue], journal: (JournalCursor(time: 0), 1000))
+        m.journaled([JournalChange(.move, c, from: a, id: "1"), JournalChange(.delete, b), JournalChange(.put, "d/new", id: "3")],
+                    cursor: JournalCursor(time: 10))
+        XCTAssertEqual(m.path(ofID: "1"), c)
+        XCTAssertNil(m.path(ofID: "2"), "deleted")
+        XCTAssertEqual(m.path(ofID: "3"), "d/new")
+        XCTAssertEqual(m.wasNotListed(a), true)
+        XCTAssertEqual(m.wasNotListed(c), false)
+        XCTAssertEqual(m.inFolder("d"), ["d/new"])
+        XCTAssertEqual(m.inFolder("e"), [c])
+        XCTAssertEqual(m.nextPoll(fingerprint: [1], bases: 0, now: 1), .journal(JournalCursor(time: 10)), "the cursor advanced")
+        XCTAssertNil(m.broken)
+        m.listed(ids: ListedIDs(byID: ["2": b]), paths: [b.hashValue], journal: (JournalCursor(time: 20), 1000))
+        XCTAssertNil(m.path(ofID: "1"))
+        XCTAssertEqual(m.path(ofID: "2"), b)
+        XCTAssertNil(m.broken)
+    }
+}

@@ -72,6 +72,9 @@ public struct S3Client: Sendable {
     public var retry: S3RetryPolicy
     /// The clock requests are signed with (tests move it to provoke a skew).
     public var now: @Sendable () -> Date = { Date() }
+    /// The server's clock, as the `Date` of its last answer gave it (journal names are dated by
+    /// it, never by this machine's clock).
+    let serverClock = S3ServerClock()
 
     private let scheme: String
     private let hostHeader: String
@@ -132,6 +135,7 @@ public struct S3Client: Sendable {
                 let s3Code = S3XML(r.body).value("Code")
                 let transient = code >= 500 || code == 429 || s3Code == "RequestTimeout" || s3Code == "SlowDown"
                 if !transient {
+                    if let d = r.header("Date") { serverClock.saw(d) }
                     // Refused for its credentials: once more with fresh ones, if there are any.
                     if (code == 400 || code == 403), let c = s3Code, S3Signer.credentialCodes.contains(c), !renewed,
                        signing.renew() {
@@ -245,4 +249,48 @@ public struct S3Client: Sendable {
 /// SHA-256 of a body held in memory (small requests are signed over their content).
 enum SHA256Digest {
     static func of(_ bytes: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: bytes)) }
+}
+
+/// The server's time, from the `Date` of its answers (to the second), and how long ago on this
+/// machine's monotonic clock it was seen: `now` is that time plus the time passed since.
+package final class S3ServerClock: Sendable {
+    private let seen = Mutex<(header: String, ms: Int64, at: UInt64)?>(nil)
+
+    /// An answer's `Date` ("Mon, 07 Dec 2026 21:34:40 GMT"); one that cannot be read is ignored.
+    package init() {}
+
+    package func saw(_ header: String) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        seen.withLock { s in
+            if let s0 = s, s0.header == header { return }  // the same second: kept as first seen
+            guard let ms = Self.milliseconds(httpDate: header) else { return }
+            s = (header, ms, now)
+        }
+    }
+
+    /// The server's time now in milliseconds since 1970, nil before any answer had a `Date`.
+    package var now: Int64? {
+        seen.withLock { s in
+            s.map { $0.ms + Int64((DispatchTime.now().uptimeNanoseconds - $0.at) / 1_000_000) }
+        }
+    }
+
+    /// An IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") in milliseconds since 1970.
+    package static func milliseconds(httpDate: String) -> Int64? {
+        let f = httpDate.split(separator: " ")
+        guard f.count == 6, f[5] == "GMT", let day = Int(f[1]), let year = Int(f[3]),
+              let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"].firstIndex(of: String(f[2])) else { return nil }
+        let t = f[4].split(separator: ":").compactMap { Int($0) }
+        guard t.count == 3, (1...31).contains(day), (1970...9999).contains(year), (0...23).contains(t[0]),
+              (0...59).contains(t[1]), (0...60).contains(t[2]) else { return nil }
+        // Days since 1970 (the civil-from-days inverse, proleptic Gregorian).
+        let y = month < 2 ? year - 1 : year
+        let era = y / 400
+        let yoe = y - era * 400
+        let mp = (month + 10) % 12  // (month from 0: March is 0)
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146097 + doe - 719468
+        return Int64(((days * 24 + t[0]) * 60 + t[1]) * 60 + t[2]) * 1000
+    }
 }

@@ -59,6 +59,10 @@ public final class S3Remote: Remote, Sendable {
     /// Set while one thread probes: the others wait for it rather than probe too (the workers
     /// of a store all start writing at once).
     let probing = Atomic<Bool>(false)
+    /// This run's count of journal objects written (the last part of their names).
+    let journalSeq = Atomic<Int>(0)
+    /// The server time of the last removal of old journal objects (`removeOldJournalObjects`).
+    let journalSwept = Atomic<Int64>(0)
     /// The probe found a server that ignores conditional writes and the store accepts it
     /// (`conditional-writes: checked`): every write HEADs first (`precheck`).
     let ignoresConditions = Atomic<Bool>(false)

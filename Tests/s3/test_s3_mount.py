@@ -795,6 +795,33 @@ def test_another_devices_saves_renames_and_deletes_come_through_the_journal_with
         proxy.stop()
 
 
+@pytest.mark.timeout(240)
+def test_a_garbled_journal_object_is_named_once_and_the_store_is_listed_instead(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    # Given two devices on one store, with the default reconcile (an hour),
+    a = S3Device(new_drive(), weed, weed.endpoint, prefix, "--reconcile", "1h").mount()
+    b = S3Device(new_drive(), weed, weed.endpoint, prefix, "--reconcile", "1h").mount()
+    a.sync()
+    b.sync()
+    time.sleep(1)
+    # when another tool puts a journal object that is not one (a name of now, a body of junk)
+    # and B then saves a file,
+    name = f"{int(time.time() * 1000):013d}-0123456789abcdef0123456789abcdef-0000000001"
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/.docdrive/journal/{name}", Body=b"\x00garbage{")
+    save(b.path(b"after-junk.txt"), b"saved on B\n")
+    # then A still shows B's file by itself (it lists the store instead),
+    assert wait_until(lambda: os.path.exists(a.path(b"after-junk.txt")), 30, 0.1), a.d.log_tail(40)
+    assert open(a.path(b"after-junk.txt"), "rb").read() == b"saved on B\n"
+    # and says once which object it could not use, and why.
+    lines = [l for l in a.d.log_tail(400).splitlines() if name in l]
+    assert len(lines) == 1 and "cannot be used: it is not a journal object" in lines[0] and "listed whole instead" in lines[0], lines
+    # Its next change comes through the journal again (the bad object is passed).
+    save(b.path(b"later.txt"), b"later\n")
+    assert wait_until(lambda: os.path.exists(a.path(b"later.txt")), 30, 0.1), a.d.log_tail(40)
+    assert len([l for l in a.d.log_tail(400).splitlines() if name in l]) == 1, a.d.log_tail(60)
+
+
 @pytest.mark.timeout(180)
 def test_a_move_whose_delete_failed_leaves_no_copy_behind(weed, new_drive, boto):
     c = boto(weed.endpoint)

@@ -56,6 +56,9 @@ package final class ListingMemory: Sendable {
         package var unshown = 0
         package var wholeWanted = false
         package var journal: (cursor: JournalCursor, wholeDue: Double)? = nil
+        /// The journal keys a reading that failed had applied (the bad one among them): the
+        /// whole listing after it starts its cursor with them, so it is not read again.
+        package var appliedWhenBroken: Set<String> = []
         package var since = Since()
 
         package init() {}
@@ -94,7 +97,9 @@ package final class ListingMemory: Sendable {
             s.paths = paths
             s.since = Since()
             if var j = journal {
-                j.cursor.applied.formUnion(s.journal?.cursor.applied ?? [])
+                j.cursor.applied.formUnion(s.journal?.cursor.applied ?? s.appliedWhenBroken)
+                j.cursor = j.cursor.advanced(by: [])  // only the keys within its window
+                s.appliedWhenBroken = []
                 s.journal = j
             } else {
                 s.journal = nil
@@ -128,14 +133,14 @@ package final class ListingMemory: Sendable {
         }
     }
 
-    /// A reading of the journal failed: the next poll that is not quiet lists the whole remote
-    /// (keeping what `cursor` applied).
+    /// A reading of the journal failed: the poll lists the whole remote instead (as does the next
+    /// one that is not quiet, if this one fails), keeping what `cursor` applied.
     package func journalBroken(cursor: JournalCursor) {
         state.withLock { s in
+            s.appliedWhenBroken = cursor.applied
             s.journal = nil
             s.since = Since()
             s.quiet = nil
-            s.wholeWanted = true
             Invariants.check(s)
         }
     }

@@ -822,6 +822,38 @@ def test_a_garbled_journal_object_is_named_once_and_the_store_is_listed_instead(
     assert len([l for l in a.d.log_tail(400).splitlines() if name in l]) == 1, a.d.log_tail(60)
 
 
+@pytest.mark.timeout(240)
+def test_an_item_id_the_journal_shows_at_a_second_path_is_healed_by_a_listing(weed, new_drive, boto):
+    c = boto(weed.endpoint)
+    prefix = new_prefix()
+    # Given a device on a store with a file of DocDrive's (the default reconcile: an hour),
+    a = S3Device(new_drive(), weed, weed.endpoint, prefix, "--reconcile", "1h").mount()
+    save(a.path(b"dup/a.txt"), b"one item\n")
+    a.sync()
+    the_id = c.head_object(Bucket=weed.bucket, Key=f"{prefix}/dup/a.txt")["Metadata"]["docdrive-id"]
+    time.sleep(1)
+    # when another device's changes cross so that its item id is at a second path too (here:
+    # a copy with its metadata, named in a journal object as that device would),
+    c.copy_object(Bucket=weed.bucket, Key=f"{prefix}/dup/b.txt", CopySource={"Bucket": weed.bucket, "Key": f"{prefix}/dup/a.txt"})
+    other = "fedcba9876543210fedcba9876543210"
+    entry = {"format": "docdrive-journal 1", "device": other, "changes": [{"op": "put", "path": "dup/b.txt", "id": the_id}]}
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/.docdrive/journal/{int(time.time() * 1000):013d}-{other}-0000000001",
+                 Body=json.dumps(entry).encode())
+    c.put_object(Bucket=weed.bucket, Key=f"{prefix}/.docdrive/changes", Body=b"DocDrive change mark 2\nby the test\n")
+
+    def remote_ids():
+        return [c.head_object(Bucket=weed.bucket, Key=f"{prefix}/dup/{n}")["Metadata"].get("docdrive-id") for n in ("a.txt", "b.txt")]
+
+    # then A shows the second path, and heals the id by itself: the two paths are two items on
+    # the remote and here, each with the same id on both sides.
+    assert wait_until(lambda: os.path.exists(a.path(b"dup/b.txt")), 30, 0.1), a.d.log_tail(40)
+    assert wait_until(lambda: len(set(remote_ids())) == 2, 30, 0.2), f"{remote_ids()}\n{a.d.log_tail(40)}"
+    ids = remote_ids()
+    assert the_id in ids, ids
+    assert wait_until(lambda: [os.getxattr(a.path(b"dup/" + n), "user.docdrive.id").decode() for n in (b"a.txt", b"b.txt")] == ids, 30, 0.2), \
+        (ids, a.d.log_tail(40))
+
+
 @pytest.mark.timeout(180)
 def test_a_move_whose_delete_failed_leaves_no_copy_behind(weed, new_drive, boto):
     c = boto(weed.endpoint)

@@ -225,6 +225,9 @@ extension StoreSync {
                            journal: start.journalStart.map { (JournalCursor(time: $0), wholeDue) })
         waits.listed(items, at: at, done: polls.ended)
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
+        // Ids at several paths are healed by listings (after `DuplicateIDs.grace`): the next
+        // poll lists again, whatever the fingerprint or the journal says.
+        if !several.isEmpty { lastListing.wantWhole() }
         var changed = Set<StorePath>()
         // Per item: whether a base has its path; the ids of the items that a base has too.
         var known = [Bool](repeating: false, count: items.count)
@@ -288,6 +291,20 @@ extension StoreSync {
             _ = try? queue.makeDue(.all, root: key)
         }
         let changes = page.batches.flatMap(\.batch.changes)
+        // An id the journal puts at a path while it is still at another (two devices' changes
+        // crossed: a write at a path another device was moving away) may now be at both: only a
+        // listing finds and heals that (`healDuplicateIDs`), so the next poll lists.
+        var idAt = [String: StorePath]()
+        var crossed: StorePath?
+        for c in changes where c.op != .delete {
+            guard let id = c.id else { continue }
+            if crossed == nil, let q = idAt[id] ?? lastListing.path(ofID: id), q != c.path, q != c.from { crossed = c.path }
+            idAt[id] = c.path
+        }
+        if let crossed {
+            logger.debug("store \(name): the journal puts at \(crossed) an item id that is elsewhere too: the next poll lists the store")
+            lastListing.wantWhole()
+        }
         lastListing.journaled(changes, cursor: page.cursor)
         var named = [StorePath: String?]()
         var changed = Set<StorePath>()

@@ -146,6 +146,7 @@ struct Status: ParsableCommand {
                     var o: [String: Any] = ["offline": rs.offlineSince != nil, "devices": rs.devices]
                     if let t = rs.lastPoll { o["lastPoll"] = t }
                     if let t = rs.lastListing { o["lastListing"] = t }
+                    if let t = rs.lastJournal { o["lastJournal"] = t }
                     if let n = rs.polls { o["polls"] = n }
                     if let t = rs.offlineSince { o["offlineSince"] = t }
                     if let why = rs.offlineReason { o["offlineReason"] = why }
@@ -208,6 +209,9 @@ struct Status: ParsableCommand {
                     if case .s3 = c.remote, let whole = rs.lastListing {
                         // (a quiet poll reads only the change mark, which another tool leaves as it is)
                         line("    listed whole at \(clock(whole)): what another tool writes in the bucket shows by \(clock(whole + c.reconcile)) (reconcile \(duration(c.reconcile)))")
+                        if let j = rs.lastJournal, j > whole {
+                            line("    journal read at \(clock(j)): other DocDrive devices' changes since the listing came from it")
+                        }
                     }
                 }
                 if let why = rs.downloadProblem { line("    download failed: \(why)") }

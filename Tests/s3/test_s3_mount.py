@@ -789,6 +789,10 @@ def test_another_devices_saves_renames_and_deletes_come_through_the_journal_with
         assert any(f"prefix={prefix}%2F.docdrive%2Fjournal%2F&" in p for p in listings), listings
         whole = [p for p in listings if f"prefix={prefix}%2F&" in p or "max-keys=1&" not in p + "&" and "journal" not in p]
         assert not whole, whole
+        # `docdrive status` says when A last read the journal (after its last whole listing),
+        sync = a.store_status()["sync"]
+        assert sync["lastListing"] < sync["lastJournal"] <= sync["lastPoll"], sync
+        assert "journal read at" in a.d.cli("status", timeout=60).stdout
         # and the rename kept the item's id (a move, not a delete and a new file).
         assert os.getxattr(a.path(b"Old/renamed.txt"), "user.docdrive.id") == os.getxattr(b.path(b"Old/renamed.txt"), "user.docdrive.id"), a.d.log_tail(60) + "\n---- B\n" + b.d.log_tail(60)
     finally:

@@ -59,6 +59,7 @@ package final class RemoteStatus: Sendable {
             s.remote.offlineSince = nil
             s.remote.offlineReason = nil
             s.remote.lastPoll = time
+            s.remote.lastJournal = time
             s.remote.polls = (s.remote.polls ?? 0) + 1
             Invariants.check(s)
             return was
@@ -152,6 +153,9 @@ extension RemoteStatus.State: CheckedState {
         if let n = remote.polls, n < 1 { return "RemoteStatus: \(n) polls counted, with a last poll" }
         if let l = remote.lastListing, remote.lastPoll.map({ l > $0 }) ?? true {
             return "RemoteStatus: a whole listing at \(l), after the last poll (\(remote.lastPoll.map { String($0) } ?? "none"))"
+        }
+        if let j = remote.lastJournal, remote.lastPoll.map({ j > $0 }) ?? true {
+            return "RemoteStatus: the journal read at \(j), after the last poll (\(remote.lastPoll.map { String($0) } ?? "none"))"
         }
         if remote.cacheBytes != cacheUse {
             return "RemoteStatus: \(remote.cacheBytes.map(String.init) ?? "no") bytes of content shown, \(cacheUse.map(String.init) ?? "none") counted"

@@ -53,6 +53,9 @@ public struct RemoteState: Equatable, Sendable, Codable {
     /// When a poll last listed the whole remote (a poll that ends at the fingerprint does not):
     /// on S3, what another tool wrote before then is shown here.
     public var lastListing: Double? = nil
+    /// When a poll last read the remote's journal (S3: another DocDrive device's changes are
+    /// found there between whole listings).
+    public var lastJournal: Double? = nil
     public var offlineSince: Double?
     public var offlineReason: String?
     /// Names of the devices that wrote what the remote holds (`deviceNames`).

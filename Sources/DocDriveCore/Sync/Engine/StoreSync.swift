@@ -271,6 +271,12 @@ final class StoreSync: Sendable {
             if let rootIno = cacheInode(), let p = try? index.knownPath(id: id, root: key, rootIno: rootIno), StorePath(p) != path {
                 try? queue.enqueue(root: key, path: StorePath(p), due: 0)
             }
+            // The id this one leaves may be another path's (two paths took one id in turns while
+            // the remote held it at both, until it was healed): that path takes it back.
+            if let old = try? index.knownItemID(root: key, ino: Int64(st.st_ino)), old != id,
+               let b = try? bases.base(root: key, id: old), b.path != path {
+                try? queue.enqueue(root: key, path: b.path, due: 0)
+            }
             recordItem(.created(root: key, ino: Int64(st.st_ino), parentIno: Int64(pst.st_ino), name: name, kind: kind, id: id))
         } else if let old {
             recordItem(.replaced(root: key, ino: Int64(st.st_ino), oldIno: Int64(old.st_ino), parentIno: Int64(pst.st_ino), name: name))

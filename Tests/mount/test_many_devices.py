@@ -947,6 +947,12 @@ def test_random_operations_on_three_devices(new_drive, shared, request):
     # Seed 1157816403 (folder, 2026-12-07 15:53 UTC, two builds running beside it): a conflict
     # copy of a version that also won, at a copy of a copy of a copy of B/f0 (nothing lost); two
     # replays passed, and the loop kept no logs: loop with DOCDRIVE_TEST_LOGS set.
+    # Seeds 1742778612, 3388521786, 360447157, 3877079686 (S3, 2026-12-07, the first build with
+    # the change journal: 4 of 17 runs): devices holding other item ids than the remote. An id at
+    # two paths of the remote (changes crossed) was healed only by listings, which the journal
+    # made rare; and the two local files took the id in turns, one ending with a fresh id of
+    # its own (both fixed: the journal asks for a listing, the path that lost the id is decided
+    # again). 15 of 15 runs passed after (10 S3, 5 folder).
     # Strict on both remotes.
     seed = int(os.environ.get("DOCDRIVE_SYNC_SEED", random.randrange(1 << 32)))
     nops = int(os.environ.get("DOCDRIVE_SYNC_OPS", "500"))

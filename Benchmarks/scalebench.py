@@ -11,7 +11,9 @@ Both poll every `--poll` seconds (default 10, DocDrive's default). Measured:
     nothing saved: A's requests and answer bytes per poll, and its daemon's CPU per poll
     (utime + stime, /proc/PID/stat);
   * propagation: `--saves` times (default 5), B writes a new small file, and the time until A
-    can `stat` it (median and maximum), started at B's close;
+    can `stat` it (median and maximum), started at B's close; and A's requests and answer bytes
+    over the saves, per save (what finding another device's change costs: a whole listing, or
+    the journal and a look at the path);
   * the AWS list-price cost of one idle device a month at the measured requests and bytes per
     poll, with a poll every `--poll` seconds: LIST $0.005 per 1,000, GET and HEAD $0.0004 per
     1,000, egress $0.09 per GB (a device outside AWS).
@@ -162,6 +164,7 @@ def measure(bin: str, base: Path, weed: Weed, prefix: str, poll: float, window: 
         counts, nbytes = proxy.take()
         cpu = cpu_seconds(a.pid) - cpu0
         polls = window / poll
+        proxy.take()
         waits = []
         for k in range(saves):
             name = f"from-b-{uuid.uuid4().hex[:12]}-{k}.txt"  # new in every measure (the store is shared)
@@ -174,12 +177,14 @@ def measure(bin: str, base: Path, weed: Weed, prefix: str, poll: float, window: 
                 time.sleep(0.02)
             waits.append(time.monotonic() - t0)
             time.sleep(poll / 3)
+        save_counts, save_bytes = proxy.take()
         per_poll = {k: v / polls for k, v in counts.items()}
         month = SECONDS_PER_MONTH / poll
         requests = sum(per_poll.get(k, 0) * PRICE.get(k, 0.0004 / 1000) for k in per_poll) * month
         egress = nbytes / polls * month * EGRESS_PER_BYTE
         return {"per_poll": per_poll, "bytes_per_poll": nbytes / polls, "cpu_ms_per_poll": cpu / polls * 1000,
-                "median": statistics.median(waits), "max": max(waits), "usd_requests": requests, "usd_with_egress": requests + egress}
+                "median": statistics.median(waits), "max": max(waits), "usd_requests": requests, "usd_with_egress": requests + egress,
+                "per_save": {k: v / saves for k, v in save_counts.items()}, "bytes_per_save": save_bytes / saves}
     finally:
         for d in (a, b):
             if d:
@@ -203,15 +208,18 @@ def main() -> int:
     try:
         with Weed(base / "weed") as w:
             print("objects\tbuild\trequests per idle poll\tbytes per idle poll\tCPU ms per idle poll\t"
-                  "B's save on A, median / max (s)\tUSD per idle device a month (requests / with egress)")
+                  "B's save on A, median / max (s)\tA's requests per save seen\tA's bytes per save seen\t"
+                  "USD per idle device a month (requests / with egress)")
             for n in (int(s) for s in args.objects.split(",")):
                 prefix = f"scale{n}"
                 fill(w.endpoint, w.bucket, prefix, n)
                 for k, (label, bin) in enumerate(bins):
                     r = measure(bin, base / f"{n}-{k}", w, prefix, args.poll, args.window, args.saves)
                     kinds = ", ".join(f"{v:.2f} {k}" for k, v in sorted(r["per_poll"].items())) or "0"
+                    save_kinds = ", ".join(f"{v:.1f} {k}" for k, v in sorted(r["per_save"].items())) or "0"
                     print(f"{n}\t{label}\t{kinds}\t{r['bytes_per_poll']:,.0f}\t{r['cpu_ms_per_poll']:.1f}\t"
-                          f"{r['median']:.2f} / {r['max']:.2f}\t{r['usd_requests']:.2f} / {r['usd_with_egress']:.2f}", flush=True)
+                          f"{r['median']:.2f} / {r['max']:.2f}\t{save_kinds}\t{r['bytes_per_save']:,.0f}\t"
+                          f"{r['usd_requests']:.2f} / {r['usd_with_egress']:.2f}", flush=True)
         failed = False
     finally:
         if not failed:

@@ -222,7 +222,7 @@ extension StoreSync {
         // Kept: the ids in 16 bytes each, not the listing's strings.
         let wholeDue = Date().timeIntervalSince1970 + reconcile
         lastListing.listed(ids: ListedIDs(byID: byID), paths: Set(items.map(\.path.hashValue)),
-                           journal: start.journalStart.map { (JournalCursor(time: $0), wholeDue) })
+                           journal: start.journalStart.map { (JournalCursor.listed(at: $0), wholeDue) })
         waits.listed(items, at: at, done: polls.ended)
         let healed = healDuplicateIDs(several, now: Date().timeIntervalSince1970)
         // Ids at several paths are healed by listings (after `DuplicateIDs.grace`): the next

@@ -69,11 +69,24 @@ public struct JournalCursor: Sendable, Equatable {
     /// How far back each reading looks again, in milliseconds.
     public static let window: Int64 = 120_000
 
+    /// How far apart two devices' readings of the server's clock may be (each is the `Date` of
+    /// an answer, to the second, plus the time passed since it was seen).
+    public static let clockSlack: Int64 = 2_000
+
     public var time: Int64
     public var applied: Set<String>
+    /// Objects named before this time describe writes a whole listing already showed (it began
+    /// after them): passed without being read. A cursor set by a listing that began at `time`
+    /// has it at `time - clockSlack`.
+    public var covered: Int64
 
-    public init(time: Int64, applied: Set<String> = []) {
-        (self.time, self.applied) = (time, applied)
+    public init(time: Int64, applied: Set<String> = [], covered: Int64 = 0) {
+        (self.time, self.applied, self.covered) = (time, applied, covered)
+    }
+
+    /// The cursor of a whole listing that began at the server's `time`.
+    public static func listed(at time: Int64) -> JournalCursor {
+        JournalCursor(time: time, covered: time - clockSlack)
     }
 
     /// The oldest time a reading lists from.
@@ -86,7 +99,7 @@ public struct JournalCursor: Sendable, Equatable {
         var next = applied.union(keys.map(\.key))
         let from = max(0, newest - Self.window)
         next = next.filter { JournalKey.time(of: $0).map { $0 >= from } ?? false }
-        return JournalCursor(time: newest, applied: next)
+        return JournalCursor(time: newest, applied: next, covered: covered)
     }
 }
 

@@ -92,7 +92,8 @@ extension S3Remote {
                 guard let time = JournalKey.time(of: name), let writer = JournalKey.device(of: name),
                       !cursor.applied.contains(name) else { continue }
                 read.append((name, time))
-                if writer == device { continue }  // this device's own
+                // This device's own; or older than the listing the cursor started at, which showed it.
+                if writer == device || time < cursor.covered { continue }
                 let size = Int64(c.value("Size") ?? "") ?? 0
                 guard size <= S3JournalFormat.maxBytes else {
                     page.unreadable = (name, "it is \(size) bytes, more than a journal object holds (\(S3JournalFormat.maxBytes))")

@@ -156,9 +156,13 @@ public final class S3Remote: Remote, Sendable {
     /// Whether the store's prefix holds anything but DocDrive's own keys (a look at a few keys).
     public func holdsDocuments() throws(RemoteError) -> Bool {
         let own = [keys.ownKey(S3Keys.markerName), keys.ownKey(S3Keys.ownFolder + "/")]
-        return try listObjects(keyPrefix: keys.keyPrefix, limit: 5).contains { item in
+        if try listObjects(keyPrefix: keys.keyPrefix, limit: 5).contains(where: { item in
             !own.contains { item.key == $0 || ($0.hasSuffix("/") && item.key.hasPrefix($0)) }
-        }
+        }) { return true }
+        // The store's own folder may hold more than a page (the journal): the keys after it
+        // (".docdrive0" sorts after every ".docdrive/..." key; no document's key starts so,
+        // S3Keys escapes such names).
+        return !(try listObjects(keyPrefix: keys.keyPrefix, limit: 1, startAfter: keys.ownKey(S3Keys.ownFolder + "0"))).isEmpty
     }
 
     public func checkBucket() throws(RemoteError) {
@@ -482,10 +486,11 @@ public final class S3Remote: Remote, Sendable {
     }
 
     /// One page of a listing and the token of the next (nil after the last).
-    private func listPage(keyPrefix: String, token: String?, maxKeys: Int) throws(RemoteError) -> ([Listed], String?) {
+    private func listPage(keyPrefix: String, token: String?, maxKeys: Int, startAfter: String? = nil) throws(RemoteError) -> ([Listed], String?) {
         var out = [Listed]()
         var query = [("list-type", "2"), ("prefix", keyPrefix), ("encoding-type", "url"), ("max-keys", String(maxKeys))]
         if let token { query.append(("continuation-token", token)) }
+        if let startAfter { query.append(("start-after", startAfter)) }
         let r = try client.send(.GET, key: nil, query: query)
         guard r.status == 200 else { throw client.failure(r, "list \(displayName)") }
         let xml = S3XML(r.body)
@@ -500,11 +505,11 @@ public final class S3Remote: Remote, Sendable {
     }
 
     /// Every object under `keyPrefix`, page by page (ListObjectsV2).
-    func listObjects(keyPrefix: String, limit: Int? = nil) throws(RemoteError) -> [Listed] {
+    func listObjects(keyPrefix: String, limit: Int? = nil, startAfter: String? = nil) throws(RemoteError) -> [Listed] {
         var out = [Listed]()
         var token: String?
         repeat {
-            let (page, next) = try listPage(keyPrefix: keyPrefix, token: token, maxKeys: min(pageSize, limit ?? pageSize))
+            let (page, next) = try listPage(keyPrefix: keyPrefix, token: token, maxKeys: min(pageSize, limit ?? pageSize), startAfter: startAfter)
             out += page
             token = next
             if let limit, out.count >= limit { break }

@@ -76,16 +76,10 @@ extension S3Remote {
         var token: String?
         var pages = 0
         repeat {
-            var query = [("list-type", "2"), ("prefix", journalPrefix), ("encoding-type", "url"), ("max-keys", "1000"),
-                         ("start-after", journalPrefix + JournalKey.first(atTime: cursor.listFrom))]
-            if let token { query.append(("continuation-token", token)) }
-            let r = try client.send(.GET, key: nil, query: query)
-            guard r.status == 200 else { throw client.failure(r, "list the journal of \(displayName)") }
-            let xml = S3XML(r.body)
-            let urlEncoded = xml.value("EncodingType") == "url"
-            for c in xml.elements("Contents") {
-                guard var key = c.value("Key") else { continue }
-                if urlEncoded { key = Self.urlDecoded(key) }
+            let (listed, next) = try listPage(keyPrefix: journalPrefix, token: token, maxKeys: 1000,
+                                              startAfter: journalPrefix + JournalKey.first(atTime: cursor.listFrom))
+            for c in listed {
+                let key = c.key
                 guard key.hasPrefix(journalPrefix) else { continue }
                 let name = String(key.dropFirst(journalPrefix.count))
                 // Another tool's object in the journal's folder names no change: passed.
@@ -94,7 +88,7 @@ extension S3Remote {
                 read.append((name, time))
                 // This device's own; or older than the listing the cursor started at, which showed it.
                 if writer == device || time < cursor.covered { continue }
-                let size = Int64(c.value("Size") ?? "") ?? 0
+                let size = c.size
                 guard size <= S3JournalFormat.maxBytes else {
                     page.unreadable = (name, "it is \(size) bytes, more than a journal object holds (\(S3JournalFormat.maxBytes))")
                     page.cursor = cursor.advanced(by: read)
@@ -113,7 +107,7 @@ extension S3Remote {
                     return page
                 }
             }
-            token = xml.value("IsTruncated") == "true" ? xml.value("NextContinuationToken") : nil
+            token = next
             pages += 1
         } while token != nil && pages < 10
         if token != nil {
@@ -129,19 +123,12 @@ extension S3Remote {
         let now = client.serverClock.now ?? 0
         let last = journalSwept.load(ordering: .relaxed)
         guard now > 0, now - last > 3_600_000, journalSwept.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
-        let r = try? client.send(.GET, key: nil, query: [("list-type", "2"), ("prefix", journalPrefix), ("encoding-type", "url"), ("max-keys", "1000")])
-        guard let r, r.status == 200 else { return }
-        let xml = S3XML(r.body)
-        let urlEncoded = xml.value("EncodingType") == "url"
-        var removed = 0
-        for c in xml.elements("Contents") {
-            guard var key = c.value("Key") else { continue }
-            if urlEncoded { key = Self.urlDecoded(key) }
-            guard key.hasPrefix(journalPrefix), let t = JournalKey.time(of: String(key.dropFirst(journalPrefix.count))),
+        guard let listed = try? listObjects(keyPrefix: journalPrefix, limit: 1000) else { return }
+        for c in listed {
+            guard c.key.hasPrefix(journalPrefix), let t = JournalKey.time(of: String(c.key.dropFirst(journalPrefix.count))),
                   now - t > S3JournalFormat.retention else { continue }
-            if let d = try? client.send(.DELETE, key: key), d.status == 204 || d.status == 200 || d.status == 404 { removed += 1 }
+            _ = try? client.send(.DELETE, key: c.key)
         }
-        _ = removed
     }
 }
 

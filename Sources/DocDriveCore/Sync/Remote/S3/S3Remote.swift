@@ -486,7 +486,7 @@ public final class S3Remote: Remote, Sendable {
     }
 
     /// One page of a listing and the token of the next (nil after the last).
-    private func listPage(keyPrefix: String, token: String?, maxKeys: Int, startAfter: String? = nil) throws(RemoteError) -> ([Listed], String?) {
+    func listPage(keyPrefix: String, token: String?, maxKeys: Int, startAfter: String? = nil) throws(RemoteError) -> ([Listed], String?) {
         var out = [Listed]()
         var query = [("list-type", "2"), ("prefix", keyPrefix), ("encoding-type", "url"), ("max-keys", String(maxKeys))]
         if let token { query.append(("continuation-token", token)) }
